@@ -1,0 +1,40 @@
+# The two commands a fresh machine needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint unit integration bench control-plane clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## Run configpin: with no cluster configured it serves the embedded default on https://127.0.0.1:8443
+run: $(STAMP)
+	$(BIN)/configpin serve $(ARGS)
+
+## The whole suite: linters, import contracts, unit tests, integration tests on a real control plane
+test: $(STAMP) lint control-plane
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(hack/provision-control-plane.sh)}" $(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
+
+unit: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests/unit $(PYTEST_ARGS)
+
+## Provision etcd, kube-apiserver and kube-controller-manager (cached; first time 5-15 min)
+control-plane:
+	@if [ -z "$$KUBEBUILDER_ASSETS" ]; then hack/provision-control-plane.sh >/dev/null; fi
+
+bench: $(STAMP)
+	$(BIN)/python bench/admission.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,21 @@
+"""Names from the product contract (shared/SPEC.md). Change them nowhere else."""
+
+from typing import Final
+
+DOMAIN: Final = "configpin.io"
+
+ANN_CHECKSUM: Final = "configpin.io/checksum"
+ANN_SOURCES: Final = "configpin.io/sources"
+ANN_MODE: Final = "configpin.io/mode"
+ANN_IGNORE: Final = "configpin.io/ignore"
+
+LABEL_ENABLED: Final = "configpin.io/enabled"
+LABEL_SNAPSHOT: Final = "configpin.io/snapshot"
+LABEL_SOURCE: Final = "configpin.io/source"
+
+MODE_CHECKSUM: Final = "checksum"
+MODE_SNAPSHOT: Final = "snapshot"
+MODE_OFF: Final = "off"
+MODES: Final = (MODE_CHECKSUM, MODE_SNAPSHOT, MODE_OFF)
+
+SERVICE_ACCOUNT_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
