@@ -19,3 +19,9 @@ MODE_OFF: Final = "off"
 MODES: Final = (MODE_CHECKSUM, MODE_SNAPSHOT, MODE_OFF)
 
 SERVICE_ACCOUNT_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
+
+# On a workload's own metadata (never the pod template, so writing it rolls nothing): the
+# per-source digests the workload was last brought up to date with, by admission or by the
+# controller. It differs from the template's `configpin.io/sources` only after a rollback to
+# an older snapshot, which the controller must leave alone until the source changes again.
+ANN_OBSERVED: Final = "configpin.io/observed"

@@ -1,0 +1,200 @@
+"""`configpin`: serve, render, certs, keygen, version."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import yaml
+
+from webhook import __version__
+from webhook.certs import generate, write_bundle
+from webhook.config import Settings
+from webhook.core.constants import MODES
+from webhook.core.model import JSONObject, SourceId
+from webhook.core.plan import plan_object
+from webhook.core.snapshot import snapshot_object
+from webhook.digestkey import ensure_key_file, load_key_file, new_key_text
+from webhook.kube.client import connect
+from webhook.kube.webhookconfig import set_ca_bundle
+from webhook.serve import serve
+from webhook.sources import EMBEDDED_MANIFESTS, FileSources, iter_manifests
+
+log = logging.getLogger("configpin")
+
+
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve", help="run the admission webhook (and, with a cluster, the controller)"
+    )
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--tls-cert", type=Path)
+    p.add_argument("--tls-key", type=Path)
+    p.add_argument("--certs-dir", type=Path)
+    p.add_argument("--kubeconfig", type=Path)
+    p.add_argument(
+        "--manifests", type=Path, action="append", help="source manifests (no cluster); repeatable"
+    )
+    p.add_argument("--mode", choices=MODES)
+    p.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--digest-key-file", type=Path)
+    p.add_argument("--digest-key-secret")
+    p.add_argument("--namespace")
+    p.add_argument("--shutdown-delay", type=float)
+    p.add_argument("--drain-timeout", type=float)
+    p.add_argument("--log-level")
+    p.add_argument("--controller", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--lease-name")
+    p.add_argument("--lease-duration", type=float)
+    p.add_argument("--coalesce-window", type=float)
+    p.add_argument("--min-rollout-interval", type=float)
+    p.add_argument("--snapshot-grace-period", type=float)
+    p.add_argument("--webhook-config-name")
+    p.add_argument("--self-signed-certs", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--cert-secret")
+    p.add_argument("--service-name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="configpin",
+        description="Pin pods to the exact ConfigMap and Secret content they were created with.",
+        epilog="Every `serve` flag is also an environment variable: CONFIGPIN_<FLAG>.",
+    )
+    parser.add_argument("--version", action="version", version=f"configpin {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+
+    r = sub.add_parser("render", help="offline: mutate workload manifests as admission would")
+    r.add_argument(
+        "-f",
+        "--filename",
+        type=Path,
+        action="append",
+        required=True,
+        help="file or folder; repeatable",
+    )
+    r.add_argument("--mode", choices=MODES, default="checksum")
+    r.add_argument(
+        "--digest-key-file", type=Path, help="default: the dev key in certs/ (made if missing)"
+    )
+    r.add_argument("--certs-dir", type=Path, default=Path("certs"))
+    r.add_argument("--namespace", default="default", help="namespace of objects that name none")
+
+    c = sub.add_parser("certs", help="certificates for the webhook")
+    csub = c.add_subparsers(dest="certs_command", required=True)
+    g = csub.add_parser(
+        "generate", help="write ca.crt, tls.crt and tls.key for the webhook's Service"
+    )
+    g.add_argument("--service", default="configpin")
+    g.add_argument("--namespace", default="configpin")
+    g.add_argument("--out", type=Path, default=Path("certs"))
+    g.add_argument("--days", type=int, default=365)
+    g.add_argument(
+        "--webhook-config-name", help="also put ca.crt into this MutatingWebhookConfiguration"
+    )
+    g.add_argument("--kubeconfig", type=Path)
+
+    sub.add_parser(
+        "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
+    )
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    return Settings(**given)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def cmd_serve(settings: Settings) -> int:
+    return serve(settings)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    key_file = args.digest_key_file or ensure_key_file(args.certs_dir)
+    hkey = load_key_file(key_file)
+    objects = list(iter_manifests(args.filename))
+    sources = FileSources(hkey, [o for o in objects if o.get("kind") in ("ConfigMap", "Secret")])
+    out: list[JSONObject] = []
+    snapshots: dict[tuple[str, str], JSONObject] = {}
+    status = 0
+    for obj in objects:
+        if obj.get("kind") in ("ConfigMap", "Secret"):
+            continue
+        namespace = str((obj.get("metadata") or {}).get("namespace") or args.namespace)
+
+        def lookup(sid: SourceId, namespace: str = namespace) -> Any:
+            return sources.get(namespace, sid)
+
+        plan = plan_object(obj, hkey=hkey, lookup=lookup, default_mode=args.mode)
+        name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
+        for warning in plan.warnings:
+            print(f"Warning: {name}: {warning}", file=sys.stderr)
+        if plan.problems:
+            status = 1
+        out.append(jsonpatch.apply_patch(obj, plan.patch) if plan.patch else obj)
+        for req in plan.snapshots:
+            source = sources.get_object(namespace, req.source)
+            if source is not None:
+                snap = snapshot_object(req.source.kind, source, req.snapshot_name)
+                snap["metadata"].setdefault("namespace", namespace)
+                snapshots[(namespace, req.snapshot_name)] = snap
+    docs = [*snapshots.values(), *out]
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+    return status
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    bundle = generate(args.service, args.namespace, validity_days=args.days)
+    write_bundle(bundle, args.out)
+    print(
+        f"wrote ca.crt, tls.crt, tls.key into {args.out}/ (valid until {bundle.not_after:%Y-%m-%d})"
+    )
+    if args.webhook_config_name:
+        api = connect(args.kubeconfig)
+        if api is None:
+            print(
+                "no cluster configured: the webhook configuration was not changed", file=sys.stderr
+            )
+            return 1
+        set_ca_bundle(api, args.webhook_config_name, bundle.ca_cert_pem)
+        print(f"put the CA bundle into MutatingWebhookConfiguration {args.webhook_config_name}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        settings = _settings(args)
+        _setup_logging(settings.log_level)
+        return cmd_serve(settings)
+    _setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
+    if args.command == "render":
+        return cmd_render(args)
+    if args.command == "certs":
+        return cmd_certs(args)
+    if args.command == "keygen":
+        print(new_key_text().decode())
+        return 0
+    print(f"configpin {__version__}")
+    return 0
+
+
+__all__ = ["EMBEDDED_MANIFESTS", "main"]

@@ -1,0 +1,129 @@
+"""Canonical, keyed digests of ConfigMap and Secret content.
+
+Every digest is an HMAC-SHA256 under a server-held key over a length-prefixed encoding, so
+no two different contents share an encoding (no `k=v;` joining that a value can forge) and
+nobody who reads a Deployment can test guesses of a Secret offline.
+
+Layers:
+- key digest: one key of one object (field, key name, value bytes); 16 bytes. A cache keeps
+  only these, never values.
+- source digest: one object as a workload consumes it: kind, Secret type and the consumed
+  keys (a consumed key that is missing is encoded as absent); hex.
+- checksum: over the whole `configpin.io/sources` mapping; hex.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from webhook.core.constants import ANN_IGNORE, LABEL_SNAPSHOT, LABEL_SOURCE
+from webhook.core.model import SourceKind, SourceRecord
+
+KEY_DIGEST_SIZE: Final = 16
+ABSENT: Final = "absent"  # the sources annotation value of an optional source that does not exist
+
+_KEY_DOMAIN: Final = b"configpin/key/v1"
+_SOURCE_DOMAIN: Final = b"configpin/source/v1"
+_CHECKSUM_DOMAIN: Final = b"configpin/checksum/v1"
+
+
+class BadSource(ValueError):
+    """An object whose content cannot be decoded (a `binaryData` value that is not base64)."""
+
+
+def _lp(data: bytes) -> bytes:
+    """Length-prefixed field: 8-byte big-endian length, then the bytes."""
+    return len(data).to_bytes(8, "big") + data
+
+
+def key_digest(hkey: bytes, field: str, name: str, value: bytes) -> bytes:
+    msg = _KEY_DOMAIN + _lp(field.encode()) + _lp(name.encode()) + _lp(value)
+    return hmac.new(hkey, msg, hashlib.sha256).digest()[:KEY_DIGEST_SIZE]
+
+
+def _b64(value: Any, where: str) -> bytes:
+    if not isinstance(value, str):
+        raise BadSource(f"{where} is not a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadSource(f"{where} is not valid base64") from e
+
+
+def _text(value: Any, where: str) -> bytes:
+    if not isinstance(value, str):
+        raise BadSource(f"{where} is not a string")
+    return value.encode()
+
+
+def key_digests(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """Per-key digests of a ConfigMap or Secret as the API server stores it.
+
+    Secrets: `data` values are base64 and `stringData` (only in manifests; the API server
+    merges it into `data`, overriding) is plain text; both are hashed as the decoded bytes
+    under field `data`, so a manifest and the stored object digest alike.
+    """
+    out: dict[str, bytes] = {}
+    if kind is SourceKind.CONFIGMAP:
+        for name, value in (obj.get("data") or {}).items():
+            out[name] = key_digest(hkey, "data", name, _text(value, f"data[{name}]"))
+        for name, value in (obj.get("binaryData") or {}).items():
+            out[name] = key_digest(hkey, "binaryData", name, _b64(value, f"binaryData[{name}]"))
+    else:
+        for name, value in (obj.get("data") or {}).items():
+            out[name] = key_digest(hkey, "data", name, _b64(value, f"data[{name}]"))
+        for name, value in (obj.get("stringData") or {}).items():
+            out[name] = key_digest(hkey, "data", name, _text(value, f"stringData[{name}]"))
+    return out
+
+
+def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> SourceRecord:
+    """The record (digests and the little metadata admission needs) of a ConfigMap/Secret."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    is_snapshot = labels.get(LABEL_SNAPSHOT) == "true"
+    return SourceRecord(
+        kind=kind,
+        name=meta.get("name", ""),
+        key_digests=key_digests(hkey, kind, obj),
+        secret_type=(obj.get("type") or "Opaque") if kind is SourceKind.SECRET else None,
+        ignored=annotations.get(ANN_IGNORE) == "true",
+        snapshot_of=labels.get(LABEL_SOURCE) if is_snapshot else None,
+        uid=meta.get("uid"),
+        resource_version=meta.get("resourceVersion"),
+    )
+
+
+def source_digest(hkey: bytes, record: SourceRecord, keys: Iterable[str] | None = None) -> str:
+    """Digest of a source as consumed: all keys (None) or only `keys`, missing ones as absent.
+
+    The source's name is not part of it: a snapshot and its source digest alike, which is
+    what lets a template that points at a snapshot be compared with the live source.
+    """
+    chosen = sorted(record.key_digests) if keys is None else sorted(set(keys))
+    parts = [
+        _SOURCE_DOMAIN,
+        _lp(record.kind.value.encode()),
+        _lp((record.secret_type or "").encode()),
+    ]
+    parts.append(len(chosen).to_bytes(8, "big"))
+    for name in chosen:
+        kd = record.key_digests.get(name)
+        parts.append(_lp(name.encode()))
+        parts.append(b"\x01" + kd if kd is not None else b"\x00")
+    return hmac.new(hkey, b"".join(parts), hashlib.sha256).hexdigest()
+
+
+def checksum(hkey: bytes, sources: Mapping[str, str]) -> str:
+    """One digest over the whole sources mapping (sorted, length-prefixed)."""
+    parts = [_CHECKSUM_DOMAIN, len(sources).to_bytes(8, "big")]
+    for name in sorted(sources):
+        parts.append(_lp(name.encode()))
+        parts.append(_lp(sources[name].encode()))
+    return hmac.new(hkey, b"".join(parts), hashlib.sha256).hexdigest()

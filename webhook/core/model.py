@@ -1,0 +1,89 @@
+"""Plain values the core works with. Wire formats stay dicts; internal values are frozen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeAlias
+
+JSONObject: TypeAlias = dict[str, Any]
+PatchOp: TypeAlias = dict[str, Any]
+
+
+class SourceKind(StrEnum):
+    CONFIGMAP = "configmap"
+    SECRET = "secret"
+
+    @property
+    def api_kind(self) -> str:
+        return "ConfigMap" if self is SourceKind.CONFIGMAP else "Secret"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SourceId:
+    kind: SourceKind
+    name: str
+
+    def __str__(self) -> str:
+        """The key used in the `configpin.io/sources` annotation: `configmap/<name>`."""
+        return f"{self.kind.value}/{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> SourceId:
+        kind, _, name = text.partition("/")
+        return cls(SourceKind(kind), name)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """What configpin knows of one ConfigMap or Secret: digests of its keys, never its values.
+
+    `key_digests` maps each key (of `data`, `binaryData` or, for Secrets, `stringData`) to a
+    short keyed digest of that key's field, name and value. Everything else is computed from
+    these, so a cache can hold records without holding a single value.
+    """
+
+    kind: SourceKind
+    name: str
+    key_digests: Mapping[str, bytes]
+    secret_type: str | None = None
+    ignored: bool = False
+    snapshot_of: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+
+    @property
+    def id(self) -> SourceId:
+        return SourceId(self.kind, self.name)
+
+
+class SourceUnavailable(Exception):
+    """The source could not be read (API error, unreadable file). Admission goes on without it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    """A snapshot the plan points at: it must exist (with this content) before the object does."""
+
+    source: SourceId
+    snapshot_name: str
+    content_digest: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of planning one object: what to patch, what to say, what must exist."""
+
+    patch: list[PatchOp] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    snapshots: list[SnapshotRequest] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    observed: dict[str, str] = field(default_factory=dict)
+    mode: str = "off"
+    skipped: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.patch)

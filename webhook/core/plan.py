@@ -1,0 +1,291 @@
+"""Plan the mutation of one object: the decision shared by admission and the controller.
+
+Input is the object as a plain dict and a lookup for sources; output is a `Plan` with a
+small JSON patch built directly (no whole-object diff), the warnings to return, and the
+snapshots that must exist. No change, no patch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from webhook.core import digest
+from webhook.core.constants import (
+    ANN_CHECKSUM,
+    ANN_MODE,
+    ANN_OBSERVED,
+    ANN_SOURCES,
+    LABEL_SNAPSHOT,
+    MODE_CHECKSUM,
+    MODE_OFF,
+    MODE_SNAPSHOT,
+    MODES,
+    SERVICE_ACCOUNT_TOKEN_TYPE,
+)
+from webhook.core.model import (
+    JSONObject,
+    PatchOp,
+    Plan,
+    SnapshotRequest,
+    SourceId,
+    SourceRecord,
+    SourceUnavailable,
+)
+from webhook.core.names import pointer, snapshot_name
+from webhook.core.refs import Consumption, Path, consumption, find_sites, get_path, template_paths
+
+Lookup = Callable[[SourceId], SourceRecord | None]
+"""Returns the record of a source, None when it does not exist; raises SourceUnavailable."""
+
+# Kinds whose pod template cannot change after creation: only CREATE is mutated.
+_IMMUTABLE_TEMPLATE: Final = frozenset({"Pod", "Job"})
+
+
+def dumps_mapping(mapping: Mapping[str, str]) -> str:
+    """The canonical text of a sources/observed annotation: sorted keys, no spaces."""
+    return json.dumps(mapping, sort_keys=True, separators=(",", ":"))
+
+
+def parse_mapping(text: Any) -> dict[str, str] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        return None
+    return value
+
+
+def _annotations(meta: Any) -> Mapping[str, Any]:
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def is_controlled(obj: Mapping[str, Any]) -> bool:
+    refs = get_path(obj, ("metadata", "ownerReferences")) or ()
+    return any(isinstance(r, dict) and r.get("controller") is True for r in refs)
+
+
+def effective_mode(obj: Mapping[str, Any], default_mode: str) -> tuple[str, str | None]:
+    """The mode for this object and a warning if its annotation holds an unknown mode."""
+    value = _annotations(obj.get("metadata")).get(ANN_MODE)
+    if value is None:
+        return default_mode, None
+    if value in MODES:
+        return str(value), None
+    return default_mode, f"{ANN_MODE}: unknown mode {value!r}, using {default_mode!r}"
+
+
+def recorded_observed(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, str]:
+    """What the workload was last brought up to date with (see ANN_OBSERVED).
+
+    The new object's own record wins; a client that replaced the object whole (dropping the
+    annotation) falls back to the old object's record, then to the old template's sources.
+    """
+    for candidate in (obj, old):
+        if candidate is None:
+            continue
+        parsed = parse_mapping(_annotations(candidate.get("metadata")).get(ANN_OBSERVED))
+        if parsed is not None:
+            return parsed
+    if old is not None:
+        paths = template_paths(str(old.get("kind", "")))
+        if paths is not None:
+            parsed = parse_mapping(_annotations(get_path(old, paths[0])).get(ANN_SOURCES))
+            if parsed is not None:
+                return parsed
+    return {}
+
+
+@dataclass
+class _Builder:
+    spec_path: Path
+    patch: list[PatchOp] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    snapshots: dict[str, SnapshotRequest] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    observed: dict[str, str] = field(default_factory=dict)
+
+    def point_at(self, cons: Consumption, name: str) -> None:
+        for site in cons.sites:
+            if site.source.name != name:
+                self.patch.append(
+                    {"op": "replace", "path": pointer(self.spec_path + site.path), "value": name}
+                )
+
+
+def _annotation_ops(meta_path: Path, meta: Any, desired: Mapping[str, str | None]) -> list[PatchOp]:
+    """Ops that make the annotations at meta_path hold `desired` (None: absent)."""
+    current = _annotations(meta)
+    wanted = {k: v for k, v in desired.items() if v is not None and current.get(k) != v}
+    unwanted = [k for k, v in desired.items() if v is None and k in current]
+    if not wanted and not unwanted:
+        return []
+    if not isinstance(meta, dict):
+        return [{"op": "add", "path": pointer(meta_path), "value": {"annotations": wanted}}]
+    if not isinstance(meta.get("annotations"), dict):
+        return [{"op": "add", "path": pointer((*meta_path, "annotations")), "value": wanted}]
+    ops: list[PatchOp] = [
+        {"op": "add", "path": pointer((*meta_path, "annotations", k)), "value": v}
+        for k, v in wanted.items()
+    ]
+    ops.extend({"op": "remove", "path": pointer((*meta_path, "annotations", k))} for k in unwanted)
+    return ops
+
+
+def plan_object(
+    obj: JSONObject,
+    *,
+    hkey: bytes,
+    lookup: Lookup,
+    default_mode: str = MODE_CHECKSUM,
+    operation: str = "CREATE",
+    old: JSONObject | None = None,
+    refresh: Collection[SourceId] = (),
+) -> Plan:
+    """Decide how `obj` must change so that it pins and records the sources it consumes.
+
+    `refresh` (controller): sources whose change the workload must now follow even where its
+    template points at a snapshot of older content (a rollback is kept otherwise).
+    """
+    kind = str(obj.get("kind", ""))
+    paths = template_paths(kind)
+    if paths is None:
+        return Plan(skipped=f"kind {kind or '?'} is not handled")
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
+        return Plan(skipped="configpin's own object")
+    if is_controlled(obj):
+        return Plan(skipped="owned by a controller: its owner's template decides")
+    if kind in _IMMUTABLE_TEMPLATE and operation != "CREATE":
+        return Plan(skipped=f"the pod template of a {kind} cannot change after creation")
+    mode, mode_warning = effective_mode(obj, default_mode)
+    warnings = [mode_warning] if mode_warning else []
+    if mode == MODE_OFF:
+        return Plan(warnings=warnings, mode=mode, skipped="mode off")
+    meta_path, spec_path = paths
+    pod_spec = get_path(obj, spec_path)
+    if not isinstance(pod_spec, dict):
+        return Plan(warnings=warnings, mode=mode, skipped="no pod spec")
+
+    template_meta = get_path(obj, meta_path)
+    existing = parse_mapping(_annotations(template_meta).get(ANN_SOURCES)) or {}
+    previous = recorded_observed(obj, old)
+    b = _Builder(spec_path=spec_path, warnings=warnings)
+    refresh_set = frozenset(refresh)
+
+    for sid, cons in consumption(find_sites(pod_spec)).items():
+        try:
+            record = lookup(sid)
+            if record is not None and record.snapshot_of is not None:
+                _plan_pinned(b, cons, record, mode, previous, refresh_set, lookup, hkey)
+            else:
+                _plan_live(b, cons, record, mode, hkey)
+        except SourceUnavailable as e:
+            msg = f"{sid} could not be read ({e}); admitted without pinning it"
+            b.warnings.append(msg)
+            b.problems.append(msg)
+            if str(sid) in existing:  # keep what was recorded rather than forget the source
+                b.sources[str(sid)] = existing[str(sid)]
+                b.observed[str(sid)] = previous.get(str(sid), existing[str(sid)])
+        except digest.BadSource as e:
+            msg = f"{sid} has undecodable content ({e}); admitted without pinning it"
+            b.warnings.append(msg)
+            b.problems.append(msg)
+
+    if b.sources:
+        desired: dict[str, str | None] = {
+            ANN_CHECKSUM: digest.checksum(hkey, b.sources),
+            ANN_SOURCES: dumps_mapping(b.sources),
+        }
+    else:
+        desired = {ANN_CHECKSUM: None, ANN_SOURCES: None}
+    b.patch.extend(_annotation_ops(meta_path, template_meta, desired))
+    if kind != "Pod":
+        observed = dumps_mapping(b.observed) if b.observed else None
+        b.patch.extend(
+            _annotation_ops(("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed})
+        )
+    return Plan(
+        patch=b.patch,
+        warnings=b.warnings,
+        problems=b.problems,
+        snapshots=list(b.snapshots.values()),
+        sources=b.sources,
+        observed=b.observed,
+        mode=mode,
+    )
+
+
+def _plan_live(
+    b: _Builder, cons: Consumption, record: SourceRecord | None, mode: str, hkey: bytes
+) -> None:
+    """A reference to a source by its own name (or to an object that is not a snapshot)."""
+    sid = cons.source
+    if record is None:
+        if cons.required:
+            msg = f"{sid} not found: the pod cannot start until it exists"
+            b.warnings.append(msg)
+            b.problems.append(msg)
+        else:
+            b.sources[str(sid)] = digest.ABSENT
+            b.observed[str(sid)] = digest.ABSENT
+        return
+    if record.ignored:
+        return
+    missing = sorted(cons.required_keys - record.key_digests.keys())
+    if missing:
+        b.warnings.append(f"{sid} has no key {', '.join(map(repr, missing))} that the pod requires")
+    value = digest.source_digest(hkey, record, cons.keys)
+    b.sources[str(sid)] = value
+    b.observed[str(sid)] = value
+    if mode != MODE_SNAPSHOT:
+        return
+    if record.secret_type == SERVICE_ACCOUNT_TOKEN_TYPE:
+        b.warnings.append(
+            f"{sid} is a service-account token: refused for snapshot, the pod uses it live"
+        )
+        return
+    content = digest.source_digest(hkey, record)
+    name = snapshot_name(record.name, content)
+    b.snapshots[name] = SnapshotRequest(sid, name, content)
+    b.point_at(cons, name)
+
+
+def _plan_pinned(
+    b: _Builder,
+    cons: Consumption,
+    snap: SourceRecord,
+    mode: str,
+    previous: Mapping[str, str],
+    refresh: frozenset[SourceId],
+    lookup: Lookup,
+    hkey: bytes,
+) -> None:
+    """A reference to one of configpin's snapshots: keep it (snapshot mode, no refresh asked)
+    or resolve the snapshot's source anew (checksum mode, or the controller following a change)."""
+    assert snap.snapshot_of is not None
+    source = SourceId(snap.kind, snap.snapshot_of)
+    if mode == MODE_SNAPSHOT and source not in refresh:
+        value = digest.source_digest(hkey, snap, cons.keys)
+        b.sources[str(source)] = value
+        b.observed[str(source)] = previous.get(str(source), value)
+        return
+    record = lookup(source)
+    if record is None or record.ignored:
+        # The source is gone (or opted out): the snapshot is the only copy left; keep it.
+        value = digest.source_digest(hkey, snap, cons.keys)
+        b.sources[str(source)] = value
+        b.observed[str(source)] = value
+        b.warnings.append(f"{source} not found: {cons.source} (its snapshot) stays in use")
+        return
+    live = Consumption(source, cons.keys, cons.required, cons.required_keys, cons.sites)
+    _plan_live(b, live, record, mode, hkey)
+    if mode != MODE_SNAPSHOT:
+        b.point_at(live, source.name)  # checksum mode: back to the live source

@@ -1,0 +1,229 @@
+"""The in-memory index of ConfigMaps and Secrets: digests only, never values.
+
+Per object it keeps the key names (shared tuples of interned strings), the 16-byte key
+digests packed in one bytes object, and, only where they differ from the common case, the
+Secret type, the ignore flag and the snapshot's source. Admission answers from it without an
+API call; a miss (an object created a moment ago, before its watch event arrived) reads
+through with one GET, whose answer is remembered briefly beside (not in) the index, so it
+can never replace what the watch says.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from webhook.core import digest
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.informer import Informer
+from webhook.kube.raw import Kube, path
+from webhook.metrics import Metrics
+from webhook.sources import MISS, Miss
+
+log = logging.getLogger(__name__)
+
+_RESOURCE: Final = {SourceKind.CONFIGMAP: "configmaps", SourceKind.SECRET: "secrets"}
+_RECENT_TTL: Final = 10.0
+_RECENT_MAX: Final = 10_000
+
+ChangeListener = Callable[[str, SourceId], None]
+"""Called (namespace, source) from a watch thread when a source's content or presence changed."""
+
+
+class _Entry:
+    __slots__ = ("digests", "extra", "keys")
+
+    def __init__(
+        self,
+        keys: tuple[str, ...],
+        digests: bytes,
+        extra: tuple[str | None, bool, str | None] | None,
+    ):
+        self.keys = keys
+        self.digests = digests
+        self.extra = extra
+
+    def same(self, other: _Entry | None) -> bool:
+        return (
+            other is not None
+            and self.digests == other.digests
+            and self.keys == other.keys
+            and self.extra == other.extra
+        )
+
+    def record(self, kind: SourceKind, name: str) -> SourceRecord:
+        size = digest.KEY_DIGEST_SIZE
+        kd = {k: self.digests[i * size : (i + 1) * size] for i, k in enumerate(self.keys)}
+        secret_type, ignored, snapshot_of = self.extra or (None, False, None)
+        if kind is SourceKind.SECRET and secret_type is None:
+            secret_type = "Opaque"
+        return SourceRecord(
+            kind, name, kd, secret_type=secret_type, ignored=ignored, snapshot_of=snapshot_of
+        )
+
+
+class _KindIndex:
+    """Handler of one informer: namespace -> name -> entry."""
+
+    def __init__(self, cache: SourceCache, kind: SourceKind) -> None:
+        self.cache = cache
+        self.kind = kind
+        self.by_ns: dict[str, dict[str, _Entry]] = {}
+
+    def _entry(self, obj: JSONObject) -> _Entry | None:
+        try:
+            rec = digest.record_from_object(self.cache.hkey, self.kind, obj)
+        except digest.BadSource:
+            return None
+        return self.cache.pack(rec)
+
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        fresh: dict[str, dict[str, _Entry]] = {}
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            entry = self._entry(obj)
+            if entry is not None:
+                ns = sys.intern(str(meta.get("namespace", "")))
+                fresh.setdefault(ns, {})[str(meta.get("name", ""))] = entry
+        old, self.by_ns = self.by_ns, fresh
+        self.cache.update_gauge(self.kind)
+        # Whatever changed while we were not watching is a change like any other.
+        if self.cache.listeners and self.cache.informers[self.kind].relists > 0:
+            for ns in old.keys() | fresh.keys():
+                o, f = old.get(ns, {}), fresh.get(ns, {})
+                for name in o.keys() | f.keys():
+                    if not (f.get(name) is not None and f[name].same(o.get(name))):
+                        self.cache.notify(ns, SourceId(self.kind, name))
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        meta = obj.get("metadata") or {}
+        ns = sys.intern(str(meta.get("namespace", "")))
+        name = str(meta.get("name", ""))
+        names = self.by_ns.setdefault(ns, {})
+        before = names.get(name)
+        if kind == "DELETED":
+            names.pop(name, None)
+            after = None
+        else:
+            after = self._entry(obj)
+            if after is None:
+                names.pop(name, None)
+            else:
+                names[name] = after
+        self.cache.forget_recent(self.kind, ns, name)
+        if (before is None) != (after is None) or (after is not None and not after.same(before)):
+            self.cache.update_gauge(self.kind)
+            self.cache.notify(ns, SourceId(self.kind, name))
+
+
+class SourceCache:
+    """A SourceReader over the cluster (see webhook.sources.SourceReader)."""
+
+    def __init__(self, kube: Kube, hkey: bytes, metrics: Metrics) -> None:
+        self.kube = kube
+        self.hkey = hkey
+        self.metrics = metrics
+        self.listeners: list[ChangeListener] = []
+        self._keysets: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._types: dict[str, str] = {}
+        self._recent: dict[tuple[SourceKind, str, str], tuple[float, SourceRecord | None]] = {}
+        self._recent_lock = threading.Lock()
+        self.indexes = {kind: _KindIndex(self, kind) for kind in SourceKind}
+        self.informers = {
+            kind: Informer(kube, _RESOURCE[kind], self.indexes[kind], metrics)
+            for kind in SourceKind
+        }
+
+    # --- lifecycle
+    def start(self) -> None:
+        for informer in self.informers.values():
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers.values())
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(
+            i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers.values()
+        )
+
+    # --- packing
+    def pack(self, rec: SourceRecord) -> _Entry:
+        names = tuple(sys.intern(k) for k in sorted(rec.key_digests))
+        names = self._keysets.setdefault(names, names)
+        packed = b"".join(rec.key_digests[k] for k in names)
+        extra = None
+        default_type = "Opaque" if rec.kind is SourceKind.SECRET else None
+        if rec.secret_type != default_type or rec.ignored or rec.snapshot_of is not None:
+            st = rec.secret_type
+            if st is not None:
+                st = self._types.setdefault(st, st)
+            extra = (st, rec.ignored, rec.snapshot_of)
+        return _Entry(names, packed, extra)
+
+    def update_gauge(self, kind: SourceKind) -> None:
+        self.metrics.cached_sources.labels(kind.value).set(
+            sum(map(len, self.indexes[kind].by_ns.values()))
+        )
+
+    def notify(self, namespace: str, sid: SourceId) -> None:
+        for listener in self.listeners:
+            try:
+                listener(namespace, sid)
+            except Exception:
+                log.exception("change listener failed for %s in %s", sid, namespace)
+
+    def forget_recent(self, kind: SourceKind, namespace: str, name: str) -> None:
+        if self._recent:
+            with self._recent_lock:
+                self._recent.pop((kind, namespace, name), None)
+
+    def __len__(self) -> int:
+        return sum(sum(map(len, idx.by_ns.values())) for idx in self.indexes.values())
+
+    # --- SourceReader
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
+        idx = self.indexes[sid.kind]
+        entry = idx.by_ns.get(namespace, {}).get(sid.name)
+        if entry is not None:
+            return entry.record(sid.kind, sid.name)
+        recent = self._recent.get((sid.kind, namespace, sid.name))
+        if recent is not None and recent[0] > time.monotonic():
+            return recent[1]
+        return MISS
+
+    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+        found = self.peek(namespace, sid)
+        if not isinstance(found, Miss):
+            return found
+        try:
+            obj = self.get_object(namespace, sid)
+            record = None if obj is None else digest.record_from_object(self.hkey, sid.kind, obj)
+        except digest.BadSource as e:
+            raise SourceUnavailable(str(e)) from e
+        with self._recent_lock:
+            if len(self._recent) >= _RECENT_MAX:
+                now = time.monotonic()
+                self._recent = {k: v for k, v in self._recent.items() if v[0] > now}
+                if len(self._recent) >= _RECENT_MAX:
+                    self._recent.clear()
+            self._recent[(sid.kind, namespace, sid.name)] = (time.monotonic() + _RECENT_TTL, record)
+        return record
+
+    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+        try:
+            return self.kube.get(path(_RESOURCE[sid.kind], namespace, sid.name))
+        except NotFound:
+            return None
+        except KubeError as e:
+            raise SourceUnavailable(f"reading {sid}: {e.status or ''} {e.reason}".strip()) from e

@@ -1,0 +1,130 @@
+"""One list+watch per resource type: list, watch from that resourceVersion, re-watch when
+the server ends the stream, relist on 410 Gone (kopf `watching.py`, client-go reflector)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from webhook.core.model import JSONObject
+from webhook.kube.errors import Gone, KubeError
+from webhook.kube.raw import Kube, path
+from webhook.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class InformerHandler(Protocol):
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        """The full current set (streamed page by page): replace what was known."""
+        ...
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        """ADDED, MODIFIED or DELETED."""
+        ...
+
+
+class Informer:
+    def __init__(
+        self,
+        kube: Kube,
+        resource: str,
+        handler: InformerHandler,
+        metrics: Metrics,
+        *,
+        prefix: str | None = None,
+        label_selector: str | None = None,
+        watch_timeout: int = 300,
+        page_size: int = 500,
+    ) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.handler = handler
+        self.metrics = metrics
+        self.api_path = path(resource, prefix=prefix)
+        self.label_selector = label_selector
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.synced = threading.Event()
+        self.relists = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.resource_version = ""
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"informer-{self.resource}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _list(self) -> None:
+        pages = self.kube.list_pages(
+            self.api_path, page_size=self.page_size, labelSelector=self.label_selector
+        )
+        last: dict[str, str] = {}
+
+        def items() -> Iterator[JSONObject]:
+            for page in pages:
+                last["rv"] = str((page.get("metadata") or {}).get("resourceVersion") or "")
+                yield from page.get("items") or ()
+
+        self.handler.relisted(items())
+        self.resource_version = last.get("rv", "")
+        self.relists += 1
+        self.synced.set()
+
+    def _watch(self) -> None:
+        with self.kube.watch(
+            self.api_path,
+            self.resource_version,
+            timeout_seconds=self.watch_timeout,
+            labelSelector=self.label_selector,
+        ) as events:
+            for event in events:
+                if self._stop.is_set():
+                    return
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    code = obj.get("code")
+                    raise (
+                        Gone(self.api_path, 410, "watch expired")
+                        if code == 410
+                        else KubeError(self.api_path, code, str(obj.get("reason") or "watch error"))
+                    )
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.handler.event(kind, obj)
+                if rv:
+                    self.resource_version = str(rv)  # bookmarks only move this forward
+
+    def _run(self) -> None:
+        backoff = 0.5
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                self._watch()
+                backoff = 0.5  # the server ended the stream normally: watch again from where we are
+                self.metrics.watch_restarts.labels(self.resource, "ended").inc()
+            except Gone:
+                log.info("watch of %s expired (410): relisting", self.resource)
+                self.metrics.watch_restarts.labels(self.resource, "gone").inc()
+                need_list = True
+            except Exception as e:
+                log.warning("watch of %s failed (%s); retrying in %.1fs", self.resource, e, backoff)
+                self.metrics.watch_restarts.labels(self.resource, "error").inc()
+                self._stop.wait(backoff * (1 + random.random() / 2))  # noqa: S311 (jitter)
+                backoff = min(backoff * 2, 30.0)

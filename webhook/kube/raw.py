@@ -1,0 +1,227 @@
+"""Raw JSON requests to the API server, on the official client's connection settings.
+
+We read and write plain dicts, never the generated models: models drop fields they do not
+know and cost far more to build than the JSON they come from (controller-runtime's note on
+`PatchResponseFromRaw`). The client's own ApiClient still owns TLS, the connection pool and
+credentials, token refresh included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+import orjson
+import urllib3
+from kubernetes import client
+
+from webhook.core.model import JSONObject
+from webhook.kube.errors import AlreadyExists, Conflict, Gone, Invalid, KubeError, NotFound
+
+JSON: Final = "application/json"
+JSON_PATCH: Final = "application/json-patch+json"
+MERGE_PATCH: Final = "application/merge-patch+json"
+
+_BY_STATUS: Final[dict[int, type[KubeError]]] = {
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+}
+
+# resource -> (API path prefix, namespaced)
+RESOURCES: Final[Mapping[str, str]] = {
+    "configmaps": "/api/v1",
+    "secrets": "/api/v1",
+    "namespaces": "/api/v1",
+    "pods": "/api/v1",
+    "replicationcontrollers": "/api/v1",
+    "deployments": "/apis/apps/v1",
+    "statefulsets": "/apis/apps/v1",
+    "daemonsets": "/apis/apps/v1",
+    "replicasets": "/apis/apps/v1",
+    "controllerrevisions": "/apis/apps/v1",
+    "jobs": "/apis/batch/v1",
+    "cronjobs": "/apis/batch/v1",  # served from 1.21; 1.20 clusters: see cronjob_prefix()
+    "leases": "/apis/coordination.k8s.io/v1",
+    "mutatingwebhookconfigurations": "/apis/admissionregistration.k8s.io/v1",
+}
+
+
+def path(
+    resource: str, namespace: str | None = None, name: str | None = None, prefix: str | None = None
+) -> str:
+    base = prefix or RESOURCES[resource]
+    parts = [base]
+    if namespace:
+        parts.append(f"/namespaces/{quote(namespace, safe='')}")
+    parts.append(f"/{resource}")
+    if name:
+        parts.append(f"/{quote(name, safe='')}")
+    return "".join(parts)
+
+
+def _error(what: str, resp: urllib3.BaseHTTPResponse) -> KubeError:
+    status = resp.status
+    reason = ""
+    try:
+        doc = orjson.loads(resp.data)
+        if isinstance(doc, dict):
+            reason = str(doc.get("reason") or "")
+            # The message can quote the object; keep only its first line, shortened.
+            message = str(doc.get("message") or "").splitlines()[0:1]
+            reason = f"{reason}: {message[0][:300]}" if message else reason
+    except (orjson.JSONDecodeError, ValueError):
+        reason = resp.reason or ""
+    cls = _BY_STATUS.get(status, KubeError)
+    if status == 409 and reason.startswith("AlreadyExists"):
+        cls = AlreadyExists
+    return cls(what, status, reason)
+
+
+class Kube:
+    """Plain-dict access to the API server."""
+
+    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
+        self.api = api
+        self.cfg = api.configuration
+        self.timeout = timeout
+        self.calls = 0  # requests made, for benchmarks and tests
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": JSON, "User-Agent": "configpin"}
+        for setting in self.cfg.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def _url(self, api_path: str, query: Mapping[str, Any] | None) -> str:
+        url = str(self.cfg.host).rstrip("/") + api_path
+        if query:
+            q = {
+                k: ("true" if v is True else "false" if v is False else v)
+                for k, v in query.items()
+                if v is not None
+            }
+            url += "?" + urlencode(q)
+        return url
+
+    def open(
+        self,
+        method: str,
+        api_path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """Send a request; the response is not read (callers stream or read it)."""
+        self.calls += 1
+        data = orjson.dumps(body) if body is not None else None
+        try:
+            resp: urllib3.BaseHTTPResponse = self.api.rest_client.pool_manager.request(
+                method,
+                self._url(api_path, query),
+                body=data,
+                headers=self._headers(content_type or (JSON if data is not None else None)),
+                timeout=urllib3.Timeout(*timeout)
+                if isinstance(timeout, tuple)
+                else (timeout or self.timeout),
+                preload_content=False,
+                retries=False,
+            )
+        except urllib3.exceptions.HTTPError as e:
+            raise KubeError(f"{method} {api_path}", None, type(e).__name__) from e
+        if resp.status >= 400:
+            resp.read()
+            resp.release_conn()
+            raise _error(f"{method} {api_path}", resp)
+        return resp
+
+    def request(self, method: str, api_path: str, **kwargs: Any) -> JSONObject:
+        resp = self.open(method, api_path, **kwargs)
+        try:
+            data = resp.read()
+        finally:
+            resp.release_conn()
+        doc = orjson.loads(data) if data else {}
+        return doc if isinstance(doc, dict) else {}
+
+    def get(self, api_path: str, **query: Any) -> JSONObject:
+        return self.request("GET", api_path, query=query or None)
+
+    def create(self, api_path: str, body: JSONObject, **query: Any) -> JSONObject:
+        return self.request("POST", api_path, body=body, query=query or None)
+
+    def replace(self, api_path: str, body: JSONObject) -> JSONObject:
+        return self.request("PUT", api_path, body=body)
+
+    def patch(
+        self, api_path: str, patch: Any, content_type: str = JSON_PATCH, **query: Any
+    ) -> JSONObject:
+        return self.request(
+            "PATCH", api_path, body=patch, content_type=content_type, query=query or None
+        )
+
+    def delete(self, api_path: str, body: JSONObject | None = None) -> JSONObject:
+        return self.request("DELETE", api_path, body=body)
+
+    def list_pages(
+        self, api_path: str, *, page_size: int = 500, **query: Any
+    ) -> Iterator[JSONObject]:
+        """Each page of a list (chunked with `limit`/`continue`); the last one carries the
+        list's resourceVersion. A continue token that expired (410) raises Gone."""
+        token: str | None = None
+        while True:
+            page = self.get(api_path, limit=page_size, **{"continue": token}, **query)
+            yield page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    @contextlib.contextmanager
+    def watch(
+        self, api_path: str, resource_version: str, *, timeout_seconds: int = 300, **query: Any
+    ) -> Iterator[Iterator[JSONObject]]:
+        """A watch from `resource_version`: yields event dicts until the server ends it."""
+        resp = self.open(
+            "GET",
+            api_path,
+            query={
+                "watch": True,
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": True,
+                "timeoutSeconds": timeout_seconds,
+                **query,
+            },
+            timeout=(10.0, timeout_seconds + 30.0),
+        )
+        try:
+            yield _events(resp)
+        finally:
+            resp.release_conn()
+            resp.close()
+
+
+def _events(resp: urllib3.BaseHTTPResponse) -> Iterator[JSONObject]:
+    buffer = bytearray()
+    for chunk in resp.stream(65536, decode_content=True):
+        buffer += chunk
+        start = 0
+        while (nl := buffer.find(b"\n", start)) >= 0:
+            line = bytes(buffer[start:nl])
+            start = nl + 1
+            if line.strip():
+                event = orjson.loads(line)
+                if isinstance(event, dict):
+                    yield event
+        del buffer[:start]
+    if buffer.strip():
+        event = orjson.loads(buffer)
+        if isinstance(event, dict):
+            yield event

@@ -1,0 +1,110 @@
+"""Prometheus metrics, in one registry per process (tests build their own)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_ROLL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.admissions = Counter(
+            "configpin_admissions_total",
+            "Admission requests answered, by object kind, operation and result.",
+            ["kind", "operation", "result"],
+            registry=r,
+        )
+        self.admission_seconds = Histogram(
+            "configpin_admission_duration_seconds",
+            "Time to answer an admission request (in the handler).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.admission_warnings = Counter(
+            "configpin_admission_warnings_total", "Warnings returned to clients.", registry=r
+        )
+        self.bad_requests = Counter(
+            "configpin_bad_requests_total",
+            "Requests refused before admission (4xx), by status.",
+            ["code"],
+            registry=r,
+        )
+        self.source_reads = Counter(
+            "configpin_source_reads_total",
+            "Source lookups made by admission, by how they were answered (cache, read_through).",
+            ["how"],
+            registry=r,
+        )
+        self.cached_sources = Gauge(
+            "configpin_cached_sources",
+            "ConfigMaps and Secrets held (as digests) in the cache.",
+            ["kind"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "configpin_watch_restarts_total",
+            "Watches restarted, by resource and reason.",
+            ["resource", "reason"],
+            registry=r,
+        )
+        # controller
+        self.changes_seen = Counter(
+            "configpin_source_changes_total",
+            "Consumed-content changes of sources seen by the controller.",
+            registry=r,
+        )
+        self.rollouts = Counter(
+            "configpin_rollouts_total",
+            "Pod templates re-stamped (rollouts started), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.coalesced = Counter(
+            "configpin_changes_coalesced_total",
+            "Changes folded into a rollout already pending.",
+            registry=r,
+        )
+        self.skipped = Counter(
+            "configpin_rollouts_skipped_total",
+            "Workloads looked at and left alone, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "configpin_patch_conflicts_total",
+            "Workload writes that met a conflict (409) and were retried.",
+            registry=r,
+        )
+        self.rollout_latency = Histogram(
+            "configpin_change_to_patch_seconds",
+            "From a source change seen to the workload's template patched.",
+            buckets=_ROLL_BUCKETS,
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            "configpin_leader", "1 while this replica holds the leader lease.", registry=r
+        )
+        # snapshots
+        self.snapshots_created = Counter(
+            "configpin_snapshots_created_total", "Snapshot copies created.", ["kind"], registry=r
+        )
+        self.snapshots_adopted = Counter(
+            "configpin_snapshots_adopted_total",
+            "Owner references added to snapshot copies.",
+            registry=r,
+        )
+        self.snapshots_swept = Counter(
+            "configpin_snapshots_swept_total",
+            "Unused snapshot copies deleted by the sweep.",
+            registry=r,
+        )
+        self.snapshots_current = Gauge(
+            "configpin_snapshots",
+            "Snapshot copies that exist, by namespace.",
+            ["namespace"],
+            registry=r,
+        )

@@ -1,0 +1,88 @@
+"""`configpin serve`: wire the sources, the admitter, the controller and the HTTPS server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from webhook.certs import ensure_dev_certs
+from webhook.config import Settings
+from webhook.digestkey import ensure_key_file, load_key_file
+from webhook.kube.cache import SourceCache
+from webhook.kube.client import connect
+from webhook.kube.digestkey import ensure_digest_key
+from webhook.kube.raw import Kube
+from webhook.metrics import Metrics
+from webhook.server import runner
+from webhook.server.app import create_app
+from webhook.server.handler import Admitter
+from webhook.server.lifecycle import Lifecycle
+from webhook.server.tls import ReloadingTLSContext
+from webhook.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
+
+log = logging.getLogger("configpin")
+
+
+def _tls(settings: Settings) -> ReloadingTLSContext:
+    if settings.tls_cert and settings.tls_key:
+        return ReloadingTLSContext(settings.tls_cert, settings.tls_key)
+    cert, key, _ca = ensure_dev_certs(
+        settings.certs_dir, service=settings.service_name, namespace=settings.namespace
+    )
+    log.info("serving with development certificates from %s/", settings.certs_dir)
+    return ReloadingTLSContext(cert, key)
+
+
+def serve(settings: Settings) -> int:
+    metrics = Metrics()
+    lifecycle = Lifecycle()
+    ready_checks: list[Callable[[], bool]] = []
+    stoppers: list[Callable[[], None]] = []
+    api = connect(settings.kubeconfig)
+    sources: SourceReader
+    if api is None:
+        hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
+        paths: list[Path] = settings.manifests or [EMBEDDED_MANIFESTS]
+        files = FileSources.from_paths(hkey, paths)
+        log.info(
+            "no cluster configured: serving %d sources from %s",
+            len(files),
+            ", ".join(map(str, paths)),
+        )
+        sources = files
+    else:
+        kube = Kube(api)
+        if settings.digest_key_file:
+            hkey = load_key_file(settings.digest_key_file)
+        else:
+            hkey = ensure_digest_key(kube, settings.namespace, settings.digest_key_secret)
+        cache = SourceCache(kube, hkey, metrics)
+        cache.start()
+        stoppers.append(cache.stop)
+        ready_checks.append(cache.synced)
+        sources = cache
+        log.info("reading sources from the cluster at %s", api.configuration.host)
+    admitter = Admitter(
+        hkey=hkey,
+        sources=sources,
+        metrics=metrics,
+        default_mode=settings.mode,
+        strict=settings.strict,
+    )
+    app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks)
+    try:
+        runner.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            tls=_tls(settings),
+            lifecycle=lifecycle,
+            shutdown_delay=settings.shutdown_delay,
+            drain_timeout=settings.drain_timeout,
+            log_level=settings.log_level,
+        )
+    finally:
+        for stop in stoppers:
+            stop()
+    return 0

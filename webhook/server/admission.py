@@ -1,0 +1,153 @@
+"""AdmissionReview wire format: parse a request, build every response through named constructors.
+
+Each response echoes the request's `uid`, `apiVersion` and `kind`: the API server rejects a
+response whose uid does not match, and answers `v1beta1` reviews in kind.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NotRequired, TypedDict
+
+import orjson
+
+from webhook.core.model import JSONObject, PatchOp
+
+API_VERSIONS: Final = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+MAX_WARNING: Final = 512  # the API server truncates longer warnings; keep ours readable
+
+
+class Status(TypedDict, total=False):
+    code: int
+    message: str
+    reason: str
+
+
+class AdmissionResponse(TypedDict):
+    uid: str
+    allowed: bool
+    patch: NotRequired[str]
+    patchType: NotRequired[str]
+    status: NotRequired[Status]
+    warnings: NotRequired[list[str]]
+
+
+class AdmissionReviewOut(TypedDict):
+    apiVersion: str
+    kind: str
+    response: AdmissionResponse
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview we can answer: a transport fault, answered 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    api_version: str
+    uid: str
+    request: JSONObject
+
+    @property
+    def operation(self) -> str:
+        return str(self.request.get("operation", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.request.get("namespace") or "")
+
+    @property
+    def obj(self) -> JSONObject | None:
+        o = self.request.get("object")
+        return o if isinstance(o, dict) else None
+
+    @property
+    def old(self) -> JSONObject | None:
+        o = self.request.get("oldObject")
+        return o if isinstance(o, dict) else None
+
+    @property
+    def dry_run(self) -> bool:
+        return self.request.get("dryRun") is True
+
+    @property
+    def kind(self) -> str:
+        k = self.request.get("kind")
+        return str(k.get("kind", "")) if isinstance(k, dict) else ""
+
+
+def parse_review(body: bytes) -> Review:
+    if not body:
+        raise BadReview("empty body: expected an AdmissionReview")
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise BadReview(f"body is not valid JSON: {e}") from e
+    if not isinstance(doc, dict) or doc.get("kind") != "AdmissionReview":
+        raise BadReview("body is not an AdmissionReview")
+    api_version = doc.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise BadReview(f"unsupported AdmissionReview apiVersion {api_version!r}")
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview request has no uid")
+    return Review(api_version=str(api_version), uid=uid, request=request)
+
+
+def _review(review: Review, response: AdmissionResponse) -> AdmissionReviewOut:
+    return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
+
+
+def _warnings(response: AdmissionResponse, warnings: Sequence[str]) -> AdmissionResponse:
+    if warnings:
+        response["warnings"] = [
+            w if len(w) <= MAX_WARNING else w[: MAX_WARNING - 3] + "..." for w in warnings
+        ]
+    return response
+
+
+def allowed(review: Review, warnings: Sequence[str] = ()) -> AdmissionReviewOut:
+    return _review(review, _warnings({"uid": review.uid, "allowed": True}, warnings))
+
+
+def patched(
+    review: Review, patch: list[PatchOp], warnings: Sequence[str] = ()
+) -> AdmissionReviewOut:
+    if not patch:
+        return allowed(review, warnings)
+    response: AdmissionResponse = {
+        "uid": review.uid,
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": base64.b64encode(orjson.dumps(patch)).decode(),
+    }
+    return _review(review, _warnings(response, warnings))
+
+
+def denied(
+    review: Review, message: str, code: int = 403, warnings: Sequence[str] = ()
+) -> AdmissionReviewOut:
+    response: AdmissionResponse = {
+        "uid": review.uid,
+        "allowed": False,
+        "status": {
+            "code": code,
+            "message": message,
+            "reason": "Forbidden" if code == 403 else "BadRequest",
+        },
+    }
+    return _review(review, _warnings(response, warnings))
+
+
+def errored(review: Review, message: str, code: int = 500) -> AdmissionReviewOut:
+    response: AdmissionResponse = {
+        "uid": review.uid,
+        "allowed": False,
+        "status": {"code": code, "message": message, "reason": "InternalError"},
+    }
+    return _review(review, response)

@@ -1,0 +1,114 @@
+"""Where admission reads ConfigMaps and Secrets from, behind one small interface.
+
+`FileSources` reads manifests from files: the embedded default of `configpin serve` with no
+cluster, and what `configpin render` uses. The cluster-backed reader lives in `webhook.kube`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import yaml
+
+from webhook.core.digest import BadSource, record_from_object
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+
+_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
+EMBEDDED_MANIFESTS: Final = Path(__file__).parent / "embedded"
+
+
+class Miss:
+    """Returned by `peek` when the answer is not in memory and a read would be needed."""
+
+
+MISS: Final = Miss()
+
+
+class SourceReader(Protocol):
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
+        """The answer from memory, or MISS. Never blocks."""
+        ...
+
+    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+        """The answer, reading through on a miss (may block). Raises SourceUnavailable."""
+        ...
+
+    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+        """The whole object (values included), for copying into a snapshot. May block."""
+        ...
+
+
+def iter_manifests(paths: Iterable[Path]) -> Iterator[JSONObject]:
+    """Every object in the YAML/JSON files named (folders: their *.yaml, *.yml, *.json)."""
+    for path in paths:
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
+        else:
+            files = [path]
+        for file in files:
+            with file.open(encoding="utf-8") as fh:
+                for doc in yaml.safe_load_all(fh):
+                    yield from _flatten(doc)
+
+
+def _flatten(doc: Any) -> Iterator[JSONObject]:
+    if not isinstance(doc, dict):
+        return
+    if doc.get("kind") == "List" or (str(doc.get("kind", "")).endswith("List") and "items" in doc):
+        for item in doc.get("items") or ():
+            yield from _flatten(item)
+    else:
+        yield doc
+
+
+class FileSources:
+    """ConfigMaps and Secrets read from manifests once, digested, values kept for snapshots.
+
+    An object without a namespace matches a lookup in any namespace.
+    """
+
+    def __init__(self, hkey: bytes, objects: Iterable[JSONObject]) -> None:
+        self._records: dict[tuple[str | None, SourceId], SourceRecord | BadSource] = {}
+        self._objects: dict[tuple[str | None, SourceId], JSONObject] = {}
+        for obj in objects:
+            kind = _KINDS.get(str(obj.get("kind", "")))
+            meta = obj.get("metadata") or {}
+            if kind is None or not meta.get("name"):
+                continue
+            key = (meta.get("namespace"), SourceId(kind, meta["name"]))
+            self._objects[key] = obj
+            try:
+                self._records[key] = record_from_object(hkey, kind, obj)
+            except BadSource as e:
+                self._records[key] = e
+
+    @classmethod
+    def from_paths(cls, hkey: bytes, paths: Iterable[Path]) -> FileSources:
+        return cls(hkey, iter_manifests(paths))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _find(self, namespace: str, sid: SourceId) -> tuple[str | None, SourceId] | None:
+        for key in ((namespace, sid), (None, sid)):
+            if key in self._records:
+                return key
+        return None
+
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
+        return self.get(namespace, sid)
+
+    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+        key = self._find(namespace, sid)
+        if key is None:
+            return None
+        record = self._records[key]
+        if isinstance(record, BadSource):
+            raise SourceUnavailable(str(record))
+        return record
+
+    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+        key = self._find(namespace, sid)
+        return None if key is None else self._objects[key]
