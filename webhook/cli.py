@@ -52,6 +52,7 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--log-level")
     p.add_argument("--controller", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--namespace-selector")
     p.add_argument("--lease-name")
     p.add_argument("--lease-duration", type=float)
     p.add_argument("--coalesce-window", type=float)

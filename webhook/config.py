@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="debug, info, warning or error")
     controller: bool = Field(True, description="run the change controller beside the webhook")
     leader_elect: bool = Field(True, description="elect one acting controller through a Lease")
+    namespace_selector: str = Field(
+        "configpin.io/enabled=true",
+        description="label selector of the namespaces the controller acts in",
+    )
     lease_name: str = Field("configpin-leader", description="the Lease used for leader election")
     lease_duration: float = Field(
         15.0, gt=0, description="seconds a leader holds the lease unrenewed"

@@ -1,0 +1,187 @@
+"""configpin itself, run as `python -m webhook serve` against the test control plane.
+
+Each instance gets its own serving certificate, port and (optionally) its own webhook
+configuration. Instances that must not see each other's namespaces (a test that stops and
+starts its own configpin while the session's instance runs) use an `instance` label: the
+instance's webhook and controller act only in namespaces carrying its value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes import client
+
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    free_port,
+    register_webhook,
+    unregister_webhook,
+)
+from webhook.certs import generate, write_bundle
+
+CONFIGPIN_NAMESPACE = "configpin-system"
+INSTANCE_LABEL = "test.configpin.io/instance"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Configpin:
+    proc: subprocess.Popen[bytes]
+    port: int
+    ca_pem: bytes
+    ca_file: Path
+    log_path: Path
+    webhook_name: str | None = None
+    _ctx: ssl.SSLContext | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ctx is None:
+            self._ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        return self._ctx
+
+    def get(self, route: str, timeout: float = 5.0) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(
+                self.url + route, context=self._context(), timeout=timeout
+            ) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            body = e.read().decode()
+            e.close()
+            return e.code, body
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include `labels` (0 if none)."""
+        _, text = self.get("/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            head, _, value = line.rpartition(" ")
+            metric, _, label_text = head.partition("{")
+            if metric != name:
+                continue
+            if all(f'{k}="{v}"' in label_text for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def ensure_namespace(api: client.ApiClient, name: str = CONFIGPIN_NAMESPACE) -> None:
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": name}}))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def start_configpin(
+    plane: ControlPlane,
+    workdir: Path,
+    *,
+    args: Sequence[str] = (),
+    instance: str | None = None,
+    webhook_name: str | None = None,
+    failure_policy: str = "Ignore",
+    ready_timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> Configpin:
+    """Start one configpin process; wait until /readyz says ready; register its webhook."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    certs = workdir / "certs"
+    write_bundle(generate("configpin", CONFIGPIN_NAMESPACE), certs)
+    port = free_port()
+    selector = f"{ENABLED_LABEL}=true," + (
+        f"{INSTANCE_LABEL}={instance}" if instance else f"!{INSTANCE_LABEL}"
+    )
+    cmd = [
+        sys.executable, "-m", "webhook", "serve",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+        "--certs-dir", str(certs),
+        "--kubeconfig", str(plane.kubeconfig),
+        "--namespace", CONFIGPIN_NAMESPACE,
+        "--namespace-selector", selector,
+        "--shutdown-delay", "0", "--drain-timeout", "5",
+        *args,
+    ]  # fmt: skip
+    log_path = workdir / f"configpin-{port}.log"
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    child_env.pop("KUBECONFIG", None)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env)
+    cp = Configpin(proc, port, (certs / "ca.crt").read_bytes(), certs / "ca.crt", log_path)
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"configpin exited with {proc.returncode}:\n{cp.log()[-4000:]}")
+        with contextlib.suppress(OSError):
+            if cp.get("/readyz", timeout=2)[0] == 200:
+                break
+        if time.monotonic() > deadline:
+            cp.stop()
+            raise RuntimeError(f"configpin not ready after {ready_timeout}s:\n{cp.log()[-4000:]}")
+        time.sleep(0.1)
+    if webhook_name:
+        with plane.api_client() as api:
+            match = [{"key": INSTANCE_LABEL, "operator": "In" if instance else "DoesNotExist"}]
+            if instance:
+                match[0]["values"] = [instance]
+            register_webhook(
+                api,
+                webhook_name,
+                cp.url + "/mutate",
+                cp.ca_pem,
+                failure_policy=failure_policy,
+                namespace_selector={
+                    "matchLabels": {ENABLED_LABEL: "true"},
+                    "matchExpressions": match,
+                },
+            )
+        cp.webhook_name = webhook_name
+        time.sleep(1.0)  # the API server picks webhook configurations up through an informer
+    return cp
+
+
+@contextlib.contextmanager
+def running_configpin(plane: ControlPlane, workdir: Path, **kwargs: object) -> Iterator[Configpin]:
+    cp = start_configpin(plane, workdir, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield cp
+    finally:
+        cp.stop()
+        if cp.webhook_name:
+            with plane.api_client() as api:
+                unregister_webhook(api, cp.webhook_name)
