@@ -1,0 +1,676 @@
+"""A real Kubernetes control plane for integration tests, started the envtest way.
+
+etcd, kube-apiserver and kube-controller-manager run as local processes on 127.0.0.1 with
+free ports. There is no scheduler and no kubelet: pods are created and stay Pending, which is
+all an admission webhook and a rollout controller need to be tested against.
+
+The binaries come from ``$KUBEBUILDER_ASSETS``; when that is unset,
+``hack/provision-control-plane.sh`` provides (and caches) them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import datetime
+import ipaddress
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROVISION_SCRIPT = REPO_ROOT / "hack" / "provision-control-plane.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+ENABLED_LABEL = "configpin.io/enabled"
+WEBHOOK_NAME = "mutate.configpin.io"
+
+CONTROLLERS = (
+    "deployment",
+    "replicaset",
+    "statefulset",
+    "daemonset",
+    "garbagecollector",
+    "job",
+    "cronjob",
+    "namespace",
+    "serviceaccount-token",
+    "serviceaccount",
+)
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+LOG_TAIL_LINES = 40
+
+T = TypeVar("T")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be provisioned or started."""
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 30, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    Raises AssertionError naming ``what`` when ``timeout`` seconds pass first. Exceptions raised
+    by the predicate propagate: catch the expected ones (a 404, say) inside it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+# --- binaries -------------------------------------------------------------------------------
+
+
+def find_assets() -> Path:
+    """The folder holding etcd, kube-apiserver and kube-controller-manager."""
+    env = os.environ.get("KUBEBUILDER_ASSETS")
+    if env:
+        assets = Path(env)
+    else:
+        # The script takes a lock and builds once; a concurrent caller just waits for it.
+        proc = subprocess.run(
+            ["bash", str(PROVISION_SCRIPT)], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise ControlPlaneError(
+                f"{PROVISION_SCRIPT.name} failed with exit code {proc.returncode}:\n"
+                + _tail(proc.stderr)
+            )
+        assets = Path(proc.stdout.strip().splitlines()[-1])
+    missing = [b for b in BINARIES if not os.access(assets / b, os.X_OK)]
+    if missing:
+        raise ControlPlaneError(f"{assets} lacks executable {', '.join(missing)}")
+    return assets
+
+
+# --- certificates ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A PEM certificate (or public key) and its PEM private key."""
+
+    cert_pem: bytes
+    key_pem: bytes = field(repr=False)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return builder.not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(
+        now + datetime.timedelta(days=30)
+    )
+
+
+def new_ca(common_name: str = "configpin-test-ca") -> KeyPair:
+    """A self-signed CA (ECDSA P-256: fast to generate, accepted by Go and OpenSSL)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        _validity(x509.CertificateBuilder())
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def issue_serving_cert(
+    ca: KeyPair,
+    common_name: str,
+    ips: Sequence[str] = ("127.0.0.1",),
+    dns_names: Sequence[str] = ("localhost",),
+) -> KeyPair:
+    """A TLS server certificate signed by ``ca`` for the given IP and DNS SANs."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise TypeError(f"unsupported CA key type {type(ca_key).__name__}")
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    sans += [x509.DNSName(d) for d in dns_names]
+    cert = (
+        _validity(x509.CertificateBuilder())
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _service_account_keys() -> KeyPair:
+    """RSA pair the apiserver signs (and the token controller issues) service-account JWTs with."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return KeyPair(public, _key_pem(key))
+
+
+def _write_private(path: Path, data: bytes | str) -> Path:
+    """Write a file only the owner can read (keys, tokens, kubeconfigs)."""
+    raw = data.encode() if isinstance(data, str) else data
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+    return path
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _load_prctl() -> Callable[[int, int], int] | None:
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    try:
+        prctl: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+# Resolved here, in the parent: the child between fork and exec should do as little as possible.
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it if pytest itself dies without cleaning up."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child_env() -> dict[str, str]:
+    # Everything talks to 127.0.0.1: a proxy from the environment would only get in the way
+    # (the apiserver honours HTTPS_PROXY when it calls webhooks).
+    proxies = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+    return {k: v for k, v in os.environ.items() if k.lower() not in proxies}
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes] = field(repr=False)
+
+    @classmethod
+    def start(cls, name: str, argv: Sequence[str], log_dir: Path, cwd: Path) -> _Process:
+        log_path = log_dir / f"{name}.log"
+        log_file = log_path.open("ab")
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=_child_env(),
+                # Own process group: a terminal's Ctrl-C does not reach the children (we stop
+                # them ourselves, in order), and killpg takes whatever they spawned too.
+                process_group=0,
+                preexec_fn=_die_with_parent,
+            )
+        except BaseException:
+            log_file.close()
+            raise
+        return cls(name, popen, log_path, log_file)
+
+    def log_tail(self) -> str:
+        self.log_file.flush()
+        try:
+            return _tail(self.log_path.read_text(errors="replace"))
+        except OSError as e:
+            return f"(cannot read {self.log_path}: {e})"
+
+    def check_running(self) -> None:
+        code = self.popen.poll()
+        if code is not None:
+            raise ControlPlaneError(
+                f"{self.name} exited with code {code}; last lines of {self.log_path}:\n"
+                + self.log_tail()
+            )
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL it if it lingers, and reap."""
+        try:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                # Signal the group only while its leader is unreaped: its id cannot be reused.
+                if self.popen.poll() is not None:
+                    break
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(timeout=STOP_TIMEOUT)
+            self.popen.wait()
+        finally:
+            self.log_file.close()
+
+
+def _wait_until(
+    proc: _Process, ready: Callable[[], bool], what: str, timeout: float = START_TIMEOUT
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        proc.check_running()
+        if ready():
+            return
+        if time.monotonic() >= deadline:
+            raise ControlPlaneError(
+                f"{proc.name} not ready after {timeout:g}s ({what}); last lines of "
+                f"{proc.log_path}:\n{proc.log_tail()}"
+            )
+        time.sleep(0.1)
+
+
+def _http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str = "") -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+# --- the control plane ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """A running control plane: where it is, and how to reach it as system:masters."""
+
+    host: str
+    token: str = field(repr=False)
+    ca_file: Path
+    kubeconfig: Path
+    log_dir: Path
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.ca_file.read_bytes()
+
+    def configuration(self) -> client.Configuration:
+        """A fresh client Configuration: TLS verified against the apiserver CA, bearer token."""
+        cfg = client.Configuration(host=self.host)
+        cfg.ssl_ca_cert = str(self.ca_file)
+        cfg.verify_ssl = True
+        cfg.api_key = {"BearerToken": self.token}
+        cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        return cfg
+
+    def api_client(self) -> client.ApiClient:
+        """A new ApiClient for this control plane; close it (or use it as a context manager)."""
+        return client.ApiClient(self.configuration())
+
+
+def _kubeconfig(host: str, ca_pem: bytes, token: str) -> str:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "configpin-test",
+                "cluster": {
+                    "server": host,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [
+            {"name": "configpin-test", "context": {"cluster": "configpin-test", "user": "admin"}}
+        ],
+        "current-context": "configpin-test",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def default_service_account_ready(api: client.ApiClient, namespace: str = "default") -> bool:
+    """The serviceaccount controller made ``default`` and the token controller filled it in.
+
+    On 1.20 the ServiceAccount admission plugin rejects pods until the token Secret exists,
+    so "SA exists" alone is not enough.
+    """
+    try:
+        sa = client.CoreV1Api(api).read_namespaced_service_account("default", namespace)
+    except client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return bool(sa.secrets)
+
+
+_SHM = Path("/dev/shm")
+_ETCD_DIR_PREFIX = "configpin-etcd-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _etcd_data_dir(workdir: Path) -> tempfile.TemporaryDirectory[str]:
+    """etcd's data directory, on tmpfs when there is one.
+
+    etcd 3.4 has no --unsafe-no-fsync; on tmpfs fsync is nearly free. A session killed outright
+    leaves its directory behind (over 100 MB: preallocated WAL), so the directories of dead
+    sessions, named after their pid, are removed first.
+    """
+    if not _SHM.is_dir():
+        return tempfile.TemporaryDirectory(prefix=_ETCD_DIR_PREFIX, dir=workdir)
+    for stale in _SHM.glob(f"{_ETCD_DIR_PREFIX}*-*"):
+        pid = stale.name.removeprefix(_ETCD_DIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{_ETCD_DIR_PREFIX}{os.getpid()}-", dir=_SHM)
+
+
+@contextlib.contextmanager
+def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator[ControlPlane]:
+    """Start etcd, kube-apiserver and kube-controller-manager under ``workdir``; stop on exit.
+
+    Logs stay in ``workdir/logs``. The processes are stopped in reverse order whatever happens,
+    KeyboardInterrupt included; if pytest is killed outright they die with it (PDEATHSIG).
+    """
+    assets = assets or find_assets()
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_dir = workdir / "logs"
+    log_dir.mkdir(exist_ok=True)
+    pki = workdir / "pki"
+    pki.mkdir(exist_ok=True)
+
+    ca = new_ca()
+    serving = issue_serving_cert(ca, "kube-apiserver", ("127.0.0.1",), ("localhost",))
+    sa_keys = _service_account_keys()
+    token = secrets.token_urlsafe(32)
+    ca_file = pki / "ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    (pki / "apiserver.crt").write_bytes(serving.cert_pem)
+    _write_private(pki / "apiserver.key", serving.key_pem)
+    (pki / "sa.pub").write_bytes(sa_keys.cert_pem)
+    _write_private(pki / "sa.key", sa_keys.key_pem)
+    _write_private(pki / "tokens.csv", f'{token},admin,admin-uid,"system:masters"\n')
+
+    etcd_client_port, etcd_peer_port, apiserver_port = free_port(), free_port(), free_port()
+    host = f"https://127.0.0.1:{apiserver_port}"
+    kubeconfig = _write_private(workdir / "kubeconfig", _kubeconfig(host, ca.cert_pem, token))
+    plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir)
+
+    with contextlib.ExitStack() as stack:
+        etcd_data = Path(stack.enter_context(_etcd_data_dir(workdir)))
+
+        def launch(name: str, argv: Sequence[str]) -> _Process:
+            proc = _Process.start(name, argv, log_dir, workdir)
+            stack.callback(proc.stop)
+            return proc
+
+        etcd_url = f"http://127.0.0.1:{etcd_client_port}"
+        peer_url = f"http://127.0.0.1:{etcd_peer_port}"
+        etcd = launch(
+            "etcd",
+            [
+                str(assets / "etcd"),
+                "--name=default",
+                "--logger=zap",
+                # A single member elects itself after one election timeout (default 1 s).
+                "--heartbeat-interval=10",
+                "--election-timeout=50",
+                f"--data-dir={etcd_data}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+            ],
+        )
+        _wait_until(etcd, lambda: _http_ok(f"{etcd_url}/health"), f"GET {etcd_url}/health")
+
+        apiserver = launch(
+            "kube-apiserver",
+            [
+                str(assets / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={apiserver_port}",
+                # The `kubernetes` Service would need endpoints: a loopback address is refused.
+                "--endpoint-reconciler-type=none",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={ca_file}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+            ],
+        )
+        tls = ssl.create_default_context(cafile=str(ca_file))
+        _wait_until(
+            apiserver,
+            lambda: _http_ok(f"{host}/readyz", context=tls, token=token),
+            f"GET {host}/readyz",
+        )
+
+        controller_manager = launch(
+            "kube-controller-manager",
+            [
+                str(assets / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={ca_file}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--port=0",
+            ],
+        )
+        with plane.api_client() as api:
+            _wait_until(
+                controller_manager,
+                lambda: default_service_account_ready(api),
+                "ServiceAccount default/default with its token Secret",
+            )
+
+        yield plane
+        # A component that died during the tests explains their failures better than they do.
+        for proc in (etcd, apiserver, controller_manager):
+            proc.check_running()
+
+
+# --- webhook registration -------------------------------------------------------------------
+
+
+def default_webhook_rules() -> list[dict[str, Any]]:
+    """CREATE and UPDATE on every workload kind configpin mutates."""
+    operations = ["CREATE", "UPDATE"]
+    groups = {
+        "": ["pods", "replicationcontrollers"],
+        "apps": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+        "batch": ["jobs", "cronjobs"],
+    }
+    return [
+        {
+            "operations": operations,
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "resources": resources,
+            "scope": "Namespaced",
+        }
+        for group, resources in groups.items()
+    ]
+
+
+def register_webhook(
+    api_client: client.ApiClient,
+    name: str,
+    url: str,
+    ca_bundle_pem: bytes,
+    *,
+    failure_policy: str = "Ignore",
+    namespace_selector: Mapping[str, Any] | None = None,
+    timeout_seconds: int = 5,
+    rules: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Create (or replace) MutatingWebhookConfiguration ``name`` sending reviews to ``url``.
+
+    Returns the body sent. The apiserver learns of the configuration through an informer, so
+    it takes effect shortly after this returns (well under a second), not at once.
+    """
+    body: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": WEBHOOK_NAME,
+                "clientConfig": {
+                    "url": url,
+                    "caBundle": base64.b64encode(ca_bundle_pem).decode(),
+                },
+                "rules": [dict(r) for r in rules] if rules is not None else default_webhook_rules(),
+                "failurePolicy": failure_policy,
+                "matchPolicy": "Equivalent",
+                "namespaceSelector": (
+                    dict(namespace_selector)
+                    if namespace_selector is not None
+                    else {"matchLabels": {ENABLED_LABEL: "true"}}
+                ),
+                "sideEffects": "NoneOnDryRun",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": timeout_seconds,
+                "reinvocationPolicy": "IfNeeded",
+            }
+        ],
+    }
+    api = client.AdmissionregistrationV1Api(api_client)
+    # Validating into the model catches a misspelt field here rather than at the apiserver.
+    model = client.V1MutatingWebhookConfiguration.model_validate(body)
+    try:
+        api.create_mutating_webhook_configuration(model)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+        current = api.read_mutating_webhook_configuration(name).to_dict(serialize=True)
+        replacement = copy.deepcopy(body)
+        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        api.replace_mutating_webhook_configuration(
+            name, client.V1MutatingWebhookConfiguration.model_validate(replacement)
+        )
+    return body
+
+
+def unregister_webhook(api_client: client.ApiClient, name: str) -> None:
+    """Delete MutatingWebhookConfiguration ``name``; absent is fine."""
+    try:
+        client.AdmissionregistrationV1Api(api_client).delete_mutating_webhook_configuration(name)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+
+
+__all__ = [
+    "ENABLED_LABEL",
+    "WEBHOOK_NAME",
+    "ControlPlane",
+    "ControlPlaneError",
+    "KeyPair",
+    "default_service_account_ready",
+    "default_webhook_rules",
+    "find_assets",
+    "free_port",
+    "issue_serving_cert",
+    "new_ca",
+    "register_webhook",
+    "running_control_plane",
+    "unregister_webhook",
+    "wait_for",
+]
