@@ -1,0 +1,216 @@
+"""Run the ASGI app under uvicorn over TLS, and stop it without dropping admission requests.
+
+Shutdown on SIGTERM (or SIGINT, or anyone calling `lifecycle.begin_shutdown()`):
+
+1. `/readyz` turns 503 and every response says `Connection: close`. The Endpoints
+   controller and load balancers take a few seconds to stop routing to this pod, and
+   kube-proxy only steers *new* connections: the API server's pooled keep-alive
+   connections would keep reaching this pod forever. Closing after each response moves
+   them to a new connection, which lands on another replica.
+2. For `shutdown_delay` seconds the server keeps accepting and serving as usual.
+3. The listener closes; connections that were just accepted get a moment to send their
+   request; then uvicorn closes idle connections and waits (up to `drain_timeout`) for
+   in-flight requests to finish, runs the app's lifespan shutdown and returns.
+
+A second SIGINT forces an immediate exit; a second SIGTERM skips what is left of the delay.
+The certificate is reloaded from disk in the background for the server's whole life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from types import FrameType
+from typing import cast
+
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from webhook.server.lifecycle import Lifecycle
+from webhook.server.tls import ReloadingTLSContext
+
+logger = logging.getLogger(__name__)
+
+# Longest wait, out of drain_timeout, for connections accepted just before the listener
+# closed to deliver their first request; uvicorn closes any connection without one.
+_LINGER = 0.5
+
+
+def run(
+    app: ASGIApp,
+    *,
+    host: str,
+    port: int,
+    tls: ReloadingTLSContext,
+    lifecycle: Lifecycle,
+    shutdown_delay: float = 5.0,
+    drain_timeout: float = 30.0,
+    keep_alive_timeout: int = 120,
+    log_level: str = "info",
+) -> None:
+    """Serve until a signal ends it (see the module docstring). Must run in the main thread
+    for signals to be handled; returns normally after a graceful shutdown."""
+    asyncio.run(
+        serve_async(
+            app,
+            host=host,
+            port=port,
+            tls=tls,
+            lifecycle=lifecycle,
+            shutdown_delay=shutdown_delay,
+            drain_timeout=drain_timeout,
+            keep_alive_timeout=keep_alive_timeout,
+            log_level=log_level,
+        )
+    )
+
+
+async def serve_async(
+    app: ASGIApp,
+    *,
+    host: str,
+    port: int,
+    tls: ReloadingTLSContext,
+    lifecycle: Lifecycle,
+    shutdown_delay: float = 5.0,
+    drain_timeout: float = 30.0,
+    keep_alive_timeout: int = 120,
+    log_level: str = "info",
+) -> None:
+    """`run` on the current event loop.
+
+    Signals are only captured on the main thread (uvicorn's rule, and Python's). In any
+    other thread call `lifecycle.begin_shutdown()` to stop the server the same way.
+    """
+    linger = min(_LINGER, drain_timeout / 2)
+    config = uvicorn.Config(
+        _CloseWhenShuttingDown(app, lifecycle),
+        host=host,
+        port=port,
+        # uvicorn builds no context of its own when given a factory; it passes this one
+        # to loop.create_server, so reloads on it reach the listening socket.
+        ssl_context_factory=lambda _cfg, _default: tls.context,
+        # The API server's webhook client drops idle pooled connections after 90 s. If we
+        # closed an idle connection first, the API server could send a review on it at the
+        # very moment it closes, see a reset, and fail the admission (failurePolicy then
+        # decides, and Fail blocks the pod). Idling longer than the client makes the client
+        # always the side that closes idle connections.
+        timeout_keep_alive=keep_alive_timeout,
+        # uvicorn annotates this as int but only hands it to asyncio.wait_for.
+        timeout_graceful_shutdown=cast(int, max(drain_timeout - linger, 0.0)),
+        lifespan="on",
+        access_log=False,
+        log_level=log_level,
+    )
+    server = _Server(config, lifecycle=lifecycle, shutdown_delay=shutdown_delay, linger=linger)
+    watcher = asyncio.create_task(tls.watch(), name="tls-reload")
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with a not-ready period before it stops listening.
+
+    uvicorn's own `handle_exit` stops listening at the first signal, and after the
+    shutdown re-raises the signal with the default handler restored, so the process dies
+    "killed by SIGTERM" instead of exiting 0. Ours never records the signal for re-raising.
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        lifecycle: Lifecycle,
+        shutdown_delay: float,
+        linger: float,
+    ) -> None:
+        super().__init__(config)
+        self._lifecycle = lifecycle
+        self._shutdown_delay = shutdown_delay
+        self._linger = linger
+        self._shutdown_began: float | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._lifecycle.mark_started()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        name = signal.Signals(sig).name
+        if not self.started:
+            # Nobody routes to a server that never listened: no reason to wait.
+            self._lifecycle.begin_shutdown()
+            self.should_exit = True
+        elif self._lifecycle.shutting_down or self.should_exit:
+            if sig == signal.SIGINT:
+                logger.warning("Received %s again: exiting without draining", name)
+                self.force_exit = True
+            else:
+                logger.info("Received %s again: skipping the rest of the shutdown delay", name)
+            self.should_exit = True
+        else:
+            logger.info(
+                "Received %s: not ready any more; serving %.1fs longer, then draining",
+                name,
+                self._shutdown_delay,
+            )
+            self._shutdown_began = time.monotonic()
+            self._lifecycle.begin_shutdown()
+
+    async def on_tick(self, counter: int) -> bool:
+        # Also reached when someone other than a signal began the shutdown.
+        if self._lifecycle.shutting_down and not self.should_exit:
+            now = time.monotonic()
+            if self._shutdown_began is None:
+                self._shutdown_began = now
+            if now - self._shutdown_began >= self._shutdown_delay:
+                logger.info("Shutdown delay over: closing the listener and draining")
+                self.should_exit = True
+        return await super().on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn closes the listener and every idle connection in one go. A client that
+        # connected just before then may not have sent its request yet, and would lose it.
+        # Stop accepting first and give those connections a moment; each gets its
+        # response with `Connection: close`.
+        for srv in self.servers:
+            srv.close()
+        deadline = time.monotonic() + self._linger
+        # uvicorn offers no event for "connections changed"; it polls the same way.
+        while (  # noqa: ASYNC110
+            self.server_state.connections and time.monotonic() < deadline and not self.force_exit
+        ):
+            await asyncio.sleep(0.05)
+        await super().shutdown(sockets=sockets)
+
+
+class _CloseWhenShuttingDown:
+    """ASGI wrapper: once the shutdown began, every HTTP response closes its connection."""
+
+    def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
+        self._app = app
+        self._lifecycle = lifecycle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and self._lifecycle.shutting_down:
+                headers = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"
+                ]
+                headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self._app(scope, receive, send_closing)
