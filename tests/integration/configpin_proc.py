@@ -156,9 +156,11 @@ def start_configpin(
         time.sleep(0.1)
     if webhook_name:
         with plane.api_client() as api:
-            match = [{"key": INSTANCE_LABEL, "operator": "In" if instance else "DoesNotExist"}]
-            if instance:
-                match[0]["values"] = [instance]
+            match: list[dict[str, object]] = [
+                {"key": INSTANCE_LABEL, "operator": "DoesNotExist"}
+                if instance is None
+                else {"key": INSTANCE_LABEL, "operator": "In", "values": [instance]}
+            ]
             register_webhook(
                 api,
                 webhook_name,

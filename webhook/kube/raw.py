@@ -63,11 +63,11 @@ def path(
     return "".join(parts)
 
 
-def _error(what: str, resp: urllib3.BaseHTTPResponse) -> KubeError:
+def _error(what: str, resp: urllib3.BaseHTTPResponse, body: bytes) -> KubeError:
     status = resp.status
     reason = ""
     try:
-        doc = orjson.loads(resp.data)
+        doc = orjson.loads(body)
         if isinstance(doc, dict):
             reason = str(doc.get("reason") or "")
             # The message can quote the object; keep only its first line, shortened.
@@ -138,9 +138,9 @@ class Kube:
         except urllib3.exceptions.HTTPError as e:
             raise KubeError(f"{method} {api_path}", None, type(e).__name__) from e
         if resp.status >= 400:
-            resp.read()
+            body = resp.read()
             resp.release_conn()
-            raise _error(f"{method} {api_path}", resp)
+            raise _error(f"{method} {api_path}", resp, body)
         return resp
 
     def request(self, method: str, api_path: str, **kwargs: Any) -> JSONObject:
