@@ -1,0 +1,63 @@
+# configpin container image.
+#
+#   docker build -t configpin:0.1.0 .
+#
+# For a bit-for-bit repeatable base, pin it by digest:
+#   docker build --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<digest> -t configpin:0.1.0 .
+#
+# The runtime dependencies come only from requirements.lock (exact versions and hashes). After
+# changing the dependencies in pyproject.toml, regenerate it with the command on its first line.
+
+# Builder and runtime must share one base: the venv's interpreter is a link into it.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1
+
+# The build backend, pinned by hash like everything else, in a venv of its own so that it
+# stays out of the image.
+RUN python -m venv /opt/build \
+ && printf '%s\n' \
+      'setuptools==84.2.1 \' \
+      '    --hash=sha256:3ff8b3b5492a0aa66960f4419365a86b84e013070d4313e4d4a6894f5d64d6bc \' \
+      '    --hash=sha256:ca140b45d5325a9478f880e351484f62fef15f336462e449ca0c03c873d589c2' \
+      > /tmp/build-requirements.txt \
+ && /opt/build/bin/pip install --require-hashes --no-deps -r /tmp/build-requirements.txt
+
+# The runtime venv has no pip or setuptools of its own: the build venv's pip installs into it.
+# Runtime dependencies first: this layer is reused until the lock changes.
+RUN python -m venv --without-pip /opt/configpin
+COPY requirements.lock /src/requirements.lock
+RUN /opt/build/bin/pip --python /opt/configpin/bin/python install \
+      --require-hashes --no-deps --only-binary=:all: -r /src/requirements.lock
+
+# Then configpin itself, as a wheel, without letting pip resolve anything: every dependency
+# is already there from the lock.
+COPY pyproject.toml README.md /src/
+COPY webhook /src/webhook
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src \
+ && /opt/build/bin/pip --python /opt/configpin/bin/python install --no-deps --no-index \
+      /wheels/configpin-*.whl \
+ && /opt/build/bin/pip --python /opt/configpin/bin/python check
+
+
+FROM ${PYTHON_IMAGE}
+# A named user for the numeric UID, so that tools that look the user up find one. The base
+# image's own pip and setuptools go: nothing installs packages at run time.
+RUN groupadd --gid 65532 configpin \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /tmp \
+      --shell /usr/sbin/nologin configpin \
+ && python -m pip uninstall --yes --quiet pip setuptools wheel
+COPY --from=builder /opt/configpin /opt/configpin
+# Bytecode was compiled at install time; the root filesystem is read-only at run time.
+ENV PATH=/opt/configpin/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+WORKDIR /tmp
+USER 65532:65532
+EXPOSE 8443
+ENTRYPOINT ["configpin"]
+CMD ["serve"]

@@ -1,0 +1,833 @@
+"""The Helm chart and the container image: rendered and linted with Helm's own library."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Iterator, Mapping
+from importlib import metadata
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.unit._chart import (
+    CHART_DIR,
+    RELEASE_NAMESPACE,
+    Manifest,
+    by_name,
+    lint,
+    notes,
+    one,
+    render,
+    select,
+    validate_values,
+)
+from webhook.cli import build_parser
+from webhook.config import Settings
+
+ROOT = CHART_DIR.parents[1]
+NON_DEFAULT = {
+    "certManager": {"enabled": True},
+    "webhook": {"failurePolicy": "Fail"},
+    "replicaCount": 3,
+    "mode": "snapshot",
+}
+WORKLOAD_RULES = {
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("apps", "replicasets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+}
+
+
+@pytest.fixture(scope="module")
+def default() -> list[Manifest]:
+    return render({})
+
+
+@pytest.fixture(scope="module")
+def custom() -> list[Manifest]:
+    return render(NON_DEFAULT)
+
+
+@pytest.fixture(params=["default", "custom"])
+def objects(request: pytest.FixtureRequest) -> list[Manifest]:
+    rendered: list[Manifest] = request.getfixturevalue(request.param)
+    return rendered
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def container(objects: list[Manifest]) -> dict[str, Any]:
+    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    found: dict[str, Any] = containers[0]
+    return found
+
+
+def flags(objects: list[Manifest]) -> dict[str, str | None]:
+    """The container's `serve` flags: {"--mode": "checksum", "--strict": None, ...}."""
+    args = container(objects)["args"]
+    assert args[0] == "serve"
+    parsed: dict[str, str | None] = {}
+    for arg in args[1:]:
+        name, _, value = arg.partition("=")
+        assert name not in parsed, f"{name} given twice"
+        parsed[name] = value if "=" in arg else None
+    return parsed
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Kubernetes LabelSelector semantics."""
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        present = key in labels
+        ok = {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels[key] not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def namespace_labels(name: str, *, enabled: bool) -> dict[str, str]:
+    labels = {"kubernetes.io/metadata.name": name}
+    if enabled:
+        labels["configpin.io/enabled"] = "true"
+    return labels
+
+
+def comment_before(template: str, needle: str) -> str:
+    """The comment right above the list item or field holding `needle` in a template."""
+    lines = (CHART_DIR / "templates" / template).read_text().splitlines()
+    at = next(n for n, line in enumerate(lines) if needle in line)
+    while not lines[at].lstrip().startswith(("- ", "#")) and not lines[at - 1].lstrip().startswith(
+        "#"
+    ):
+        at -= 1
+    comment: list[str] = []
+    for line in reversed(lines[:at]):
+        stripped = line.strip()
+        if not stripped.startswith("#"):
+            break
+        comment.insert(0, stripped.lstrip("# "))
+    return " ".join(comment)
+
+
+def rbac_grants(role: Manifest) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """Every (apiGroup, resource, verb, resourceNames) a Role or ClusterRole grants."""
+    return {
+        (group, resource, verb, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+# --- Helm: lint, Chart.yaml, schema --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kube_version", ["1.20.2", "1.30.0"])
+@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["default", "custom"])
+def test_helm_lint_strict_is_clean(values: dict[str, Any], kube_version: str) -> None:
+    report = lint(values, kube_version)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems, problems
+    assert not report["errors"], report["errors"]
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "configpin"
+    assert chart["kubeVersion"] == ">=1.20.0-0"
+
+
+def test_schema_is_draft_07_closed_with_enums() -> None:
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["mode"]["enum"] == ["checksum", "snapshot", "off"]
+    webhook = schema["properties"]["webhook"]["properties"]
+    assert webhook["failurePolicy"]["enum"] == ["Ignore", "Fail"]
+    defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    assert set(defaults) <= set(schema["properties"])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"mode": "bogus"},
+        {"webhook": {"failurePolicy": "Maybe"}},
+        {"webhook": {"timeoutSeconds": 31}},
+        {"replicaCount": 0},
+        {"unknownTopLevelKey": True},
+        {"webhook": {"failurPolicy": "Fail"}},
+    ],
+    ids=["mode", "failurePolicy", "timeout", "replicas", "unknown-key", "typo-nested"],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        validate_values(values)
+    with pytest.raises(helm.HelmValuesError):
+        render(values)
+
+
+def test_schema_accepts_defaults_and_non_default_values() -> None:
+    validate_values({})
+    validate_values(NON_DEFAULT)
+
+
+def test_every_value_has_a_comment() -> None:
+    """A `key:` line in values.yaml is preceded by a comment line (blank lines aside)."""
+    lines = (CHART_DIR / "values.yaml").read_text().splitlines()
+    undocumented = []
+    previous = ""
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if re.match(r"^[A-Za-z0-9_]+:", stripped) and not previous.startswith("#"):
+            undocumented.append(f"values.yaml:{number}: {stripped}")
+        previous = stripped
+    assert not undocumented, undocumented
+
+
+def test_notes_tell_how_to_opt_in_and_check() -> None:
+    text = notes({})
+    assert "kubectl label namespace NAME configpin.io/enabled=true" in text
+    assert "rollout status deployment/configpin" in text
+    assert "configpin\\.io/sources" in text
+
+
+# --- all objects -------------------------------------------------------------------------
+
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+
+
+def test_objects_carry_standard_labels_and_namespace(objects: list[Manifest]) -> None:
+    for obj in objects:
+        meta = obj["metadata"]
+        labels = meta["labels"]
+        assert labels["app.kubernetes.io/name"] == "configpin"
+        assert labels["app.kubernetes.io/instance"] == "configpin"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert "app.kubernetes.io/version" in labels
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in meta
+        else:
+            assert meta["namespace"] == RELEASE_NAMESPACE
+
+
+def test_default_kinds(default: list[Manifest]) -> None:
+    assert sorted(o["kind"] for o in default) == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+
+
+# --- Deployment ----------------------------------------------------------------------------
+
+
+def test_replicas_and_spread_across_nodes(default: list[Manifest], custom: list[Manifest]) -> None:
+    assert one(default, "Deployment")["spec"]["replicas"] == 2
+    assert one(custom, "Deployment")["spec"]["replicas"] == 3
+    pod = one(default, "Deployment")["spec"]["template"]
+    spread = pod["spec"]["topologySpreadConstraints"]
+    by_node = [c for c in spread if c["topologyKey"] == "kubernetes.io/hostname"]
+    assert len(by_node) == 1
+    assert by_node[0]["maxSkew"] == 1
+    assert selects(by_node[0]["labelSelector"], pod["metadata"]["labels"])
+    anti = pod["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    strategy = one(default, "Deployment")["spec"]["strategy"]["rollingUpdate"]
+    assert strategy["maxUnavailable"] == 0
+
+
+def test_probes_use_https(objects: list[Manifest]) -> None:
+    c = container(objects)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"https": 8443}
+    ready, live = c["readinessProbe"]["httpGet"], c["livenessProbe"]["httpGet"]
+    assert ready == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert live == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+
+
+def test_resources_are_set(objects: list[Manifest]) -> None:
+    resources = container(objects)["resources"]
+    assert resources["requests"]["cpu"]
+    assert resources["requests"]["memory"]
+    assert resources["limits"]["memory"]
+
+
+# What the Pod Security Standards allow under "restricted" (volumes by type).
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def restricted_violations(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The Pod Security Standards "restricted" profile (v1.20+ rules), plus a read-only root."""
+    problems = []
+    pod_sc = pod_spec.get("securityContext", {})
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod_spec.get(host):
+            problems.append(host)
+    for volume in pod_spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            problems.append(f"volume {volume['name']}: {kinds}")
+    if pod_sc.get("runAsUser") == 0:
+        problems.append("pod runAsUser 0")
+    all_containers = [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+    for c in all_containers:
+        sc = c.get("securityContext", {})
+        name = c["name"]
+        if sc.get("privileged"):
+            problems.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{name}: allowPrivilegeEscalation not false")
+        if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True:
+            problems.append(f"{name}: runAsNonRoot not true")
+        run_as_user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        if not isinstance(run_as_user, int) or run_as_user == 0:
+            problems.append(f"{name}: runAsUser not a non-zero number")
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {}))
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{name}: seccompProfile")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            problems.append(f"{name}: capabilities not dropping ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            problems.append(f"{name}: capabilities added")
+        if any("hostPort" in p for p in c.get("ports", [])):
+            problems.append(f"{name}: hostPort")
+        if sc.get("readOnlyRootFilesystem") is not True:
+            problems.append(f"{name}: root filesystem writable")
+    return problems
+
+
+def test_pod_passes_pod_security_restricted(objects: list[Manifest]) -> None:
+    pod_spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert restricted_violations(pod_spec) == []
+    c = container(objects)
+    assert c["securityContext"]["runAsUser"] == 65532
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # Read-only root, so Python gets a writable /tmp.
+    tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == tmp["name"])
+    assert "emptyDir" in volume
+
+
+def test_restricted_checker_catches_violations() -> None:
+    bad = {
+        "hostNetwork": True,
+        "volumes": [{"name": "h", "hostPath": {"path": "/"}}],
+        "containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}],
+    }
+    problems = restricted_violations(bad)
+    assert "hostNetwork" in problems
+    assert any("allowPrivilegeEscalation" in p for p in problems)
+    assert any("capabilities added" in p for p in problems)
+    assert any(p.startswith("volume h") for p in problems)
+
+
+def test_grace_period_outlasts_shutdown_delay_and_drain(objects: list[Manifest]) -> None:
+    pod_spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    given = flags(objects)
+    delay = float(given["--shutdown-delay"] or "nan")
+    drain = float(given["--drain-timeout"] or "nan")
+    timeout = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["timeoutSeconds"]
+    assert drain >= timeout
+    assert pod_spec["terminationGracePeriodSeconds"] > delay + drain
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"terminationGracePeriodSeconds": 20, "drainTimeoutSeconds": 15}, "terminationGrace"),
+        ({"drainTimeoutSeconds": 3, "webhook": {"timeoutSeconds": 10}}, "drainTimeoutSeconds"),
+    ],
+)
+def test_unsafe_shutdown_timings_are_refused(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=message):
+        render(values)
+
+
+def test_args_are_what_configpin_serve_accepts(
+    objects: list[Manifest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real CLI parses the rendered arguments into valid settings."""
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    args = build_parser().parse_args(container(objects)["args"])
+    assert args.command == "serve"
+    settings = Settings(**{k: v for k, v in vars(args).items() if k != "command" and v is not None})
+    given = flags(objects)
+    assert settings.port == 8443
+    assert settings.mode == given["--mode"]
+    assert settings.digest_key_secret == given["--digest-key-secret"]
+    assert settings.self_signed_certs is ("--self-signed-certs" in given)
+    assert settings.leader_elect is True
+    assert settings.strict is False
+    env = {e["name"]: e for e in container(objects)["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_flags_default(default: list[Manifest]) -> None:
+    given = flags(default)
+    assert given["--mode"] == "checksum"
+    assert "--no-strict" in given
+    assert "--leader-elect" in given
+    webhook = one(default, "MutatingWebhookConfiguration")
+    assert given["--webhook-config-name"] == webhook["metadata"]["name"]
+    assert "--self-signed-certs" in given
+    assert given["--service-name"] == one(default, "Service")["metadata"]["name"]
+    assert "--tls-cert" not in given
+
+
+def test_controller_acts_where_the_webhook_does(default: list[Manifest]) -> None:
+    selector = flags(default)["--namespace-selector"]
+    assert selector == (
+        "configpin.io/enabled=true,"
+        f"kubernetes.io/metadata.name notin (kube-system,{RELEASE_NAMESPACE})"
+    )
+
+
+def test_flags_non_default(custom: list[Manifest]) -> None:
+    given = flags(custom)
+    assert given["--mode"] == "snapshot"
+    assert given["--tls-cert"] == "/certs/tls.crt"
+    assert given["--tls-key"] == "/certs/tls.key"
+    assert "--self-signed-certs" not in given
+    assert "--webhook-config-name" not in given
+    assert "--strict" in flags(render({"strict": True}))
+    # `--leader-elect` is on unless turned off: leaving the flag out would not do.
+    no_election = flags(render({"controller": {"leaderElect": False}}))
+    assert "--no-leader-elect" in no_election
+    assert "--leader-elect" not in no_election
+
+
+def test_self_managed_certs_mount_nothing(default: list[Manifest]) -> None:
+    pod_spec = one(default, "Deployment")["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod_spec["volumes"]] == ["tmp"]
+    assert (
+        "caBundle"
+        not in one(default, "MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]
+    )
+
+
+def test_cert_manager_issues_and_mounts_the_serving_certificate(custom: list[Manifest]) -> None:
+    service = one(custom, "Service")["metadata"]["name"]
+    issuers = {i["metadata"]["name"]: i for i in select(custom, "Issuer")}
+    certs = {c["metadata"]["name"]: c for c in select(custom, "Certificate")}
+    assert len(issuers) == 2
+    assert len(certs) == 2
+    ca = next(c for c in certs.values() if c["spec"].get("isCA"))
+    assert "selfSigned" in issuers[ca["spec"]["issuerRef"]["name"]]["spec"]
+    serving = next(c for c in certs.values() if not c["spec"].get("isCA"))
+    ca_issuer = issuers[serving["spec"]["issuerRef"]["name"]]
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca["spec"]["secretName"]
+    assert f"{service}.{RELEASE_NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    assert "server auth" in serving["spec"]["usages"]
+    annotations = one(custom, "MutatingWebhookConfiguration")["metadata"]["annotations"]
+    inject = annotations["cert-manager.io/inject-ca-from"]
+    assert inject == f"{RELEASE_NAMESPACE}/{serving['metadata']['name']}"
+    # The serving certificate's Secret is mounted where --tls-cert points.
+    pod_spec = one(custom, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in container(custom)["volumeMounts"] if m["mountPath"] == "/certs")
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == serving["spec"]["secretName"]
+    assert mount["readOnly"] is True
+
+
+# --- Service, ServiceAccount ---------------------------------------------------------------
+
+
+def test_service_routes_443_to_the_pods(objects: list[Manifest]) -> None:
+    service = one(objects, "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+    pod_labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selects({"matchLabels": service["spec"]["selector"]}, pod_labels)
+
+
+def test_pods_run_as_the_bound_service_account(objects: list[Manifest]) -> None:
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    pod_spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == account
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        binding = one(objects, kind)
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": RELEASE_NAMESPACE}
+        ]
+        role_kind = "ClusterRole" if kind == "ClusterRoleBinding" else "Role"
+        assert binding["roleRef"]["kind"] == role_kind
+        assert binding["roleRef"]["name"] == one(objects, role_kind)["metadata"]["name"]
+
+
+# --- RBAC ----------------------------------------------------------------------------------
+
+
+def test_no_wildcards_in_rbac(objects: list[Manifest]) -> None:
+    roles = select(objects, "ClusterRole") + select(objects, "Role")
+    assert len(roles) == 2
+    for role in roles:
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                for item in rule.get(field, []):
+                    assert "*" not in item, (role["kind"], rule)
+
+
+READ = ("get", "list", "watch")
+WORKLOAD_READS = {
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("apps", "replicasets"),
+    ("apps", "controllerrevisions"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+}
+WORKLOAD_PATCHES = {
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("apps", "replicasets"),
+    ("batch", "cronjobs"),
+}
+
+
+def expected_cluster_grants(*, snapshots: bool, webhook: str | None) -> set[Any]:
+    grants = {
+        (g, r, v, ())
+        for g, r in {("", "configmaps"), ("", "secrets"), ("", "namespaces"), *WORKLOAD_READS}
+        for v in READ
+    }
+    grants |= {(g, r, "patch", ()) for g, r in WORKLOAD_PATCHES}
+    if snapshots:
+        grants |= {
+            ("", r, v, ()) for r in ("configmaps", "secrets") for v in ("create", "delete", "patch")
+        }
+    if webhook:
+        group = "admissionregistration.k8s.io"
+        grants |= {
+            (group, "mutatingwebhookconfigurations", v, (webhook,)) for v in ("get", "patch")
+        }
+    return grants
+
+
+def test_cluster_role_is_exactly_least_privilege(
+    default: list[Manifest], custom: list[Manifest]
+) -> None:
+    webhook = one(default, "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert rbac_grants(one(default, "ClusterRole")) == expected_cluster_grants(
+        snapshots=True, webhook=webhook
+    )
+    # With cert-manager, configpin never touches its webhook configuration.
+    assert rbac_grants(one(custom, "ClusterRole")) == expected_cluster_grants(
+        snapshots=True, webhook=None
+    )
+    no_snapshots = render({"rbac": {"snapshots": False}})
+    assert rbac_grants(one(no_snapshots, "ClusterRole")) == expected_cluster_grants(
+        snapshots=False, webhook=webhook
+    )
+
+
+def test_cluster_role_explains_cluster_wide_snapshot_writes() -> None:
+    why = comment_before("rbac.yaml", '["create", "delete", "patch"]')
+    assert "cluster-wide" in why
+    assert "configpin.io/enabled" in why
+
+
+def test_namespaced_role_is_scoped_by_resource_names(
+    default: list[Manifest], custom: list[Manifest]
+) -> None:
+    given = flags(default)
+    digest, cert, lease = (
+        given["--digest-key-secret"],
+        given["--cert-secret"],
+        given["--lease-name"],
+    )
+    assert one(default, "Role")["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert rbac_grants(one(default, "Role")) == {
+        ("", "secrets", "create", ()),
+        ("", "secrets", "get", (digest, cert)),
+        ("", "secrets", "update", (digest, cert)),
+        ("coordination.k8s.io", "leases", "create", ()),
+        ("coordination.k8s.io", "leases", "get", (lease,)),
+        ("coordination.k8s.io", "leases", "update", (lease,)),
+    }
+    # cert-manager writes the certificate Secret; configpin only reads it from its mount.
+    custom_digest = flags(custom)["--digest-key-secret"]
+    assert ("", "secrets", "update", (custom_digest,)) in rbac_grants(one(custom, "Role"))
+
+
+# --- MutatingWebhookConfiguration ----------------------------------------------------------
+
+
+def test_webhook_fields(default: list[Manifest], custom: list[Manifest]) -> None:
+    webhooks = one(default, "MutatingWebhookConfiguration")["webhooks"]
+    assert len(webhooks) == 1
+    hook = webhooks[0]
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "NoneOnDryRun"
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["timeoutSeconds"] == 5
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert one(custom, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Fail"
+    service = one(default, "Service")
+    assert hook["clientConfig"]["service"] == {
+        "name": service["metadata"]["name"],
+        "namespace": RELEASE_NAMESPACE,
+        "path": "/mutate",
+        "port": service["spec"]["ports"][0]["port"],
+    }
+
+
+def test_webhook_choices_are_explained() -> None:
+    template = "mutatingwebhookconfiguration.yaml"
+    assert "idempotent" in comment_before(template, "reinvocationPolicy:")
+    assert "controller" in comment_before(template, "failurePolicy:")
+
+
+def test_webhook_rules_cover_pods_and_workloads(objects: list[Manifest]) -> None:
+    rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
+    covered = set()
+    for rule in rules:
+        assert rule["operations"] == ["CREATE", "UPDATE"]
+        assert rule["scope"] == "Namespaced"
+        assert "*" not in rule["apiVersions"]
+        assert "v1" in rule["apiVersions"]
+        covered |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+    assert covered == WORKLOAD_RULES
+
+
+@pytest.mark.parametrize("release_namespace", ["configpin-system", "platform"])
+def test_namespace_selector_opt_in_only(release_namespace: str) -> None:
+    objects = render({"webhook": {"excludeNamespaces": ["legacy"]}}, namespace=release_namespace)
+    selector = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
+    assert selector["matchLabels"] == {"configpin.io/enabled": "true"}
+    assert selects(selector, namespace_labels("team-a", enabled=True))
+    assert not selects(selector, namespace_labels("team-b", enabled=False))
+    for never in ("kube-system", release_namespace, "legacy"):
+        assert not selects(selector, namespace_labels(never, enabled=True)), never
+    exclusion = next(
+        e for e in selector["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"
+    )
+    assert exclusion["operator"] == "NotIn"
+    assert {"kube-system", release_namespace} <= set(exclusion["values"])
+
+
+def test_object_selector_skips_configpins_own_objects(objects: list[Manifest]) -> None:
+    selector = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["objectSelector"]
+    assert not selects(selector, {"configpin.io/snapshot": "true", "app": "x"})
+    assert selects(selector, {"app": "x"})
+    assert selects(selector, {})
+
+
+# --- PodDisruptionBudget -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "api_versions", "expected"),
+    [
+        ("1.20.2", ["policy/v1beta1", "policy/v1beta1/PodDisruptionBudget"], "policy/v1beta1"),
+        ("1.20.2", [], "policy/v1beta1"),
+        ("1.21.0", ["policy/v1", "policy/v1/PodDisruptionBudget"], "policy/v1"),
+        ("1.25.0", ["policy/v1", "policy/v1/PodDisruptionBudget"], "policy/v1"),
+        ("1.30.0", [], "policy/v1"),
+    ],
+)
+def test_pdb_api_version_follows_capabilities(
+    kube_version: str, api_versions: list[str], expected: str
+) -> None:
+    objects = render({}, kube_version, api_versions)
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["apiVersion"] == expected
+    assert pdb["spec"]["minAvailable"] == 1
+    pod_labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selects(pdb["spec"]["selector"], pod_labels)
+
+
+def test_pdb_only_with_spare_replicas() -> None:
+    assert select(render({"replicaCount": 1}), "PodDisruptionBudget") == []
+    assert one(render(NON_DEFAULT), "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    with pytest.raises(helm.HelmRenderError, match="minAvailable"):
+        render({"podDisruptionBudget": {"minAvailable": 2}})
+
+
+def test_names_follow_the_release() -> None:
+    objects = render({}, release="edge")
+    assert one(objects, "Deployment")["metadata"]["name"] == "edge-configpin"
+    assert by_name(objects, "MutatingWebhookConfiguration", "edge-configpin")
+    assert flags(objects)["--digest-key-secret"] == "edge-configpin-digest-key"
+
+
+# --- container image -----------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> Iterator[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text()
+    logical = re.sub(r"\\\n", " ", text)
+    for line in logical.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            instruction, _, rest = stripped.partition(" ")
+            yield instruction.upper(), rest.strip()
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = []
+    for instruction, args in dockerfile_instructions():
+        if instruction == "FROM":
+            found.append([])
+        if found:
+            found[-1].append((instruction, args))
+    return found
+
+
+def test_dockerfile_is_multi_stage_on_python_slim() -> None:
+    build, runtime = stages()
+    args = dict(a.split("=", 1) for i, a in dockerfile_instructions() if i == "ARG" and "=" in a)
+    assert args["PYTHON_IMAGE"] == "python:3.11-slim"
+    assert build[0] == ("FROM", "${PYTHON_IMAGE} AS builder")
+    assert runtime[0] == ("FROM", "${PYTHON_IMAGE}")
+
+
+def test_dockerfile_runtime_stage() -> None:
+    runtime = stages()[-1]
+    users = [a for i, a in runtime if i == "USER"]
+    assert users == ["65532:65532"]
+    entrypoint = [json.loads(a) for i, a in runtime if i == "ENTRYPOINT"]
+    cmd = [json.loads(a) for i, a in runtime if i == "CMD"]
+    assert entrypoint == [["configpin"]]
+    assert cmd == [["serve"]]
+    copies = [a for i, a in runtime if i == "COPY"]
+    # Only the venv from the builder: no sources, no certificates, no build tools.
+    assert copies == ["--from=builder /opt/configpin /opt/configpin"]
+
+
+def test_dockerfile_installs_from_the_lock_with_hashes() -> None:
+    build = stages()[0]
+    runs = [a for i, a in build if i == "RUN"]
+    lock_installs = [r for r in runs if "requirements.lock" in r]
+    assert len(lock_installs) == 1
+    words = shlex.split(lock_installs[0])
+    assert "--require-hashes" in words
+    assert "--no-deps" in words
+    assert ("COPY", "requirements.lock /src/requirements.lock") in build
+    # The project itself is built as a wheel and installed without resolving anything.
+    wheel = next(r for r in runs if " wheel " in r)
+    assert "--no-deps" in wheel
+    assert "--no-index" in wheel
+    for instruction, args in build:
+        if instruction == "COPY":
+            assert "certs" not in args
+            assert "tests" not in args
+
+
+def test_dockerignore_keeps_secrets_and_clutter_out() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert patterns[0] == "*"
+    for excluded in ("certs/", ".venv/", "tests/", ".git/"):
+        assert excluded in patterns
+    allowed = {p[1:] for p in patterns if p.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "requirements.lock", "webhook/"}
+
+
+def locked() -> dict[str, Requirement]:
+    """The lock's requirements by canonical name (each `name==version ; marker`)."""
+    text = (ROOT / "requirements.lock").read_text()
+    logical = re.sub(r"\\\n", " ", text)
+    found: dict[str, Requirement] = {}
+    for line in logical.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        spec, *hashes = re.split(r"\s+--hash=", line)
+        assert hashes, f"no hashes: {spec}"
+        assert all(h.startswith("sha256:") for h in hashes)
+        requirement = Requirement(spec)
+        assert len(requirement.specifier) == 1
+        assert next(iter(requirement.specifier)).operator == "=="
+        found[canonicalize_name(requirement.name)] = requirement
+    return found
+
+
+def test_lock_pins_every_runtime_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lock = locked()
+    for dependency in project["dependencies"]:
+        requirement = Requirement(dependency)
+        name = canonicalize_name(requirement.name)
+        assert name in lock, f"{name} is not in requirements.lock: re-lock"
+        version = next(iter(lock[name].specifier)).version
+        assert requirement.specifier.contains(version), (name, version)
+    dev_only = {"pytest", "hypothesis", "ruff", "mypy", "helm-python-sdk", "import-linter"}
+    assert not dev_only & set(lock)
+
+
+def test_tests_run_what_the_image_runs() -> None:
+    """The test environment has exactly the locked runtime versions installed."""
+    mismatched = {}
+    for name, requirement in locked().items():
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        wanted = next(iter(requirement.specifier)).version
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed != wanted:
+            mismatched[name] = (wanted, installed)
+    assert not mismatched, f"(locked, installed) differ, re-lock or reinstall: {mismatched}"
