@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint unit integration bench control-plane clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 ## Run configpin: with no cluster configured it serves the embedded default on https://127.0.0.1:8443

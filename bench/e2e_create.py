@@ -1,0 +1,164 @@
+"""End to end: Deployment creates through the real API server with configpin registered,
+against the same run without it.
+
+Starts the test control plane and configpin (same helpers as the integration tests), then
+alternates rounds without and with the webhook registered, each round creating Deployments
+(each referencing a ConfigMap and a Secret) at fixed concurrency, and prints creates/s and
+p50/p99 create latency for both, and their ratios (medians over rounds).
+
+    .venv/bin/python bench/e2e_create.py [--per-round 200] [--rounds 3] [--concurrency 4]
+
+Goal (issue 3): with configpin within 10% of without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.configpin_proc import ensure_namespace, start_configpin
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    register_webhook,
+    running_control_plane,
+    unregister_webhook,
+)
+from webhook.kube.raw import Kube, path
+
+
+def deployment(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,  # measure admission of the Deployment itself, not pod churn
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "envFrom": [{"configMapRef": {"name": "app-config"}}],
+                            "env": [
+                                {
+                                    "name": "T",
+                                    "valueFrom": {
+                                        "secretKeyRef": {"name": "app-secret", "key": "token"}
+                                    },
+                                }
+                            ],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def round_(
+    kube: Kube, ns: str, count: int, concurrency: int, tag: str
+) -> tuple[float, list[float]]:
+    lat: list[float] = []
+
+    def one(i: int) -> None:
+        t = time.perf_counter()
+        kube.create(path("deployments", ns), deployment(f"{tag}-{i}"))
+        lat.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(count)))
+    return count / (time.perf_counter() - start), sorted(lat)
+
+
+def pct(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(p * len(values)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-round", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=4)
+    args = ap.parse_args()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_control_plane(Path(tmp) / "plane") as plane,
+        plane.api_client() as api,
+    ):
+        kube = Kube(api)
+        ensure_namespace(api)
+        ns = "bench-e2e"
+        kube.create(
+            path("namespaces"),
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {ENABLED_LABEL: "true"}},
+            },
+        )
+        kube.create(
+            path("configmaps", ns),
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "app-config"},
+                "data": {"a": "1"},
+            },
+        )
+        kube.create(
+            path("secrets", ns),
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "app-secret"},
+                "stringData": {"token": "t"},
+            },
+        )
+        cp = start_configpin(plane, Path(tmp) / "configpin", args=["--no-controller"])
+        results: dict[str, list[tuple[float, list[float]]]] = {"without": [], "with": []}
+        try:
+            round_(kube, ns, 50, args.concurrency, "warm")  # warm connections and caches
+            for r in range(args.rounds):
+                unregister_webhook(api, "configpin-bench")
+                time.sleep(1.5)
+                results["without"].append(
+                    round_(kube, ns, args.per_round, args.concurrency, f"a{r}")
+                )
+                register_webhook(api, "configpin-bench", cp.url + "/mutate", cp.ca_pem)
+                time.sleep(1.5)
+                results["with"].append(round_(kube, ns, args.per_round, args.concurrency, f"b{r}"))
+            mutated = kube.get(path("deployments", ns, f"b{args.rounds - 1}-0"))
+            assert "configpin.io/checksum" in mutated["spec"]["template"]["metadata"]["annotations"]
+        finally:
+            unregister_webhook(api, "configpin-bench")
+            cp.stop()
+    summary = {}
+    for label, rounds in results.items():
+        rate = statistics.median(r[0] for r in rounds)
+        p50 = statistics.median(pct(r[1], 0.5) for r in rounds) * 1000
+        p99 = statistics.median(pct(r[1], 0.99) for r in rounds) * 1000
+        summary[label] = (rate, p50, p99)
+        print(
+            f"{label:8s} creates/s={rate:7.1f} p50={p50:6.1f}ms p99={p99:6.1f}ms"
+            f"  (median of {len(rounds)} rounds)"
+        )
+    w, wo = summary["with"], summary["without"]
+    print(
+        f"ratio with/without: throughput {w[0] / wo[0]:.2f},"
+        f" p50 {w[1] / wo[1]:.2f}, p99 {w[2] / wo[2]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
