@@ -34,7 +34,7 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
-from webhook.core.names import pointer, snapshot_name
+from webhook.core.names import SUFFIX_LEN, pointer, snapshot_name
 from webhook.core.refs import Consumption, Path, consumption, find_sites, get_path, template_paths
 
 Lookup = Callable[[SourceId], SourceRecord | None]
@@ -139,6 +139,19 @@ def _annotation_ops(meta_path: Path, meta: Any, desired: Mapping[str, str | None
     return ops
 
 
+def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
+    """The key under which `existing` records `sid`: its own, or, for what looks like one
+    of our snapshots (`<source>-<10 hex>`), its source's."""
+    if str(sid) in existing:
+        return str(sid)
+    head, sep, suffix = sid.name.rpartition("-")
+    if sep and len(suffix) == SUFFIX_LEN and all(c in "0123456789abcdef" for c in suffix):
+        key = str(SourceId(sid.kind, head))
+        if key in existing:
+            return key
+    return None
+
+
 def plan_object(
     obj: JSONObject,
     *,
@@ -181,6 +194,7 @@ def plan_object(
     refresh_set = frozenset(refresh)
 
     for sid, cons in consumption(find_sites(pod_spec)).items():
+        record: SourceRecord | None = None
         try:
             record = lookup(sid)
             if record is not None and record.snapshot_of is not None:
@@ -188,12 +202,20 @@ def plan_object(
             else:
                 _plan_live(b, cons, record, mode, hkey)
         except SourceUnavailable as e:
-            msg = f"{sid} could not be read ({e}); admitted without pinning it"
+            # A snapshot read fine but its source did not: name (and keep) the source.
+            failed = sid
+            if record is not None and record.snapshot_of is not None:
+                failed = SourceId(sid.kind, record.snapshot_of)
+            msg = f"{failed} could not be read ({e}); admitted without pinning it"
             b.warnings.append(msg)
             b.problems.append(msg)
-            if str(sid) in existing:  # keep what was recorded rather than forget the source
-                b.sources[str(sid)] = existing[str(sid)]
-                b.observed[str(sid)] = previous.get(str(sid), existing[str(sid)])
+            # Keep what was recorded rather than forget the source: dropping the entry would
+            # change the template (a rollout for a read error) and hide the workload from
+            # the controller.
+            key = _recorded_key(failed, existing)
+            if key is not None and key not in b.sources:
+                b.sources[key] = existing[key]
+                b.observed[key] = previous.get(key, existing[key])
         except digest.BadSource as e:
             msg = f"{sid} has undecodable content ({e}); admitted without pinning it"
             b.warnings.append(msg)

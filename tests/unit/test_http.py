@@ -1,0 +1,608 @@
+"""The HTTP layer: `/mutate` with good and bad input, health, readiness and metrics.
+
+The app runs in-process behind httpx's ASGI transport, which hands the request body to the
+app chunk by chunk, as a server would: so a body refused for its size is shown not to have
+been read whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import jsonpatch
+import pytest
+
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    configmap,
+    container,
+    env_cm,
+    env_secret,
+    plan,
+    pod_spec,
+    record,
+    recorded_sources,
+    review,
+    secret,
+    spec_of,
+    vol_cm,
+    vol_secret,
+    workload,
+)
+from webhook.core import digest
+from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES
+from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceRecord
+from webhook.metrics import Metrics
+from webhook.server.admission import MAX_WARNING
+from webhook.server.app import MAX_BODY, create_app
+from webhook.server.handler import Admitter
+from webhook.server.lifecycle import Lifecycle
+from webhook.sources import FileSources, Miss
+
+pytestmark = pytest.mark.anyio
+
+SOURCES: list[JSONObject] = [
+    configmap("cfg", {"a": "1", "b": "2"}),
+    secret("creds", {"user": "admin", "pass": "pw"}),
+    # binaryData that is not base64: the object exists but cannot be digested
+    {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "broken"},
+        "binaryData": {"k": "%%"},
+    },
+    configmap("elsewhere", {"k": "v"}, namespace="other-team"),
+]
+URL = "http://configpin.test/mutate"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Server:
+    client: httpx.AsyncClient
+    lifecycle: Lifecycle
+    metrics: Metrics
+    admitter: Admitter
+
+    async def mutate(self, body: JSONObject, **kw: Any) -> httpx.Response:
+        return await self.client.post(URL, json=body, **kw)
+
+    async def admit(self, body: JSONObject) -> dict[str, Any]:
+        """POST a review that must be answered 200; return the AdmissionReview."""
+        resp = await self.mutate(body)
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["content-type"] == "application/json"
+        out: dict[str, Any] = resp.json()
+        return out
+
+    async def still_serving(self) -> None:
+        obj = workload("Deployment", pod_spec(container(env=[env_cm("cfg", "a")])))
+        out = await self.admit(review(obj, uid="after"))
+        assert out["response"]["uid"] == "after"
+        assert out["response"]["allowed"] is True
+        assert "patch" in out["response"]
+
+
+def _server(
+    *,
+    strict: bool = False,
+    mode: str = "checksum",
+    max_body: int = MAX_BODY,
+    sources: Any = None,
+    snapshots: Any = None,
+    ready_checks: Sequence[Callable[[], bool]] = (),
+) -> Server:
+    metrics = Metrics()
+    lifecycle = Lifecycle()
+    admitter = Admitter(
+        hkey=HKEY,
+        sources=sources if sources is not None else FileSources(HKEY, SOURCES),
+        metrics=metrics,
+        default_mode=mode,
+        strict=strict,
+        snapshots=snapshots,
+    )
+    app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks, max_body=max_body)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    return Server(client, lifecycle, metrics, admitter)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    s = _server()
+    async with s.client:
+        yield s
+
+
+@pytest.fixture
+async def strict() -> AsyncIterator[Server]:
+    s = _server(strict=True)
+    async with s.client:
+        yield s
+
+
+def _patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    assert response["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"], validate=True))
+    return ops
+
+
+def _deployment(*env: JSONObject, volumes: Sequence[JSONObject] = ()) -> JSONObject:
+    return workload("Deployment", pod_spec(container(env=env), volumes=volumes))
+
+
+# ---- a good review ----
+
+
+async def test_patch_is_base64_jsonpatch_and_applies(server: Server) -> None:
+    obj = _deployment(env_cm("cfg", "a"), volumes=[vol_secret("creds")])
+    out = await server.admit(review(obj, uid="u-1"))
+    assert out["apiVersion"] == "admission.k8s.io/v1"
+    assert out["kind"] == "AdmissionReview"
+    resp = out["response"]
+    assert resp["uid"] == "u-1" and resp["allowed"] is True
+    assert "warnings" not in resp and "status" not in resp
+    mutated = jsonpatch.apply_patch(obj, _patch(resp))
+    assert recorded_sources(mutated) == {
+        "configmap/cfg": digest.source_digest(HKEY, record(SOURCES[0]), ["a"]),
+        "secret/creds": digest.source_digest(HKEY, record(SOURCES[1])),
+    }
+    assert spec_of(mutated) == spec_of(obj)
+
+
+async def test_the_server_patch_equals_the_core_plan(server: Server) -> None:
+    obj = _deployment(env_cm("cfg", "a"), env_secret("creds", "pass"))
+    out = await server.admit(review(obj))
+    assert _patch(out["response"]) == plan(obj, Store(SOURCES[:2])).patch
+
+
+async def test_v1beta1_is_answered_in_kind(server: Server) -> None:
+    obj = _deployment(env_cm("cfg", "a"))
+    out = await server.admit(review(obj, uid="beta", api_version="admission.k8s.io/v1beta1"))
+    assert out["apiVersion"] == "admission.k8s.io/v1beta1"
+    assert out["kind"] == "AdmissionReview"
+    assert out["response"]["uid"] == "beta"
+    assert _patch(out["response"])
+
+
+async def test_nothing_to_pin_is_allowed_without_patch(server: Server) -> None:
+    out = await server.admit(review(_deployment()))
+    assert out["response"] == {"uid": review(None)["request"]["uid"], "allowed": True}
+
+
+async def test_an_already_stamped_object_gets_no_patch(server: Server) -> None:
+    obj = _deployment(env_cm("cfg", "a"))
+    first = await server.admit(review(obj))
+    stamped = jsonpatch.apply_patch(obj, _patch(first["response"]))
+    again = await server.admit(review(stamped, operation="UPDATE", old=stamped))
+    assert "patch" not in again["response"] and again["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+async def test_delete_and_connect_are_allowed_without_patch(server: Server, operation: str) -> None:
+    obj = _deployment(env_cm("cfg", "a"))
+    body = review(None, operation=operation, old=obj, uid=f"op-{operation}")
+    if operation == "CONNECT":
+        body["request"]["object"] = {"kind": "PodExecOptions", "apiVersion": "v1"}
+    out = await server.admit(body)
+    assert out["response"] == {"uid": f"op-{operation}", "allowed": True}
+
+
+async def test_kinds_it_does_not_handle_are_allowed_without_patch(server: Server) -> None:
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    out = await server.admit(review(svc, uid="svc"))
+    assert out["response"] == {"uid": "svc", "allowed": True}
+
+
+async def test_subresource_requests_are_allowed_without_patch(server: Server) -> None:
+    obj = workload("Deployment", pod_spec(container(env=[env_cm("cfg", "a")])))
+    body = review(obj, operation="UPDATE", old=obj)
+    body["request"]["subResource"] = "scale"
+    out = await server.admit(body)
+    assert "patch" not in out["response"]
+
+
+async def test_pod_update_is_allowed_without_patch(server: Server) -> None:
+    pod = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])))
+    out = await server.admit(review(pod, operation="UPDATE", old=pod))
+    assert "patch" not in out["response"]
+
+
+async def test_owned_pods_are_allowed_without_patch(server: Server) -> None:
+    pod = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])), owner="ReplicaSet")
+    out = await server.admit(review(pod))
+    assert "patch" not in out["response"]
+
+
+async def test_sources_are_looked_up_in_the_request_namespace(server: Server) -> None:
+    obj = _deployment(env_cm("elsewhere", "k"))
+    here = await server.admit(review(obj, namespace="team-a"))
+    assert any("configmap/elsewhere" in w for w in here["response"]["warnings"])
+    there = await server.admit(review(obj, namespace="other-team"))
+    assert "warnings" not in there["response"] and _patch(there["response"])
+
+
+# ---- warnings and strict mode ----
+
+
+async def test_missing_required_source_warns_and_pins_the_rest(server: Server) -> None:
+    obj = _deployment(env_cm("cfg", "a"), env_secret("no-such-secret", "k"))
+    resp = (await server.admit(review(obj)))["response"]
+    assert resp["allowed"] is True
+    (warning,) = resp["warnings"]
+    assert "secret/no-such-secret" in warning
+    assert set(recorded_sources(jsonpatch.apply_patch(obj, _patch(resp)))) == {"configmap/cfg"}
+
+
+async def test_only_a_missing_source_is_allowed_unchanged_with_a_warning(server: Server) -> None:
+    resp = (await server.admit(review(_deployment(env_cm("nope", "k")))))["response"]
+    assert resp["allowed"] is True and "patch" not in resp
+    assert "configmap/nope" in resp["warnings"][0]
+
+
+async def test_unreadable_source_is_allowed_unchanged_with_a_warning(server: Server) -> None:
+    obj = _deployment(volumes=[vol_cm("broken")])
+    resp = (await server.admit(review(obj)))["response"]
+    assert resp["allowed"] is True and "patch" not in resp
+    (warning,) = resp["warnings"]
+    assert "configmap/broken" in warning
+    await server.still_serving()
+
+
+async def test_strict_mode_denies_a_missing_source(strict: Server) -> None:
+    resp = (await strict.admit(review(_deployment(env_cm("nope", "k")), uid="s1")))["response"]
+    assert resp["uid"] == "s1"
+    assert resp["allowed"] is False and "patch" not in resp
+    assert resp["status"]["code"] == 403
+    assert "configmap/nope" in resp["status"]["message"]
+
+
+async def test_strict_mode_denies_an_unreadable_source(strict: Server) -> None:
+    resp = (await strict.admit(review(_deployment(volumes=[vol_cm("broken")]))))["response"]
+    assert resp["allowed"] is False
+    assert "configmap/broken" in resp["status"]["message"]
+    await strict.still_serving()
+
+
+async def test_strict_mode_still_patches_good_objects(strict: Server) -> None:
+    await strict.still_serving()
+
+
+async def test_long_warnings_are_cut(server: Server) -> None:
+    name = "n" * 600
+    resp = (await server.admit(review(_deployment(env_cm(name, "k")))))["response"]
+    (warning,) = resp["warnings"]
+    assert len(warning) == MAX_WARNING and warning.endswith("...")
+
+
+class _Exploding:
+    """A source reader that fails in a way nobody planned for."""
+
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
+        raise RuntimeError("boom")
+
+    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+        raise RuntimeError("boom")
+
+    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("is_strict", [False, True])
+async def test_an_internal_error_admits_unchanged_unless_strict(
+    is_strict: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = _server(strict=is_strict, sources=_Exploding())
+    async with s.client:
+        resp = (await s.admit(review(_deployment(env_cm("cfg", "a")), uid="e")))["response"]
+    assert resp["uid"] == "e" and "patch" not in resp
+    if is_strict:
+        assert resp["allowed"] is False and resp["status"]["code"] == 500
+    else:
+        assert resp["allowed"] is True
+        assert "admitted unchanged" in resp["warnings"][0]
+    assert "boom" in caplog.text  # logged for the operator, not sent to the client
+    assert "boom" not in json.dumps(resp)
+
+
+class _SlowReader:
+    """Answers nothing from memory: admission must read through (off the event loop)."""
+
+    def __init__(self) -> None:
+        self.files = FileSources(HKEY, SOURCES)
+        self.reads = 0
+
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
+        return Miss()
+
+    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+        self.reads += 1
+        return self.files.get(namespace, sid)
+
+    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+        return self.files.get_object(namespace, sid)
+
+
+async def test_a_cache_miss_reads_through() -> None:
+    reader = _SlowReader()
+    s = _server(sources=reader)
+    async with s.client:
+        await s.still_serving()
+    assert reader.reads == 1
+
+
+@dataclass
+class _Writer:
+    fail: bool = False
+    calls: list[tuple[str, list[SnapshotRequest], bool]] = field(default_factory=list)
+
+    def ensure(
+        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+    ) -> list[str]:
+        self.calls.append((namespace, list(requests), dry_run))
+        if self.fail:
+            raise RuntimeError("quota exceeded")
+        return []
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+async def test_snapshot_mode_asks_for_the_copies_before_answering(dry_run: bool) -> None:
+    writer = _Writer()
+    s = _server(mode="snapshot", snapshots=writer)
+    obj = _deployment(env_cm("cfg", "a"))
+    async with s.client:
+        resp = (await s.admit(review(obj, dry_run=dry_run)))["response"]
+    ((namespace, requests, seen_dry_run),) = writer.calls
+    assert namespace == "team-a" and seen_dry_run is dry_run
+    (req,) = requests
+    mutated = jsonpatch.apply_patch(obj, _patch(resp))
+    assert (
+        spec_of(mutated)["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"]["name"]
+        == req.snapshot_name
+    )
+
+
+@pytest.mark.parametrize("is_strict", [False, True])
+async def test_failed_snapshot_copies_never_leave_a_dangling_reference(is_strict: bool) -> None:
+    s = _server(mode="snapshot", snapshots=_Writer(fail=True), strict=is_strict)
+    async with s.client:
+        resp = (await s.admit(review(_deployment(env_cm("cfg", "a")))))["response"]
+    assert "patch" not in resp
+    assert resp["allowed"] is not is_strict
+    text = json.dumps(resp)
+    assert "snapshot copies could not be created" in text
+
+
+# ---- bad input: a clear 4xx, and the server keeps serving ----
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "empty body"),
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe\x00", "not valid JSON"),
+        (b"[]", "not an AdmissionReview"),
+        (b'"AdmissionReview"', "not an AdmissionReview"),
+        (b'{"apiVersion": "v1", "kind": "Pod"}', "not an AdmissionReview"),
+        (b'{"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview"}', "apiVersion"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "no request"),
+        (
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}',
+            "no uid",
+        ),
+        (
+            b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}}',
+            "no uid",
+        ),
+    ],
+    ids=[
+        "empty",
+        "undecodable",
+        "not-utf8",
+        "array",
+        "string",
+        "other-kind",
+        "unknown-version",
+        "no-request",
+        "missing-uid",
+        "empty-uid",
+    ],
+)
+async def test_malformed_reviews_get_400(server: Server, body: bytes, message: str) -> None:
+    resp = await server.client.post(URL, content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400
+    assert resp.headers["content-type"] == "application/json"
+    assert message in resp.json()["error"]
+    await server.still_serving()
+
+
+@pytest.mark.parametrize(
+    "content_type", [None, "text/plain", "application/yaml", "application/json-patch+json"]
+)
+async def test_wrong_content_type_gets_400(server: Server, content_type: str | None) -> None:
+    body = json.dumps(review(_deployment(env_cm("cfg", "a")))).encode()
+    headers = {} if content_type is None else {"content-type": content_type}
+    resp = await server.client.post(URL, content=body, headers=headers)
+    assert resp.status_code == 400
+    assert "content type must be application/json" in resp.json()["error"]
+    await server.still_serving()
+
+
+async def test_json_content_type_with_parameters_is_accepted(server: Server) -> None:
+    body = json.dumps(review(_deployment(env_cm("cfg", "a")))).encode()
+    resp = await server.client.post(
+        URL, content=body, headers={"content-type": "Application/JSON; charset=utf-8"}
+    )
+    assert resp.status_code == 200 and resp.json()["response"]["patch"]
+
+
+async def test_body_over_7_mib_gets_413(server: Server) -> None:
+    body = b" " * (MAX_BODY + 1)  # whitespace: it would even parse as far as it goes
+    resp = await server.client.post(URL, content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 413
+    assert str(MAX_BODY) in resp.json()["error"]
+    await server.still_serving()
+
+
+async def test_body_of_exactly_7_mib_is_read(server: Server) -> None:
+    doc = json.dumps(review(_deployment(env_cm("cfg", "a")))).encode()
+    body = doc + b" " * (MAX_BODY - len(doc))
+    assert len(body) == MAX_BODY
+    resp = await server.client.post(URL, content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 200 and resp.json()["response"]["patch"]
+
+
+class _CountingBody:
+    """A streamed request body that records how much of it the server pulled."""
+
+    def __init__(self, chunks: int, size: int) -> None:
+        self.total = chunks
+        self.size = size
+        self.sent = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for _ in range(self.total):
+            self.sent += 1
+            yield b" " * self.size
+
+
+async def test_declared_length_over_the_limit_is_refused_unread(server: Server) -> None:
+    body = _CountingBody(chunks=8, size=1024 * 1024)  # 8 MiB, announced up front
+    resp = await server.client.post(
+        URL,
+        content=body,
+        headers={"content-type": "application/json", "content-length": str(8 * 1024 * 1024)},
+    )
+    assert resp.status_code == 413
+    assert body.sent == 0
+    await server.still_serving()
+
+
+async def test_streamed_body_over_the_limit_is_cut_off() -> None:
+    s = _server(max_body=4096)
+    body = _CountingBody(chunks=100, size=1024)  # chunked: no Content-Length
+    async with s.client:
+        resp = await s.client.post(URL, content=body, headers={"content-type": "application/json"})
+        assert resp.status_code == 413
+        assert "4096" in resp.json()["error"]
+        assert body.sent <= 5  # stopped at the limit, not read to the end
+        await s.still_serving()
+
+
+async def test_a_small_limit_still_admits_small_bodies() -> None:
+    s = _server(max_body=64 * 1024)
+    async with s.client:
+        await s.still_serving()
+
+
+async def test_only_post_is_served_on_mutate(server: Server) -> None:
+    assert (await server.client.get(URL)).status_code == 405
+    await server.still_serving()
+
+
+# ---- health, readiness, metrics ----
+
+
+async def test_healthz(server: Server) -> None:
+    resp = await server.client.get("http://configpin.test/healthz")
+    assert resp.status_code == 200 and resp.text == "ok"
+
+
+async def test_readyz_follows_the_lifecycle(server: Server) -> None:
+    async def ready() -> int:
+        return (await server.client.get("http://configpin.test/readyz")).status_code
+
+    assert await ready() == 503  # not listening yet
+    server.lifecycle.mark_started()
+    assert await ready() == 200
+    server.lifecycle.begin_shutdown()
+    assert await ready() == 503
+    # liveness is not readiness
+    assert (await server.client.get("http://configpin.test/healthz")).status_code == 200
+
+
+async def test_readyz_waits_for_every_check() -> None:
+    synced = {"cache": False}
+    s = _server(ready_checks=[lambda: synced["cache"]])
+    s.lifecycle.mark_started()
+    async with s.client:
+        assert (await s.client.get("http://configpin.test/readyz")).status_code == 503
+        synced["cache"] = True
+        assert (await s.client.get("http://configpin.test/readyz")).status_code == 200
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    prefix = f"{name}{{{want}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    raise AssertionError(f"no {prefix!r} in metrics:\n{text}")
+
+
+async def test_metrics_count_admissions_and_bad_requests(server: Server) -> None:
+    await server.still_serving()
+    await server.admit(review(_deployment(env_cm("nope", "k"))))
+    await server.admit(review(None, operation="DELETE", old=_deployment()))
+    await server.client.post(URL, content=b"", headers={"content-type": "application/json"})
+    await server.client.post(URL, content=b"{}", headers={"content-type": "text/plain"})
+    resp = await server.client.get("http://configpin.test/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain")
+    text = resp.text
+    counts = {
+        result: _metric(
+            text, "configpin_admissions_total", kind="Deployment", operation="CREATE", result=result
+        )
+        for result in ("patched", "unchanged")
+    }
+    assert counts == {"patched": 1.0, "unchanged": 1.0}
+    assert (
+        _metric(
+            text,
+            "configpin_admissions_total",
+            kind="Deployment",
+            operation="DELETE",
+            result="ignored",
+        )
+        == 1.0
+    )
+    assert _metric(text, "configpin_bad_requests_total", code="400") == 2.0
+    assert _metric(text, "configpin_admission_warnings_total") == 1.0
+    assert _metric(text, "configpin_admission_duration_seconds_count") == 3.0
+
+
+def test_every_app_has_its_own_metrics() -> None:
+    a, b = _server(), _server()
+    assert a.metrics.registry is not b.metrics.registry
+
+
+# ---- helpers used above stay honest ----
+
+
+def test_review_builder_matches_the_wire_format() -> None:
+    body = review(_deployment(), uid="x")
+    req = body["request"]
+    assert req["kind"] == {"group": "apps", "version": "v1", "kind": "Deployment"}
+    assert req["namespace"] == "team-a" and req["operation"] == "CREATE"
+
+
+def test_annotation_names() -> None:
+    # the names the chart and the docs use
+    assert (ANN_CHECKSUM, ANN_SOURCES) == ("configpin.io/checksum", "configpin.io/sources")

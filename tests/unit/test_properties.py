@@ -1,0 +1,271 @@
+"""Invariants over generated inputs (Hypothesis): digests and the idempotence of a plan.
+
+Derandomized and without an example database, so every run checks the same examples: a
+failure is reproducible from the test alone, and CI never turns red by luck.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.conftest import (
+    HKEY,
+    WORKLOAD_KINDS,
+    Store,
+    apply,
+    configmap,
+    container,
+    env_cm,
+    env_secret,
+    envfrom_cm,
+    envfrom_secret,
+    plan,
+    proj_cm,
+    proj_secret,
+    record,
+    recorded_sources,
+    secret,
+    spec_of,
+    vol_cm,
+    vol_projected,
+    vol_secret,
+    workload,
+)
+from webhook.core import digest
+from webhook.core.constants import (
+    ANN_CHECKSUM,
+    ANN_IGNORE,
+    ANN_SOURCES,
+    SERVICE_ACCOUNT_TOKEN_TYPE,
+)
+from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.refs import consumption, find_sites
+
+FAST = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# planning is cheap: look at more pod specs
+PLANS = settings(FAST, max_examples=150)
+
+# Keys as the API server allows them ([-._a-zA-Z0-9]+), from a small pool so that
+# references and contents meet often.
+KEY_POOL = ("a", "b", "c", "app.properties", "tls.crt", "x-y_z", "A")
+keys = st.sampled_from(KEY_POOL)
+values = st.text(max_size=12)
+contents = st.dictionaries(keys, values, max_size=5)
+NAME_POOL = ("cfg", "creds", "shared", "missing")
+
+
+# ---- digests ----
+
+
+@FAST
+@given(data=contents, order=st.randoms(use_true_random=False))
+def test_digest_does_not_depend_on_key_order(data: dict[str, str], order: Any) -> None:
+    items = list(data.items())
+    order.shuffle(items)
+    shuffled = dict(items)
+    for build in (configmap, secret):
+        a, b = record(build("x", data)), record(build("x", shuffled))
+        assert digest.source_digest(HKEY, a) == digest.source_digest(HKEY, b)
+        assert digest.source_digest(HKEY, a, sorted(data)) == digest.source_digest(
+            HKEY, b, list(reversed(sorted(data)))
+        )
+
+
+@FAST
+@given(data=contents, consumed=st.frozensets(keys, min_size=1, max_size=3), other=contents)
+def test_per_key_digest_does_not_depend_on_unrelated_keys(
+    data: dict[str, str], consumed: frozenset[str], other: dict[str, str]
+) -> None:
+    # `changed` agrees with `data` on the consumed keys and differs anywhere else
+    changed = {k: v for k, v in other.items() if k not in consumed}
+    changed.update({k: v for k, v in data.items() if k in consumed})
+    for build in (configmap, secret):
+        before = digest.source_digest(HKEY, record(build("x", data)), consumed)
+        after = digest.source_digest(HKEY, record(build("x", changed)), consumed)
+        assert before == after
+
+
+@FAST
+@given(a=contents, b=contents)
+def test_different_contents_give_different_digests(a: dict[str, str], b: dict[str, str]) -> None:
+    same = a == b
+    assert (
+        digest.source_digest(HKEY, record(configmap("x", a)))
+        == (digest.source_digest(HKEY, record(configmap("x", b))))
+    ) is same
+
+
+@FAST
+@given(data=contents)
+def test_string_data_digests_like_data(data: dict[str, str]) -> None:
+    assert (
+        record(secret("s", string_data=data)).key_digests == record(secret("s", data)).key_digests
+    )
+
+
+@FAST
+@given(mapping=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4))
+def test_checksum_does_not_depend_on_mapping_order(mapping: dict[str, str]) -> None:
+    assert digest.checksum(HKEY, mapping) == digest.checksum(
+        HKEY, dict(reversed(list(mapping.items())))
+    )
+
+
+# ---- idempotence: admitting the output again changes nothing ----
+
+optional = st.sampled_from([None, True, False])
+item_keys = st.none() | st.lists(keys, min_size=1, max_size=3, unique=True)
+names = st.sampled_from(NAME_POOL)
+
+volume = st.one_of(
+    st.builds(lambda n, i, o: vol_cm(n, items=i, optional=o), names, item_keys, optional),
+    st.builds(lambda n, i, o: vol_secret(n, items=i, optional=o), names, item_keys, optional),
+    st.builds(
+        lambda srcs: vol_projected(*srcs),
+        st.lists(
+            st.one_of(
+                st.builds(
+                    lambda n, i, o: proj_cm(n, items=i, optional=o), names, item_keys, optional
+                ),
+                st.builds(
+                    lambda n, i, o: proj_secret(n, items=i, optional=o), names, item_keys, optional
+                ),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    ),
+)
+env = st.one_of(
+    st.builds(lambda n, k, o: env_cm(n, k, optional=o), names, keys, optional),
+    st.builds(lambda n, k, o: env_secret(n, k, optional=o), names, keys, optional),
+    st.just({"name": "PLAIN", "value": "x"}),
+)
+env_from = st.one_of(
+    st.builds(lambda n, o: envfrom_cm(n, optional=o), names, optional),
+    st.builds(lambda n, o: envfrom_secret(n, optional=o), names, optional),
+)
+containers = st.lists(
+    st.builds(
+        lambda e, f: container(env=e, env_from=f),
+        st.lists(env, max_size=3),
+        st.lists(env_from, max_size=2),
+    ),
+    max_size=2,
+)
+
+
+@st.composite
+def pod_specs(draw: st.DrawFn) -> JSONObject:
+    spec: JSONObject = {"containers": draw(containers) or [container()]}
+    for field in ("initContainers", "ephemeralContainers"):
+        if extra := draw(containers):
+            spec[field] = extra
+    vols = draw(st.lists(volume, max_size=3))
+    if vols:
+        for i, v in enumerate(vols):
+            v["name"] = f"v{i}"
+        spec["volumes"] = vols
+    return spec
+
+
+@st.composite
+def stores(draw: st.DrawFn) -> Store:
+    """Some of the named sources exist; some are ignored; a Secret may be a token."""
+    objects = []
+    for name in NAME_POOL[:-1]:  # "missing" never exists
+        if draw(st.booleans()):
+            ann = {ANN_IGNORE: "true"} if draw(st.integers(0, 5)) == 0 else None
+            objects.append(configmap(name, draw(contents), annotations=ann))
+        if draw(st.booleans()):
+            type_ = draw(
+                st.sampled_from(["Opaque", "kubernetes.io/tls", SERVICE_ACCOUNT_TOKEN_TYPE])
+            )
+            objects.append(secret(name, draw(contents), type_=type_))
+    return Store(objects)
+
+
+stale = st.sampled_from(
+    [
+        {},
+        {ANN_CHECKSUM: "0" * 64},
+        {ANN_CHECKSUM: "0" * 64, ANN_SOURCES: '{"configmap/old":"absent"}'},
+        {ANN_SOURCES: "not json", "team": "a/b"},
+    ]
+)
+
+
+@PLANS
+@given(
+    kind=st.sampled_from(WORKLOAD_KINDS),
+    spec=pod_specs(),
+    store=stores(),
+    mode=st.sampled_from(["checksum", "snapshot"]),
+    annotations=stale,
+)
+def test_admitting_the_output_again_gives_an_empty_patch(
+    kind: str, spec: JSONObject, store: Store, mode: str, annotations: dict[str, str]
+) -> None:
+    obj = workload(kind, spec, template_annotations=annotations)
+    first = plan(obj, store, mode=mode)
+    out = apply(obj, first)
+    if mode == "snapshot":
+        store.create_snapshots(first)
+    else:
+        assert first.snapshots == []
+        assert spec_of(out) == spec_of(obj)  # checksum mode never touches references
+    again = plan(out, store, mode=mode)
+    assert again.patch == [], (first.patch, again.patch)
+    assert again.sources == first.sources
+    assert recorded_sources(out) == first.sources
+
+
+@PLANS
+@given(
+    kind=st.sampled_from(("Deployment", "StatefulSet", "CronJob")),
+    spec=pod_specs(),
+    store=stores(),
+    mode=st.sampled_from(["checksum", "snapshot"]),
+    new_content=contents,
+    target=st.sampled_from([SourceKind.CONFIGMAP, SourceKind.SECRET]),
+)
+def test_after_a_change_one_plan_reaches_a_fixed_point(
+    kind: str,
+    spec: JSONObject,
+    store: Store,
+    mode: str,
+    new_content: dict[str, str],
+    target: SourceKind,
+) -> None:
+    obj = workload(kind, spec)
+    first = plan(obj, store, mode=mode)
+    out = apply(obj, first)
+    store.create_snapshots(first)
+    # the source changes (or appears)
+    build = configmap if target is SourceKind.CONFIGMAP else secret
+    store.put(build("shared", new_content))
+    second = plan(out, store, mode="checksum", operation="UPDATE", old=out)
+    out2 = apply(out, second)
+    assert plan(out2, store, mode="checksum", operation="UPDATE", old=out2).patch == []
+    # in checksum mode the recorded digest of the changed source is the live one
+    sid = SourceId(target, "shared")
+    if str(sid) in second.sources and second.sources[str(sid)] != digest.ABSENT:
+        live = store.lookup(sid)
+        assert live is not None
+        assert second.sources[str(sid)] in {
+            digest.source_digest(HKEY, live, k) for k in _consumed_keys(out2, sid)
+        }
+
+
+def _consumed_keys(obj: JSONObject, sid: SourceId) -> list[frozenset[str] | None]:
+    cons = consumption(find_sites(spec_of(obj))).get(sid)
+    return [] if cons is None else [cons.keys]
