@@ -1,0 +1,206 @@
+"""Leader election over a Lease record (an in-memory lock with resourceVersions)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import replace
+
+import pytest
+
+from webhook.controller.leader import LeaderElector, new_identity
+from webhook.kube.lease import LeaseRecord, format_time, parse_time
+
+
+class FakeLock:
+    """A Lease in memory: writes are conditional on the resourceVersion, like the API's."""
+
+    def __init__(self) -> None:
+        self.record: LeaseRecord | None = None
+        self.version = 0
+        self.broken = False
+
+    def describe(self) -> str:
+        return "lease test/leader"
+
+    def _check(self) -> None:
+        if self.broken:
+            raise ConnectionError("API server unreachable")
+
+    def get(self) -> LeaseRecord | None:
+        self._check()
+        return self.record
+
+    def create(self, record: LeaseRecord) -> LeaseRecord | None:
+        self._check()
+        if self.record is not None:
+            return None
+        return self._write(record)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord | None:
+        self._check()
+        if self.record is None or record.resource_version != self.record.resource_version:
+            return None
+        return self._write(record)
+
+    def _write(self, record: LeaseRecord) -> LeaseRecord:
+        self.version += 1
+        self.record = replace(record, resource_version=str(self.version))
+        return self.record
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wall(self) -> datetime.datetime:
+        return datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
+            seconds=self.now
+        )
+
+
+class Candidate:
+    def __init__(self, lock: FakeLock, clock: Clock, name: str, duration: float = 15) -> None:
+        self.events: list[str] = []
+        self.elector = LeaderElector(
+            lock,
+            name,
+            lease_duration=duration,
+            on_started=lambda: self.events.append("started"),
+            on_stopped=lambda: self.events.append("stopped"),
+            clock=clock,
+            wall_clock=clock.wall,
+        )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def test_one_leader_renews_and_a_standby_waits(clock: Clock) -> None:
+    lock = FakeLock()
+    a, b = Candidate(lock, clock, "a"), Candidate(lock, clock, "b")
+    a.elector.step()
+    b.elector.step()
+    assert a.elector.is_leader() and not b.elector.is_leader()
+    assert a.events == ["started"] and b.events == []
+    assert lock.record is not None
+    acquired = lock.record.acquire_time
+    for _ in range(10):  # 50 s of renewals every 5 s: the standby never gets in
+        clock.now += 5
+        a.elector.step()
+        b.elector.step()
+        assert a.elector.is_leader() and not b.elector.is_leader()
+    assert lock.record.holder == "a"
+    assert lock.record.acquire_time == acquired
+    assert lock.record.renew_time is not None and acquired is not None
+    assert lock.record.renew_time > acquired
+    assert lock.record.transitions == 0
+
+
+def test_standby_takes_over_a_lease_nobody_renews(clock: Clock) -> None:
+    lock = FakeLock()
+    a, b = Candidate(lock, clock, "a"), Candidate(lock, clock, "b")
+    a.elector.step()
+    b.elector.step()  # b sees a's record now
+    # a dies. b measures the lease by its own clock from when it saw the record change.
+    clock.now += 14.9
+    b.elector.step()
+    assert not b.elector.is_leader()
+    clock.now += 0.2
+    b.elector.step()
+    assert b.elector.is_leader()
+    assert lock.record is not None
+    assert lock.record.holder == "b" and lock.record.transitions == 1
+
+
+def test_leader_that_cannot_renew_stops_before_anyone_may_take_over(clock: Clock) -> None:
+    lock = FakeLock()
+    a = Candidate(lock, clock, "a")
+    a.elector.step()
+    lock.broken = True
+    clock.now += 5
+    a.elector.step()
+    assert a.elector.is_leader()  # within its renew deadline (10 s of 15)
+    clock.now += 5
+    assert not a.elector.is_leader()  # deadline passed: it stops acting even before the step
+    a.elector.step()
+    assert a.events == ["started", "stopped"]
+
+
+def test_leader_sees_another_holder_and_stops_at_once(clock: Clock) -> None:
+    lock = FakeLock()
+    a = Candidate(lock, clock, "a")
+    a.elector.step()
+    assert lock.record is not None
+    lock._write(replace(lock.record, holder="intruder"))
+    a.elector.step()
+    assert not a.elector.is_leader()
+    assert a.events == ["started", "stopped"]
+
+
+def test_release_lets_the_standby_in_at_once(clock: Clock) -> None:
+    lock = FakeLock()
+    a, b = Candidate(lock, clock, "a"), Candidate(lock, clock, "b")
+    a.elector.step()
+    b.elector.step()
+    a.elector.stop()
+    assert a.events == ["started", "stopped"]
+    assert lock.record is not None and lock.record.holder == ""
+    clock.now += 1  # far less than the lease duration
+    b.elector.step()
+    assert b.elector.is_leader()
+
+
+class StaleReads(FakeLock):
+    """The same Lease, read at a moment that has passed: writes still go to `target`."""
+
+    def __init__(self, target: FakeLock, seen: LeaseRecord) -> None:
+        super().__init__()
+        self.target, self.seen = target, seen
+
+    def get(self) -> LeaseRecord | None:
+        return self.seen
+
+    def update(self, record: LeaseRecord) -> LeaseRecord | None:
+        return self.target.update(record)
+
+
+def test_two_candidates_racing_for_a_free_lease_get_one_winner(clock: Clock) -> None:
+    lock = FakeLock()
+    lock._write(LeaseRecord("", 1, clock.wall(), clock.wall(), 3))
+    assert lock.record is not None
+    both_read = lock.record
+    a = Candidate(lock, clock, "a")
+    b = Candidate(StaleReads(lock, both_read), clock, "b")
+    a.elector.step()  # a writes first
+    b.elector.step()  # b's write carries the version both read: refused
+    assert a.elector.is_leader() and not b.elector.is_leader()
+    assert lock.record.holder == "a" and lock.record.transitions == 4
+
+
+def test_durations_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="retry_period"):
+        LeaderElector(
+            FakeLock(),
+            "a",
+            lease_duration=10,
+            renew_deadline=12,
+            on_started=lambda: None,
+            on_stopped=lambda: None,
+        )
+
+
+def test_identity_is_unique_per_process_start() -> None:
+    assert new_identity() != new_identity()
+
+
+def test_microtime_round_trip() -> None:
+    when = datetime.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.UTC)
+    text = format_time(when)
+    assert text == "2024-05-06T07:08:09.123456Z"
+    assert parse_time(text) == when
+    assert parse_time("nonsense") is None
