@@ -1,0 +1,353 @@
+"""The controller run in the test process against the real API server and controller-manager.
+
+No webhook serves these namespaces: what the workloads carry is what the controller wrote.
+That makes the moments that are hard to reach from outside reachable: a write between the
+controller's read and its patch (409), a watch that expires (410) while a change is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.configpin_proc import INSTANCE_LABEL
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    wait_for,
+)
+from webhook.controller.index import WorkloadRef
+from webhook.controller.rollout import ControllerOptions, RolloutController
+from webhook.core.constants import ANN_OBSERVED, ANN_SOURCES
+from webhook.core.model import JSONObject, SourceKind
+from webhook.kube.cache import SourceCache
+from webhook.kube.raw import Kube, path
+from webhook.kube.workloads import Decision, update_workload
+from webhook.metrics import Metrics
+
+DEPLOYMENTS = "/apis/apps/v1"
+
+
+def _cm(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def _deployment(name: str, cm: str = "app-config", key: str = "a") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "env": [
+                                {
+                                    "name": "A",
+                                    "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}},
+                                }
+                            ],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def _sources(obj: JSONObject) -> dict[str, str]:
+    text = ((obj["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        ANN_SOURCES
+    )
+    return json.loads(text) if text else {}
+
+
+class Cluster:
+    """One namespace of our own, and helpers over the raw client."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.ns = namespace
+
+    def cm(self, name: str, data: dict[str, str]) -> None:
+        self.kube.create(path("configmaps", self.ns), _cm(name, data))
+
+    def set_cm(self, name: str, data: dict[str, str]) -> None:
+        self.kube.patch(
+            path("configmaps", self.ns, name),
+            {"data": data},
+            content_type="application/merge-patch+json",
+        )
+
+    def deployment(self, name: str) -> JSONObject:
+        return self.kube.get(path("deployments", self.ns, name))
+
+    def replicasets(self, name: str) -> int:
+        page = self.kube.get(path("replicasets", self.ns), labelSelector=f"app={name}")
+        return len(page.get("items") or ())
+
+
+@contextlib.contextmanager
+def _namespace(api: client.ApiClient, labels: dict[str, str]) -> Iterator[str]:
+    core = client.CoreV1Api(api)
+    name = f"ctl-{secrets.token_hex(4)}"
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    try:
+        wait_for(lambda: default_service_account_ready(api, name), what="default SA")
+        yield name
+    finally:
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(name)
+
+
+class GatedWatchKube(Kube):
+    """A Kube whose next ConfigMap watch, once armed, waits for the test and then ends with
+    the 410 Expired the API server sends when a watch's resourceVersion is too old."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api)
+        self.armed = threading.Event()
+        self.blocked = threading.Event()
+        self.release = threading.Event()
+
+    @contextlib.contextmanager
+    def watch(
+        self, api_path: str, resource_version: str, **kwargs: Any
+    ) -> Iterator[Iterator[JSONObject]]:
+        if api_path.endswith("/configmaps") and self.armed.is_set():
+            self.armed.clear()
+            self.blocked.set()
+            self.release.wait(30)
+            expired: JSONObject = {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "Expired",
+                    "code": 410,
+                    "message": f"too old resource version: {resource_version}",
+                },
+            }
+            yield iter([expired])
+            return
+        with super().watch(api_path, resource_version, **kwargs) as events:
+            yield events
+
+
+@contextlib.contextmanager
+def running_controller(
+    kube: Kube, selector: str, *, window: float = 0.2, interval: float = 0.0
+) -> Iterator[RolloutController]:
+    metrics = Metrics()
+    cache = SourceCache(kube, secrets.token_bytes(32), metrics)
+    for informer in cache.informers.values():
+        informer.watch_timeout = 2  # the gated watch test needs watches to end often
+    cache.start()
+    ctl = RolloutController(
+        kube,
+        cache.hkey,
+        cache,
+        metrics,
+        ControllerOptions(
+            coalesce_window=window,
+            min_rollout_interval=interval,
+            namespace_selector=selector,
+            own_namespace="configpin-system",
+            leader_elect=False,
+            workers=2,
+            watch_timeout=2,
+        ),
+    )
+    ctl.start()
+    try:
+        wait_for(ctl.acting, timeout=30, what="the controller to sync and act")
+        yield ctl
+    finally:
+        ctl.stop()
+        cache.stop()
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def api(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    with control_plane.api_client() as api:
+        yield api
+
+
+@pytest.fixture
+def instance() -> str:
+    return f"inproc-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def ns(api: client.ApiClient, instance: str) -> Iterator[str]:
+    with _namespace(api, {ENABLED_LABEL: "true", INSTANCE_LABEL: instance}) as name:
+        yield name
+
+
+def test_unstamped_workload_is_stamped_once_then_rolled_on_change(
+    api: client.ApiClient, ns: str, instance: str
+) -> None:
+    kube = Kube(api)
+    c = Cluster(kube, ns)
+    c.cm("app-config", {"a": "1", "b": "1"})
+    kube.create(path("deployments", ns), _deployment("web"))
+    with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}") as ctl:
+        stamped = wait_for(lambda: _sources(c.deployment("web")), what="the stamp")
+        assert set(stamped) == {"configmap/app-config"}
+        assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 1
+        obj = c.deployment("web")
+        assert json.loads(obj["metadata"]["annotations"][ANN_OBSERVED]) == stamped
+
+        current = _value(ctl.metrics, "configpin_rollouts_skipped_total", reason="current")
+        c.set_cm("app-config", {"b": "2"})  # unused key
+        wait_for(
+            lambda: _value(ctl.metrics, "configpin_source_changes_total") >= 1,
+            what="the change seen",
+        )
+        assert _value(ctl.metrics, "configpin_rollouts_skipped_total", reason="current") > current
+        c.set_cm("app-config", {"a": "2"})
+        wait_for(lambda: _sources(c.deployment("web")) != stamped, what="the re-stamp")
+        assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 2
+        assert _value(ctl.metrics, "configpin_change_to_patch_seconds_count") == 2
+
+
+def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: str) -> None:
+    kube = Kube(api)
+    c = Cluster(kube, ns)
+    c.cm("app-config", {"a": "1"})
+    kube.create(path("deployments", ns), _deployment("web"))
+    api_path = path("deployments", ns, "web")
+    writes = 0
+
+    def meanwhile(obj: JSONObject) -> None:
+        nonlocal writes
+        if writes == 0:  # someone else writes the object between our read and our write
+            writes += 1
+            kube.patch(
+                api_path,
+                {"metadata": {"labels": {"touched": "yes"}}},
+                content_type="application/merge-patch+json",
+            )
+
+    def decide(obj: JSONObject) -> Decision:
+        return Decision(
+            [{"op": "add", "path": "/metadata/annotations", "value": {"example.com/x": "1"}}]
+        )
+
+    conflicts: list[int] = []
+    result = update_workload(
+        kube, api_path, decide, before_write=meanwhile, on_conflict=lambda: conflicts.append(1)
+    )
+    assert result.patched and result.conflicts == 1 and conflicts == [1]
+    final = c.deployment("web")
+    assert final["metadata"]["labels"]["touched"] == "yes"  # their write survived
+    assert final["metadata"]["annotations"]["example.com/x"] == "1"  # and ours landed
+
+
+def test_controller_apply_retries_a_conflict(api: client.ApiClient, ns: str, instance: str) -> None:
+    kube = Kube(api)
+    c = Cluster(kube, ns)
+    c.cm("app-config", {"a": "1"})
+    kube.create(path("deployments", ns), _deployment("web"))
+    # A long window: the queued stamp is not done by a worker while we call apply directly.
+    with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}", window=300) as ctl:
+        ref = WorkloadRef("Deployment", ns, "web")
+        wait_for(lambda: ctl.index.get(ref), what="the Deployment indexed")
+        touched: list[str] = []
+
+        def meanwhile(obj: JSONObject) -> None:
+            if not touched:
+                touched.append(obj["metadata"]["resourceVersion"])
+                c.kube.patch(
+                    path("deployments", ns, "web"),
+                    {"metadata": {"labels": {"touched": "yes"}}},
+                    content_type="application/merge-patch+json",
+                )
+
+        assert ctl.apply(ref, before_write=meanwhile) is True
+        assert _value(ctl.metrics, "configpin_patch_conflicts_total") == 1
+        final = c.deployment("web")
+        assert final["metadata"]["labels"]["touched"] == "yes"
+        assert _sources(final) == {"configmap/app-config": _sources(final)["configmap/app-config"]}
+
+
+def test_expired_watch_is_relisted_and_the_change_made_meanwhile_rolls(
+    api: client.ApiClient, ns: str, instance: str
+) -> None:
+    c = Cluster(Kube(api), ns)
+    c.cm("app-config", {"a": "1"})
+    c.kube.create(path("deployments", ns), _deployment("web"))
+    gated = GatedWatchKube(api)
+    with running_controller(gated, f"{INSTANCE_LABEL}={instance}") as ctl:
+        first = wait_for(lambda: _sources(c.deployment("web")), what="the stamp")
+        informer = ctl.cache.informers[SourceKind.CONFIGMAP]
+        relists = informer.relists
+        gated.armed.set()
+        assert gated.blocked.wait(30), "the ConfigMap watch did not restart"
+        # No watch is running: this change can only be found by the relist after the 410.
+        c.set_cm("app-config", {"a": "2"})
+        gated.release.set()
+        wait_for(lambda: _sources(c.deployment("web")) != first, what="the change rolled")
+        assert informer.relists == relists + 1
+        assert (
+            _value(
+                ctl.metrics,
+                "configpin_watch_restarts_total",
+                resource="configmaps",
+                reason="gone",
+            )
+            == 1
+        )
+
+
+def _seen_by_controller(ctl: RolloutController) -> list[tuple[str, str]]:
+    """Source changes, recorded after the controller's own listener has handled each."""
+    seen: list[tuple[str, str]] = []
+    ctl.cache.listeners.append(lambda ns, sid: seen.append((ns, str(sid))))
+    return seen
+
+
+def test_namespace_selection_follows_its_label(api: client.ApiClient, instance: str) -> None:
+    kube = Kube(api)
+    core = client.CoreV1Api(api)
+    with _namespace(api, {INSTANCE_LABEL: f"{instance}-not-yet"}) as ns:
+        c = Cluster(kube, ns)
+        c.cm("app-config", {"a": "1"})
+        kube.create(path("deployments", ns), _deployment("web"))
+        with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}") as ctl:
+            seen = _seen_by_controller(ctl)
+            c.set_cm("app-config", {"a": "2"})
+            wait_for(lambda: (ns, "configmap/app-config") in seen, what="the change handled")
+            assert len(ctl.queue) == 0  # not its namespace: nothing pending
+            assert _value(ctl.metrics, "configpin_source_changes_total") == 0
+            assert _sources(c.deployment("web")) == {}
+
+            core.patch_namespace(ns, {"metadata": {"labels": {INSTANCE_LABEL: instance}}})
+            stamped = wait_for(lambda: _sources(c.deployment("web")), what="stamped once selected")
+
+            core.patch_namespace(ns, {"metadata": {"labels": {INSTANCE_LABEL: "elsewhere"}}})
+            wait_for(lambda: ns not in ctl.namespaces, what="the namespace unselected")
+            seen.clear()
+            c.set_cm("app-config", {"a": "3"})
+            wait_for(lambda: (ns, "configmap/app-config") in seen, what="the change handled")
+            assert len(ctl.queue) == 0
+            assert _sources(c.deployment("web")) == stamped

@@ -1,0 +1,270 @@
+"""The controller's view of a workload: what it indexes, and when it is stale.
+
+The test that matters most: the index and the planner agree. A workload admitted by
+`plan_object` is current; a change to what it consumes makes it stale; the controller's
+plan for it (UPDATE, refresh=the stale sources) makes it current again, and admitting that
+result once more gives an empty patch (the webhook sees the controller's patch too).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    apply,
+    configmap,
+    container,
+    env_cm,
+    envfrom_secret,
+    plan,
+    pod_spec,
+    recorded_sources,
+    secret,
+    spec_of,
+    vol_cm,
+    workload,
+)
+from webhook.controller.index import (
+    CONTROLLED_KINDS,
+    NotIndexed,
+    WorkloadIndex,
+    WorkloadRef,
+    entry_from_object,
+    stale_sources,
+)
+from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, LABEL_SNAPSHOT
+from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.plan import plan_object
+
+CM = SourceId(SourceKind.CONFIGMAP, "app-config")
+SEC = SourceId(SourceKind.SECRET, "app-secret")
+
+
+def _spec() -> JSONObject:
+    """Consumes only key `a` of the ConfigMap (valueFrom) and the whole Secret (envFrom)."""
+    return pod_spec(
+        container(env=[env_cm("app-config", "a")], env_from=[envfrom_secret("app-secret")])
+    )
+
+
+def _store() -> Store:
+    return Store([configmap("app-config", {"a": "1", "b": "1"}), secret("app-secret", {"t": "x"})])
+
+
+def _stale(obj: JSONObject, store: Store, mode: str = "checksum") -> set[SourceId]:
+    return stale_sources(entry_from_object(obj, mode), store.lookup, HKEY)
+
+
+def _controller_update(obj: JSONObject, store: Store, mode: str = "checksum") -> JSONObject:
+    """What the controller writes: the shared planner, as an UPDATE of the object itself."""
+    stale = _stale(obj, store, mode)
+    p = plan_object(
+        obj,
+        hkey=HKEY,
+        lookup=store.lookup,
+        default_mode=mode,
+        operation="UPDATE",
+        old=obj,
+        refresh=stale,
+    )
+    if mode == "snapshot":
+        store.create_snapshots(p)
+    return apply(obj, p)
+
+
+def _admitted(kind: str, store: Store, mode: str = "checksum") -> JSONObject:
+    obj = workload(kind, _spec())
+    p = plan(obj, store, mode=mode)
+    if mode == "snapshot":
+        store.create_snapshots(p)
+    return apply(obj, p)
+
+
+@pytest.mark.parametrize("kind", CONTROLLED_KINDS)
+def test_admitted_workload_is_current_and_a_consumed_change_makes_it_stale(kind: str) -> None:
+    store = _store()
+    obj = _admitted(kind, store)
+    assert _stale(obj, store) == set()
+
+    store.put(configmap("app-config", {"a": "2", "b": "1"}))
+    assert _stale(obj, store) == {CM}
+
+    rolled = _controller_update(obj, store)
+    assert recorded_sources(rolled) != recorded_sources(obj)
+    assert _stale(rolled, store) == set()
+    # The webhook sees the controller's patch as an UPDATE: it must have nothing to add.
+    again = plan(rolled, store, operation="UPDATE", old=obj)
+    assert again.patch == []
+
+
+def test_unused_key_label_and_annotation_changes_are_not_stale() -> None:
+    store = _store()
+    obj = _admitted("Deployment", store)
+    store.put(configmap("app-config", {"a": "1", "b": "changed"}))
+    assert _stale(obj, store) == set()
+    store.put(
+        configmap(
+            "app-config",
+            {"a": "1", "b": "changed"},
+            labels={"team": "x"},
+            annotations={"note": "y"},
+        )
+    )
+    assert _stale(obj, store) == set()
+
+
+def test_items_projection_limits_the_keys_that_count() -> None:
+    store = _store()
+    obj = workload("Deployment", pod_spec(volumes=[vol_cm("app-config", items=["a"])]))
+    obj = apply(obj, plan(obj, store))
+    store.put(configmap("app-config", {"a": "1", "b": "2"}))
+    assert _stale(obj, store) == set()
+    store.put(configmap("app-config", {"a": "9", "b": "2"}))
+    assert _stale(obj, store) == {CM}
+
+
+def test_workload_without_annotations_is_stamped_once() -> None:
+    store = _store()
+    obj = workload("Deployment", _spec())  # admitted while configpin was down
+    assert _stale(obj, store) == {CM, SEC}
+    stamped = _controller_update(obj, store)
+    assert _stale(stamped, store) == set()
+    assert _controller_update(stamped, store) == stamped
+
+
+def test_missing_sources_optional_and_required() -> None:
+    store = Store([])
+    spec = pod_spec(container(env=[env_cm("opt", "k", optional=True), env_cm("req", "k", var="R")]))
+    obj = workload("Deployment", spec)
+    obj = apply(obj, plan(obj, store))
+    assert recorded_sources(obj) == {"configmap/opt": "absent"}
+    # A required source that is missing is not a reason to roll (pods could not start).
+    assert _stale(obj, store) == set()
+    # Creating the optional one is a change; creating the required one too (now recordable).
+    store.put(configmap("opt", {"k": "1"}))
+    store.put(configmap("req", {"k": "1"}))
+    assert _stale(obj, store) == {
+        SourceId(SourceKind.CONFIGMAP, "opt"),
+        SourceId(SourceKind.CONFIGMAP, "req"),
+    }
+    rolled = _controller_update(obj, store)
+    assert _stale(rolled, store) == set()
+    # Deleting a required source rolls nothing.
+    store.delete(SourceId(SourceKind.CONFIGMAP, "req"))
+    assert _stale(rolled, store) == set()
+
+
+def test_ignored_source_never_makes_a_workload_stale() -> None:
+    store = _store()
+    obj = _admitted("Deployment", store)
+    store.put(configmap("app-config", {"a": "2"}, annotations={ANN_IGNORE: "true"}))
+    assert _stale(obj, store) == set()
+
+
+def test_snapshot_mode_rollback_is_current_until_the_source_changes() -> None:
+    store = _store()
+    v1 = _admitted("Deployment", store, mode="snapshot")
+    assert _stale(v1, store, "snapshot") == set()
+
+    store.put(configmap("app-config", {"a": "2", "b": "1"}))
+    assert _stale(v1, store, "snapshot") == {CM}
+    v2 = _controller_update(v1, store, "snapshot")
+    assert _stale(v2, store, "snapshot") == set()
+    assert spec_of(v2) != spec_of(v1)  # points at the copy of the new content
+
+    # `kubectl rollout undo`: the template goes back to v1's copy; the workload's own
+    # record of what it observed stays. Not stale: the controller leaves the rollback alone.
+    undone = json.loads(json.dumps(v2))
+    undone["spec"]["template"] = v1["spec"]["template"]
+    assert _stale(undone, store, "snapshot") == set()
+
+    store.put(configmap("app-config", {"a": "3", "b": "1"}))
+    assert _stale(undone, store, "snapshot") == {CM}
+    v3 = _controller_update(undone, store, "snapshot")
+    assert _stale(v3, store, "snapshot") == set()
+    assert plan(v3, store, mode="snapshot", operation="UPDATE", old=undone).patch == []
+
+
+def test_observed_wins_over_the_template_sources() -> None:
+    store = _store()
+    obj = _admitted("Deployment", store)
+    entry = entry_from_object(obj, "checksum")
+    assert entry.recorded == json.loads(obj["metadata"]["annotations"][ANN_OBSERVED])
+    del obj["metadata"]["annotations"][ANN_OBSERVED]
+    assert entry_from_object(obj, "checksum").recorded == recorded_sources(obj)
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        (workload("Job", pod_spec(volumes=[vol_cm("c")])), "not rolled"),
+        (workload("Pod", pod_spec(volumes=[vol_cm("c")])), "not rolled"),
+        (workload("ReplicaSet", pod_spec(volumes=[vol_cm("c")]), owner="Deployment"), "owned"),
+        (
+            workload("Deployment", pod_spec(volumes=[vol_cm("c")]), annotations={ANN_MODE: "off"}),
+            "mode off",
+        ),
+        (workload("Deployment", pod_spec()), "consumes no"),
+    ],
+)
+def test_workloads_the_controller_leaves_alone(obj: JSONObject, reason: str) -> None:
+    with pytest.raises(NotIndexed, match=reason):
+        entry_from_object(obj, "checksum")
+
+
+def test_server_default_mode_off_indexes_nothing() -> None:
+    obj = workload("Deployment", pod_spec(volumes=[vol_cm("c")]))
+    with pytest.raises(NotIndexed, match="mode off"):
+        entry_from_object(obj, "off")
+    obj["metadata"]["annotations"] = {ANN_MODE: "checksum"}
+    assert entry_from_object(obj, "off").ref.name == "app"
+
+
+def test_snapshot_objects_are_not_indexed() -> None:
+    obj = workload("Deployment", pod_spec(volumes=[vol_cm("c")]))
+    obj["metadata"]["labels"][LABEL_SNAPSHOT] = "true"
+    with pytest.raises(NotIndexed):
+        entry_from_object(obj, "checksum")
+
+
+def test_reverse_index() -> None:
+    store = _store()
+    index = WorkloadIndex()
+    a = _admitted("Deployment", store)
+    b = workload("StatefulSet", pod_spec(volumes=[vol_cm("app-config")]), name="db")
+    index.put(entry_from_object(a, "checksum"))
+    index.put(entry_from_object(b, "checksum"))
+    assert {e.ref.name for e in index.consumers("team-a", CM)} == {"app", "db"}
+    assert {e.ref.name for e in index.consumers("team-a", SEC)} == {"app"}
+    assert index.consumers("team-b", CM) == []
+
+    # The template stops naming the Secret: the index follows.
+    c = workload("Deployment", pod_spec(volumes=[vol_cm("app-config")]))
+    index.put(entry_from_object(c, "checksum"))
+    assert index.consumers("team-a", SEC) == []
+
+    gone = index.replace_kind("StatefulSet", [])
+    assert gone == {WorkloadRef("StatefulSet", "team-a", "db")}
+    assert {e.ref.name for e in index.consumers("team-a", CM)} == {"app"}
+    assert index.remove(WorkloadRef("Deployment", "team-a", "app")) is not None
+    assert len(index) == 0
+    assert index.consumers("team-a", CM) == []
+
+
+def test_snapshot_template_is_indexed_under_its_source() -> None:
+    store = _store()
+    obj = _admitted("Deployment", store, mode="snapshot")
+    names = {
+        ref["name"]
+        for c in spec_of(obj)["containers"]
+        for e in c.get("env", ())
+        for ref in [e["valueFrom"]["configMapKeyRef"]]
+    }
+    assert names != {"app-config"}  # the template points at a copy
+    index = WorkloadIndex()
+    index.put(entry_from_object(obj, "snapshot"))
+    assert [e.ref.name for e in index.consumers("team-a", CM)] == ["app"]

@@ -1,0 +1,155 @@
+"""The rollout queue: coalescing window, minimum interval, one worker per workload."""
+
+from __future__ import annotations
+
+import threading
+
+from tests.integration.controlplane import wait_for
+from webhook.controller.queue import RolloutQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _queue(window: float = 2.0, interval: float = 30.0) -> tuple[RolloutQueue[str, str], Clock]:
+    clock = Clock()
+    return RolloutQueue(window=window, min_interval=interval, clock=clock), clock
+
+
+def test_changes_within_the_window_give_one_item_with_every_source() -> None:
+    q, clock = _queue()
+    assert q.add("web", ["cm/a"]) is False
+    clock.now += 0.5
+    assert q.add("web", ["cm/b"]) is True
+    clock.now += 0.5
+    assert q.add("web", ["cm/a"]) is True
+    assert q.get(timeout=0) is None  # not due: the window runs from the first change
+    clock.now += 1.0
+    item = q.get(timeout=0)
+    assert item is not None
+    key, pending = item
+    assert key == "web"
+    assert pending.sources == {"cm/a", "cm/b"}
+    assert pending.changes == 3
+    assert pending.first_seen == 1000.0
+    assert q.get(timeout=0) is None
+
+
+def test_workloads_are_independent() -> None:
+    q, clock = _queue()
+    q.add("a", ["s"])
+    clock.now += 1
+    q.add("b", ["s"])
+    clock.now += 1
+    first = q.get(timeout=0)
+    assert first is not None and first[0] == "a"
+    assert q.get(timeout=0) is None
+    clock.now += 1
+    second = q.get(timeout=0)
+    assert second is not None and second[0] == "b"
+
+
+def test_minimum_interval_between_rollouts_and_the_latest_content_wins() -> None:
+    q, clock = _queue(window=2, interval=30)
+    q.add("web", ["s"])
+    clock.now += 2
+    item = q.get(timeout=0)
+    assert item is not None
+    q.done("web", rolled=True)
+    rolled_at = clock.now
+
+    # A source that keeps changing: every change folds into one item due at the interval's end.
+    for _ in range(20):
+        clock.now += 1
+        q.add("web", ["s"])
+        assert q.get(timeout=0) is None
+    clock.now = rolled_at + 30 - 0.01
+    assert q.get(timeout=0) is None
+    clock.now = rolled_at + 30
+    item = q.get(timeout=0)
+    assert item is not None
+    assert item[1].changes == 20
+
+
+def test_a_skipped_check_does_not_start_the_interval() -> None:
+    q, _clock = _queue(window=0, interval=30)
+    q.add("web", ["s"])
+    assert q.get(timeout=0) is not None
+    q.done("web", rolled=False)
+    q.add("web", ["s"])
+    assert q.get(timeout=0) is not None
+
+
+def test_a_workload_goes_to_one_worker_at_a_time() -> None:
+    q, _clock = _queue(window=0, interval=0)
+    q.add("web", ["s"])
+    assert q.get(timeout=0) is not None
+    q.add("web", ["t"])  # arrives while a worker is busy with it
+    assert q.get(timeout=0) is None
+    q.done("web", rolled=True)
+    item = q.get(timeout=0)
+    assert item is not None and item[1].sources == {"t"}
+
+
+def test_explicit_delay_for_retries() -> None:
+    q, clock = _queue(window=2, interval=0)
+    q.add("web", ["s"], delay=10)
+    clock.now += 9
+    assert q.get(timeout=0) is None
+    clock.now += 1
+    assert q.get(timeout=0) is not None
+
+
+def test_clear_and_forget() -> None:
+    q, _clock = _queue(window=0, interval=30)
+    q.add("a", ["s"])
+    q.add("b", ["s"])
+    q.forget("a")
+    item = q.get(timeout=0)
+    assert item is not None and item[0] == "b"
+    q.done("b", rolled=True)
+    q.add("c", ["s"])
+    q.clear()
+    assert len(q) == 0
+    assert q.get(timeout=0) is None
+
+
+def test_close_wakes_waiting_workers() -> None:
+    q: RolloutQueue[str, str] = RolloutQueue(window=60, min_interval=0)
+    results: list[object] = []
+    t = threading.Thread(target=lambda: results.append(q.get()))
+    t.start()
+    q.close()
+    t.join(5)
+    assert results == [None]
+
+
+def test_many_workers_drain_many_items() -> None:
+    """Items due at different times reach idle workers (no worker sleeps past a due item)."""
+    q: RolloutQueue[int, str] = RolloutQueue(window=0.01, min_interval=0)
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while (item := q.get()) is not None:
+            with lock:
+                done.append(item[0])
+            q.done(item[0], rolled=True)
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for i in range(500):
+        q.add(i, ["s"])
+    try:
+        wait_for(lambda: len(done) == 500, timeout=10, what="500 items handed out")
+    finally:
+        q.close()
+        for w in workers:
+            w.join(5)
+    assert sorted(done) == list(range(500))

@@ -1,0 +1,223 @@
+"""The reverse index (source -> workloads) and the test of whether a workload is current.
+
+Per workload the index keeps only what the controller decides with: its key, what it
+consumes of which source (the keys, and whether it is required), and the digests it
+recorded (`configpin.io/observed`, else the template's `configpin.io/sources`). A
+workload's whole object is read again, fresh, only when it must be patched.
+
+`stale_sources` mirrors `plan_object`'s rules, so that the index and the planner agree on
+what "current" means: a source needs action when the digest of what the workload consumes
+of it now differs from the digest the workload recorded for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from webhook.core import digest
+from webhook.core.constants import ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT, MODE_OFF
+from webhook.core.model import JSONObject, SourceId, SourceRecord
+from webhook.core.plan import effective_mode, is_controlled, parse_mapping
+from webhook.core.refs import consumption, find_sites, get_path, template_paths
+
+# Kinds the controller re-stamps. Pods and Jobs are absent: their templates are immutable
+# (a Job keeps the config it was created with; its CronJob's jobTemplate is re-stamped).
+CONTROLLED_KINDS: Final = (
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "ReplicationController",
+    "CronJob",
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class WorkloadRef:
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    source: SourceId
+    keys: frozenset[str] | None  # None: every key
+    required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadEntry:
+    ref: WorkloadRef
+    consumes: tuple[Consumed, ...]
+    recorded: Mapping[str, str]  # "configmap/<name>" -> digest it was last brought up to date with
+
+    def index_keys(self) -> set[SourceId]:
+        """The sources whose change concerns this workload: those it names, and those it
+        recorded (a template pointing at a snapshot records the snapshot's source)."""
+        keys = {c.source for c in self.consumes}
+        for text in self.recorded:
+            try:
+                keys.add(SourceId.parse(text))
+            except ValueError:
+                continue
+        return keys
+
+
+class NotIndexed(Exception):
+    """The object is not one the controller acts on; the message says why."""
+
+
+def _annotations(meta: Any) -> Mapping[str, Any]:
+    value = meta.get("annotations") if isinstance(meta, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _intern_keys(keys: frozenset[str] | None) -> frozenset[str] | None:
+    return None if keys is None else frozenset(sys.intern(k) for k in keys)
+
+
+def entry_from_object(obj: JSONObject, default_mode: str) -> WorkloadEntry:
+    """The index entry of a workload; raises NotIndexed (with the reason) for one the
+    controller leaves alone."""
+    kind = str(obj.get("kind", ""))
+    if kind not in CONTROLLED_KINDS:
+        raise NotIndexed(f"kind {kind or '?'} is not rolled")
+    paths = template_paths(kind)
+    assert paths is not None
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
+        raise NotIndexed("configpin's own object")
+    if is_controlled(obj):
+        raise NotIndexed("owned by a controller")
+    mode, _ = effective_mode(obj, default_mode)
+    if mode == MODE_OFF:
+        raise NotIndexed("mode off")
+    pod_spec = get_path(obj, paths[1])
+    if not isinstance(pod_spec, dict):
+        raise NotIndexed("no pod spec")
+    consumes = tuple(
+        Consumed(sid, _intern_keys(c.keys), c.required)
+        for sid, c in consumption(find_sites(pod_spec)).items()
+    )
+    if not consumes:
+        raise NotIndexed("consumes no ConfigMap or Secret")
+    recorded = parse_mapping(_annotations(meta).get(ANN_OBSERVED))
+    if recorded is None:
+        recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES)) or {}
+    ref = WorkloadRef(kind, sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
+    return WorkloadEntry(ref, consumes, {sys.intern(k): v for k, v in recorded.items()})
+
+
+Lookup = Callable[[SourceId], SourceRecord | None]
+
+
+def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[SourceId]:
+    """The sources whose current consumed digest differs from the one the workload recorded.
+
+    Left out, as `plan_object` leaves them unrecorded: a required source that does not exist
+    (rolling would only make pods that cannot start), an ignored one, and the source of a
+    snapshot when that source is gone. An optional source that does not exist is "absent".
+    A template pointing at a snapshot is compared through the snapshot's source: a rollback
+    to an older snapshot is current as long as the source is what the workload observed.
+    """
+    stale: set[SourceId] = set()
+    for c in entry.consumes:
+        record = lookup(c.source)
+        key = c.source
+        if record is not None and record.snapshot_of is not None:
+            key = SourceId(record.kind, record.snapshot_of)
+            record = lookup(key)
+            if record is None:
+                continue
+        if record is None:
+            if c.required:
+                continue
+            current = digest.ABSENT
+        elif record.ignored:
+            continue
+        else:
+            current = digest.source_digest(hkey, record, c.keys)
+        if entry.recorded.get(str(key)) != current:
+            stale.add(key)
+    return stale
+
+
+class WorkloadIndex:
+    """Entries by workload, and workloads by (namespace, source). Thread-safe: the
+    informers write it from their threads, the controller reads it from its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[WorkloadRef, WorkloadEntry] = {}
+        self._by_source: dict[tuple[str, SourceId], set[WorkloadRef]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, ref: WorkloadRef) -> WorkloadEntry | None:
+        return self._entries.get(ref)
+
+    def put(self, entry: WorkloadEntry) -> WorkloadEntry | None:
+        """Insert or replace; returns the entry it replaced."""
+        with self._lock:
+            old = self._entries.get(entry.ref)
+            if old == entry:
+                return old
+            if old is not None:
+                self._unlink(old)
+            self._entries[entry.ref] = entry
+            for sid in entry.index_keys():
+                self._by_source.setdefault((entry.ref.namespace, sid), set()).add(entry.ref)
+            return old
+
+    def remove(self, ref: WorkloadRef) -> WorkloadEntry | None:
+        with self._lock:
+            old = self._entries.pop(ref, None)
+            if old is not None:
+                self._unlink(old)
+            return old
+
+    def _unlink(self, entry: WorkloadEntry) -> None:
+        for sid in entry.index_keys():
+            refs = self._by_source.get((entry.ref.namespace, sid))
+            if refs is not None:
+                refs.discard(entry.ref)
+                if not refs:
+                    del self._by_source[(entry.ref.namespace, sid)]
+
+    def replace_kind(self, kind: str, entries: Iterable[WorkloadEntry]) -> set[WorkloadRef]:
+        """After a relist: the entries of `kind` are exactly `entries`; returns the refs
+        that disappeared."""
+        fresh = {e.ref: e for e in entries}
+        with self._lock:
+            gone = {r for r in self._entries if r.kind == kind and r not in fresh}
+        for ref in gone:
+            self.remove(ref)
+        for entry in fresh.values():
+            self.put(entry)
+        return gone
+
+    def consumers(self, namespace: str, sid: SourceId) -> list[WorkloadEntry]:
+        with self._lock:
+            refs = list(self._by_source.get((namespace, sid), ()))
+            return [self._entries[r] for r in refs]
+
+    def entries(
+        self, *, kind: str | None = None, namespace: str | None = None
+    ) -> Iterator[WorkloadEntry]:
+        with self._lock:
+            chosen = [
+                e
+                for e in self._entries.values()
+                if (kind is None or e.ref.kind == kind)
+                and (namespace is None or e.ref.namespace == namespace)
+            ]
+        return iter(chosen)

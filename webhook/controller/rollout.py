@@ -1,0 +1,459 @@
+"""Rolling on change: re-stamp the pod templates of workloads whose consumed sources changed.
+
+    ConfigMap/Secret watch (SourceCache) --change--> reverse index --stale?--> queue
+    workload watches (one per kind) ---------------> reverse index              |
+    Namespace watch (label selector) --------------> selected namespaces        v
+                                  workers: GET, plan_object (as admission), guarded PATCH
+
+What is "current" is decided from the state recorded on each workload, never from events
+remembered: a workload is stale when a source it consumes now digests differently from the
+digest it recorded (`configpin.io/observed`, else the template's `configpin.io/sources`).
+So the controller checks every workload when it becomes leader and after every relist,
+and checks a source's consumers when the source changes: a restart rolls nothing that is
+current, and a change made while no controller ran rolls once.
+
+Only the leader acts. Informers run on every replica so a standby is ready the moment it
+takes over. Nothing here is on the admission path: if the controller cannot start or fails,
+the webhook keeps serving and `configpin_controller_up` says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from prometheus_client import Gauge
+
+from webhook.controller.index import (
+    NotIndexed,
+    WorkloadEntry,
+    WorkloadIndex,
+    WorkloadRef,
+    entry_from_object,
+    stale_sources,
+)
+from webhook.controller.leader import (
+    AlwaysLeader,
+    Elector,
+    LeaderElector,
+    new_identity,
+)
+from webhook.controller.queue import RolloutQueue
+from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
+from webhook.core.names import pointer
+from webhook.core.plan import plan_object
+from webhook.core.refs import template_paths
+from webhook.kube.cache import SourceCache
+from webhook.kube.informer import Informer
+from webhook.kube.lease import LeaseLock
+from webhook.kube.namespaces import NamespaceSet
+from webhook.kube.raw import Kube
+from webhook.kube.workloads import (
+    Decision,
+    WorkloadKind,
+    discover_kinds,
+    update_workload,
+)
+from webhook.metrics import Metrics
+from webhook.sources import Miss
+
+log = logging.getLogger(__name__)
+
+_RETRY_LIMIT: Final = 6  # failed applies of one workload retried with backoff, then left
+_NEVER_ACT_IN: Final = ("kube-system",)
+
+
+class SnapshotWriter(Protocol):
+    """What snapshot mode needs before a template may point at a copy (see webhook.kube)."""
+
+    def ensure(
+        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+    ) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    default_mode: str = "checksum"
+    coalesce_window: float = 2.0
+    min_rollout_interval: float = 30.0
+    namespace_selector: str = "configpin.io/enabled=true"
+    own_namespace: str = "configpin"
+    leader_elect: bool = True
+    lease_name: str = "configpin-leader"
+    lease_duration: float = 15.0
+    workers: int = 8
+    watch_timeout: int = 300
+    sync_timeout: float = 120.0
+
+
+def _skip_reason(reason: str) -> str:
+    """A short, bounded label value for the skipped metric."""
+    if reason.startswith(("owned by", "configpin's own")):
+        return "not-managed"
+    if reason.startswith("mode off"):
+        return "mode-off"
+    if reason.startswith(("kind ", "no pod spec", "consumes no")):
+        return "not-managed"
+    return reason
+
+
+def _touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
+    paths = template_paths(kind)
+    assert paths is not None
+    prefix = pointer(paths[0][:-1]) + "/"
+    return any(str(op.get("path", "")).startswith(prefix) for op in ops)
+
+
+class _KindHandler:
+    """The informer handler of one workload kind: keeps that kind's index entries."""
+
+    def __init__(self, controller: RolloutController, kind: str) -> None:
+        self.controller = controller
+        self.kind = kind
+
+    def _entry(self, obj: JSONObject) -> WorkloadEntry | None:
+        obj.setdefault("kind", self.kind)  # list items carry no kind
+        try:
+            return entry_from_object(obj, self.controller.options.default_mode)
+        except NotIndexed:
+            return None
+
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        entries = [e for e in map(self._entry, items) if e is not None]
+        c = self.controller
+        for ref in c.index.replace_kind(self.kind, entries):
+            c.queue.forget(ref)
+        c.check_all(kind=self.kind)
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        c = self.controller
+        meta = obj.get("metadata") or {}
+        ref = WorkloadRef(self.kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
+        entry = None if kind == "DELETED" else self._entry(obj)
+        if entry is None:
+            if c.index.remove(ref) is not None and kind == "DELETED":
+                c.queue.forget(ref)
+            return
+        if c.index.put(entry) != entry:
+            c.check(entry)
+
+
+class RolloutController:
+    def __init__(
+        self,
+        kube: Kube,
+        hkey: bytes,
+        cache: SourceCache,
+        metrics: Metrics,
+        options: ControllerOptions,
+        *,
+        snapshots: SnapshotWriter | None = None,
+        identity: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.hkey = hkey
+        self.cache = cache
+        self.metrics = metrics
+        self.options = options
+        self.snapshots = snapshots
+        self.identity = identity or new_identity()
+        self.clock = clock
+        self.index = WorkloadIndex()
+        self.queue: RolloutQueue[WorkloadRef, SourceId] = RolloutQueue(
+            window=options.coalesce_window,
+            min_interval=options.min_rollout_interval,
+            clock=clock,
+        )
+        self.namespaces = NamespaceSet(
+            kube,
+            metrics,
+            label_selector=options.namespace_selector,
+            excluded=(options.own_namespace, *_NEVER_ACT_IN),
+        )
+        self.namespaces.informer.watch_timeout = options.watch_timeout
+        self.kinds: dict[str, WorkloadKind] = {}
+        self.informers: dict[str, Informer] = {}
+        self.elector: Elector | None = None
+        self.up = Gauge(
+            "configpin_controller_up",
+            "1 while the change controller runs (informers synced, workers alive); the "
+            "webhook serves whatever this says.",
+            registry=metrics.registry,
+        )
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._failures: dict[WorkloadRef, int] = {}
+
+    # --- lifecycle
+    def start(self) -> None:
+        """Start in the background: never blocks, never raises into the caller."""
+        t = threading.Thread(target=self._start, name="controller-start", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _start(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                self._start_once()
+                return
+            except Exception as e:
+                log.error("controller could not start (%s); retrying in %.0fs", e, backoff)
+                self.up.set(0)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def _start_once(self) -> None:
+        if not self.kinds:
+            self.kinds = {k.kind: k for k in discover_kinds(self.kube)}
+        if not self.informers:
+            self.cache.listeners.append(self.source_changed)
+            self.namespaces.listeners.append(self.namespace_selected)
+            self.namespaces.start()
+            for kind in self.kinds.values():
+                informer = Informer(
+                    self.kube,
+                    kind.resource,
+                    _KindHandler(self, kind.kind),
+                    self.metrics,
+                    prefix=kind.prefix,
+                    watch_timeout=self.options.watch_timeout,
+                )
+                self.informers[kind.kind] = informer
+                informer.start()
+        deadline = time.monotonic() + self.options.sync_timeout
+        waiting = [self.namespaces.informer, *self.informers.values()]
+        for informer in waiting:
+            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"the watch of {informer.resource} did not sync")
+        if not self.cache.wait_synced(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the ConfigMap/Secret cache did not sync")
+        if self._stop.is_set():
+            return
+        self._synced.set()
+        for i in range(max(1, self.options.workers)):
+            t = threading.Thread(target=self._work, name=f"rollout-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.options.leader_elect:
+            lock = LeaseLock(self.kube, self.options.own_namespace, self.options.lease_name)
+            self.elector = LeaderElector(
+                lock,
+                self.identity,
+                lease_duration=self.options.lease_duration,
+                on_started=self._started_leading,
+                on_stopped=self._stopped_leading,
+                on_change=lambda leading: self.metrics.is_leader.set(1 if leading else 0),
+            )
+        else:
+            self.elector = AlwaysLeader(self._started_leading, self._stopped_leading)
+            self.metrics.is_leader.set(1)
+        self.up.set(1)
+        log.info(
+            "controller started: %d workloads indexed, kinds %s, identity %s",
+            len(self.index),
+            ", ".join(sorted(self.kinds)),
+            self.identity,
+        )
+        self.elector.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.elector is not None:
+            self.elector.stop()  # releases the Lease: a standby takes over at once
+        self.queue.close()
+        self.namespaces.stop()
+        for informer in self.informers.values():
+            informer.stop()
+        if self.source_changed in self.cache.listeners:
+            self.cache.listeners.remove(self.source_changed)
+        for t in self._threads:
+            t.join(5.0)
+        self.up.set(0)
+        self.metrics.is_leader.set(0)
+
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def is_leader(self) -> bool:
+        return self.elector is not None and self.elector.is_leader()
+
+    def acting(self) -> bool:
+        return self._synced.is_set() and not self._stop.is_set() and self.is_leader()
+
+    # --- leadership
+    def _started_leading(self) -> None:
+        log.info("leading: checking every workload against its recorded state")
+        self.check_all()
+
+    def _stopped_leading(self) -> None:
+        log.info("not leading any more: dropping %d pending rollouts", len(self.queue))
+        self.queue.clear()
+
+    # --- checks (called from watch threads: in memory only, no API calls)
+    def _peek(self, namespace: str) -> Callable[[SourceId], SourceRecord | None]:
+        cache = self.cache
+
+        def lookup(sid: SourceId) -> SourceRecord | None:
+            found = cache.peek(namespace, sid)
+            return None if isinstance(found, Miss) else found
+
+        return lookup
+
+    def check(self, entry: WorkloadEntry, *, seen: float | None = None) -> bool:
+        """Queue the workload if it is stale; True when it was."""
+        if not self.acting() or entry.ref.namespace not in self.namespaces:
+            return False
+        stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
+        if not stale:
+            self.metrics.skipped.labels("current").inc()
+            return False
+        if self.queue.add(entry.ref, stale, seen=seen):
+            self.metrics.coalesced.inc()
+        return True
+
+    def check_all(self, *, kind: str | None = None, namespace: str | None = None) -> int:
+        if not self.acting():
+            return 0
+        now = self.clock()
+        queued = sum(
+            self.check(e, seen=now) for e in self.index.entries(kind=kind, namespace=namespace)
+        )
+        if queued:
+            log.info("%d workloads are not current: rolling them", queued)
+        return queued
+
+    def source_changed(self, namespace: str, sid: SourceId) -> None:
+        """SourceCache listener: a source's content or presence changed."""
+        consumers = self.index.consumers(namespace, sid)
+        if not consumers or namespace not in self.namespaces:
+            return
+        self.metrics.changes_seen.inc()
+        now = self.clock()
+        for entry in consumers:
+            self.check(entry, seen=now)
+
+    def namespace_selected(self, namespace: str) -> None:
+        self.check_all(namespace=namespace)
+
+    # --- workers
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            item = self.queue.get(timeout=1.0)
+            if item is None:
+                continue
+            ref, pending = item
+            rolled = False
+            try:
+                rolled = self.apply(ref, pending.sources, first_seen=pending.first_seen)
+                self._failures.pop(ref, None)
+            except Exception as e:
+                self._retry_later(ref, pending.sources, pending.first_seen, e)
+            finally:
+                self.queue.done(ref, rolled=rolled)
+
+    def _retry_later(
+        self, ref: WorkloadRef, sources: set[SourceId], first_seen: float, error: Exception
+    ) -> None:
+        n = self._failures.get(ref, 0) + 1
+        self.metrics.skipped.labels("error").inc()
+        if n > _RETRY_LIMIT:
+            self._failures.pop(ref, None)
+            log.error("%s: giving up after %d failures (%s)", ref, n, error)
+            return
+        self._failures[ref] = n
+        delay = min(2.0**n, 60.0)
+        log.warning("%s: rollout failed (%s); retrying in %.0fs", ref, error, delay)
+        self.queue.add(ref, sources, seen=first_seen, delay=delay)
+
+    def apply(
+        self,
+        ref: WorkloadRef,
+        changed: Iterable[SourceId] = (),
+        *,
+        first_seen: float | None = None,
+        before_write: Callable[[JSONObject], None] | None = None,
+    ) -> bool:
+        """Bring one workload up to date (read fresh, plan as admission does, guarded patch).
+        True when its pod template changed, i.e. a rollout started."""
+        if not self.is_leader():
+            return False
+        if ref.namespace not in self.namespaces:
+            self.metrics.skipped.labels("namespace").inc()
+            return False
+        kind = self.kinds[ref.kind]
+        lookup = self._peek(ref.namespace)
+        cache, namespace = self.cache, ref.namespace
+
+        def read(sid: SourceId) -> SourceRecord | None:
+            return cache.get(namespace, sid)
+
+        def decide(obj: JSONObject) -> Decision:
+            obj.setdefault("kind", ref.kind)
+            try:
+                entry = entry_from_object(obj, self.options.default_mode)
+            except NotIndexed as e:
+                return Decision.leave(_skip_reason(str(e)))
+            stale = stale_sources(entry, lookup, self.hkey)
+            if not stale:
+                return Decision.leave("current")
+            plan = plan_object(
+                obj,
+                hkey=self.hkey,
+                lookup=read,
+                default_mode=self.options.default_mode,
+                operation="UPDATE",
+                old=obj,
+                refresh=stale,
+            )
+            if plan.skipped is not None:
+                return Decision.leave(_skip_reason(plan.skipped))
+            if not plan.patch:
+                return Decision.leave("unchanged")
+            if plan.snapshots:
+                if self.snapshots is None:
+                    log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
+                    return Decision.leave("no-snapshots")
+                for warning in self.snapshots.ensure(namespace, plan.snapshots, dry_run=False):
+                    log.warning("%s: %s", ref, warning)
+            if not self.is_leader():
+                return Decision.leave("not-leader")
+            for warning in plan.warnings:
+                log.warning("%s: %s", ref, warning)
+            return Decision(plan.patch)
+
+        result = update_workload(
+            self.kube,
+            kind.path(ref.namespace, ref.name),
+            decide,
+            on_conflict=self.metrics.conflicts.inc,
+            before_write=before_write,
+        )
+        if not result.patched:
+            self.metrics.skipped.labels(result.skip or "unchanged").inc()
+            return False
+        assert result.obj is not None
+        entry = self._entry_or_none(result.obj)
+        if entry is not None:
+            self.index.put(entry)  # the watch will say the same; until then, do not re-check
+        if not _touches_template(ref.kind, result.ops):
+            self.metrics.skipped.labels("record-only").inc()
+            return False
+        self.metrics.rollouts.labels(ref.kind).inc()
+        if first_seen is not None:
+            self.metrics.rollout_latency.observe(max(0.0, self.clock() - first_seen))
+        names = ", ".join(sorted(map(str, changed))) or "recorded state"
+        log.info("re-stamped %s: %s changed", ref, names)
+        return True
+
+    def _entry_or_none(self, obj: JSONObject) -> WorkloadEntry | None:
+        try:
+            return entry_from_object(obj, self.options.default_mode)
+        except NotIndexed:
+            return None

@@ -1,0 +1,91 @@
+"""Which namespaces the controller acts in: one watch of Namespaces, by label selector.
+
+A namespace that starts to match (the label was added) is reported, so the controller can
+look at its workloads; one that stops matching, or begins terminating, is simply no longer
+selected. With a label selector the API server sends ADDED and DELETED as objects start and
+stop matching, so the set follows label changes without any filtering here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Iterable
+
+from webhook.core.model import JSONObject
+from webhook.kube.informer import Informer
+from webhook.kube.raw import Kube
+from webhook.metrics import Metrics
+
+NamespaceListener = Callable[[str], None]
+"""Called (namespace) from the watch thread when a namespace became selected."""
+
+
+def _active(obj: JSONObject) -> bool:
+    meta = obj.get("metadata") or {}
+    phase = (obj.get("status") or {}).get("phase")
+    return not meta.get("deletionTimestamp") and phase != "Terminating"
+
+
+class NamespaceSet:
+    """The selected namespaces (informer handler). `excluded` are never selected."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        metrics: Metrics,
+        *,
+        label_selector: str,
+        excluded: Collection[str] = (),
+    ) -> None:
+        self.excluded = frozenset(excluded)
+        self.listeners: list[NamespaceListener] = []
+        self._names: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+        self.informer = Informer(
+            kube, "namespaces", self, metrics, label_selector=label_selector or None
+        )
+
+    def __contains__(self, namespace: object) -> bool:
+        return namespace in self._names
+
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    def _keep(self, obj: JSONObject) -> str | None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        return name if name and name not in self.excluded and _active(obj) else None
+
+    # --- InformerHandler
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        fresh = frozenset(n for n in map(self._keep, items) if n is not None)
+        with self._lock:
+            added = fresh - self._names
+            self._names = fresh
+        for name in sorted(added):
+            self._notify(name)
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        kept = None if kind == "DELETED" else self._keep(obj)
+        with self._lock:
+            was = name in self._names
+            if kept is not None:
+                self._names = self._names | {kept}
+            elif was:
+                self._names = self._names - {name}
+        if kept is not None and not was:
+            self._notify(kept)
+
+    def _notify(self, namespace: str) -> None:
+        for listener in self.listeners:
+            listener(namespace)
+
+    # --- lifecycle
+    def start(self) -> None:
+        self.informer.start()
+
+    def stop(self) -> None:
+        self.informer.stop()
+
+    def synced(self) -> bool:
+        return self.informer.synced.is_set()
