@@ -8,6 +8,7 @@ from pathlib import Path
 
 from webhook.certs import ensure_dev_certs
 from webhook.config import Settings
+from webhook.controller.rollout import ControllerOptions, RolloutController, SnapshotEnsurer
 from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
@@ -32,6 +33,38 @@ def _tls(settings: Settings) -> ReloadingTLSContext:
     )
     log.info("serving with development certificates from %s/", settings.certs_dir)
     return ReloadingTLSContext(cert, key)
+
+
+def _rollout_controller(
+    settings: Settings,
+    kube: Kube,
+    hkey: bytes,
+    cache: SourceCache,
+    metrics: Metrics,
+    *,
+    snapshots: SnapshotEnsurer | None = None,
+) -> RolloutController:
+    """Rolling on change. It starts in the background once the cache has synced, and the
+    webhook serves whatever becomes of it (`configpin_controller_up` tells)."""
+    controller = RolloutController(
+        kube,
+        hkey,
+        cache,
+        metrics,
+        ControllerOptions(
+            default_mode=settings.mode,
+            coalesce_window=settings.coalesce_window,
+            min_rollout_interval=settings.min_rollout_interval,
+            namespace_selector=settings.namespace_selector,
+            own_namespace=settings.namespace,
+            leader_elect=settings.leader_elect,
+            lease_name=settings.lease_name,
+            lease_duration=settings.lease_duration,
+        ),
+        snapshots=snapshots,
+    )
+    controller.start()
+    return controller
 
 
 def serve(settings: Settings) -> int:
@@ -63,6 +96,9 @@ def serve(settings: Settings) -> int:
         ready_checks.append(cache.synced)
         sources = cache
         log.info("reading sources from the cluster at %s", api.configuration.host)
+        if settings.controller:
+            controller = _rollout_controller(settings, kube, hkey, cache, metrics)
+            stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
     admitter = Admitter(
         hkey=hkey,
         sources=sources,

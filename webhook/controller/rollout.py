@@ -67,7 +67,7 @@ _RETRY_LIMIT: Final = 6  # failed applies of one workload retried with backoff, 
 _NEVER_ACT_IN: Final = ("kube-system",)
 
 
-class SnapshotWriter(Protocol):
+class SnapshotEnsurer(Protocol):
     """What snapshot mode needs before a template may point at a copy (see webhook.kube)."""
 
     def ensure(
@@ -151,7 +151,7 @@ class RolloutController:
         metrics: Metrics,
         options: ControllerOptions,
         *,
-        snapshots: SnapshotWriter | None = None,
+        snapshots: SnapshotEnsurer | None = None,
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

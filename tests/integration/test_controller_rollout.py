@@ -1,0 +1,294 @@
+"""Rolling on change, end to end: configpin (webhook and controller) against the real API
+server and controller-manager. A rollout is what the controller-manager makes of a new pod
+template: a new ReplicaSet (Deployment) or ControllerRevision (StatefulSet, DaemonSet).
+
+This module runs its own configpin (instance `ctl`) with a short coalescing window and no
+minimum interval; its namespaces carry the instance label, so no other configpin acts there.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.configpin_proc import (
+    INSTANCE_LABEL,
+    Configpin,
+    ensure_namespace,
+    running_configpin,
+)
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    wait_for,
+)
+from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
+from webhook.kube.raw import Kube, path
+from webhook.kube.workloads import cronjob_prefix
+
+INSTANCE = "ctl"
+WINDOW = 0.5
+SETTLE = WINDOW + 2.0  # long enough for a rollout that should not happen to have happened
+
+
+@pytest.fixture(scope="module")
+def cp(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Configpin]:
+    args = [
+        "--coalesce-window", str(WINDOW),
+        "--min-rollout-interval", "0",
+        "--lease-name", f"configpin-leader-{INSTANCE}",
+    ]  # fmt: skip
+    with control_plane.api_client() as api:
+        ensure_namespace(api)
+    with running_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-ctl"),
+        args=args,
+        instance=INSTANCE,
+        webhook_name="configpin-ctl",
+    ) as proc:
+        wait_for(lambda: proc.metric("configpin_leader") == 1, what="configpin leading")
+        yield proc
+
+
+@pytest.fixture
+def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
+    core = client.CoreV1Api(k8s)
+    name = f"roll-{secrets.token_hex(4)}"
+    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def kube(k8s: client.ApiClient) -> Kube:
+    return Kube(k8s)
+
+
+# --- builders
+
+
+def _cm(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def _pod_spec(cm: str = "app-config", key: str | None = "a") -> dict[str, Any]:
+    """Consumes `key` of the ConfigMap through valueFrom (all keys, envFrom, when None)."""
+    c: dict[str, Any] = {"name": "app", "image": "registry.invalid/app:1"}
+    if key is None:
+        c["envFrom"] = [{"configMapRef": {"name": cm}}]
+    else:
+        c["env"] = [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}}}]
+    return {"containers": [c]}
+
+
+def _workload(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    template = {"metadata": {"labels": {"app": name}}, "spec": spec}
+    selector = {"matchLabels": {"app": name}}
+    body: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}}
+    body["metadata"].update(meta)
+    if kind == "Deployment":
+        body["spec"] = {"replicas": 1, "selector": selector, "template": template}
+    elif kind == "StatefulSet":
+        body["spec"] = {"serviceName": name, "selector": selector, "template": template}
+    else:
+        body["spec"] = {"selector": selector, "template": template}
+    return body
+
+
+def _resource(kind: str) -> str:
+    return kind.lower() + "s"
+
+
+def _sources(obj: dict[str, Any]) -> dict[str, str]:
+    text = ((obj["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        ANN_SOURCES
+    )
+    return json.loads(text) if text else {}
+
+
+def _set_cm(kube: Kube, ns: str, name: str, patch: dict[str, Any]) -> None:
+    kube.patch(path("configmaps", ns, name), patch, content_type="application/merge-patch+json")
+
+
+def _count(kube: Kube, resource: str, ns: str, selector: str) -> int:
+    return len(kube.get(path(resource, ns), labelSelector=selector).get("items") or ())
+
+
+def _replicasets(kube: Kube, ns: str, app: str) -> int:
+    return _count(kube, "replicasets", ns, f"app={app}")
+
+
+def _revisions(kube: Kube, ns: str, app: str) -> int:
+    return _count(kube, "controllerrevisions", ns, f"app={app}")
+
+
+def _dry_run_sources(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str, str]:
+    """What admission would record for this workload now (a server-side dry run)."""
+    created = kube.create(path(_resource(body["kind"]), ns), body, dryRun="All")
+    return _sources(created)
+
+
+def _changes_seen(cp: Configpin) -> float:
+    return cp.metric("configpin_source_changes_total")
+
+
+# --- tests
+
+
+def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns: str) -> None:
+    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1", "b": "1"}))
+    body = _workload("Deployment", "web", _pod_spec())
+    created = kube.create(path("deployments", ns), body)
+    before = _sources(created)
+    assert set(before) == {"configmap/app-config"}
+    wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
+    rollouts = cp.metric("configpin_rollouts_total", kind="Deployment")
+    restamped = cp.metric(
+        "configpin_admissions_total", kind="Deployment", operation="UPDATE", result="patched"
+    )
+
+    _set_cm(kube, ns, "app-config", {"data": {"a": "2"}})
+
+    wait_for(lambda: _replicasets(kube, ns, "web") == 2, what="a second ReplicaSet")
+    dep = kube.get(path("deployments", ns, "web"))
+    assert _sources(dep) != before
+    # The controller recorded what it brought the workload up to date with, and it is what
+    # admission records for the same template now.
+    assert json.loads(dep["metadata"]["annotations"][ANN_OBSERVED]) == _sources(dep)
+    assert _sources(dep) == _dry_run_sources(kube, ns, _workload("Deployment", "x", _pod_spec()))
+    assert cp.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
+    # The controller's patch went through the webhook, which had nothing to change.
+    assert (
+        cp.metric(
+            "configpin_admissions_total", kind="Deployment", operation="UPDATE", result="patched"
+        )
+        == restamped
+    )
+    assert cp.metric("configpin_change_to_patch_seconds_count") >= 1
+
+
+@pytest.mark.parametrize("kind", ["StatefulSet", "DaemonSet"])
+def test_consumed_key_change_rolls_statefulsets_and_daemonsets(
+    cp: Configpin, kube: Kube, ns: str, kind: str
+) -> None:
+    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
+    created = kube.create(path(_resource(kind), ns), _workload(kind, "app", _pod_spec(key=None)))
+    before = _sources(created)
+    wait_for(lambda: _revisions(kube, ns, "app") == 1, what="the first ControllerRevision")
+
+    _set_cm(kube, ns, "app-config", {"data": {"a": "2", "new": "x"}})
+
+    wait_for(lambda: _revisions(kube, ns, "app") == 2, what="a second ControllerRevision")
+    obj = kube.get(path(_resource(kind), ns, "app"))
+    assert _sources(obj) != before
+    assert obj["status"].get("updateRevision", "new") != obj["status"].get("currentRevision")
+
+
+def test_unused_key_label_and_annotation_changes_roll_nothing(
+    cp: Configpin, kube: Kube, ns: str
+) -> None:
+    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1", "b": "1"}))
+    body = _workload("Deployment", "web", _pod_spec(key="a"))
+    created = kube.create(path("deployments", ns), body)
+    wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
+    seen = _changes_seen(cp)
+    current = cp.metric("configpin_rollouts_skipped_total", reason="current")
+
+    _set_cm(kube, ns, "app-config", {"data": {"b": "2"}})  # a key the Deployment does not use
+    wait_for(lambda: _changes_seen(cp) == seen + 1, what="the unused-key change seen")
+    assert cp.metric("configpin_rollouts_skipped_total", reason="current") > current
+
+    _set_cm(kube, ns, "app-config", {"metadata": {"labels": {"team": "x"}}})
+    _set_cm(kube, ns, "app-config", {"metadata": {"annotations": {"note": "y"}}})
+    # A barrier: the watch delivers in order, so once this change is seen, so were the two
+    # metadata changes before it (which the cache does not even report).
+    _set_cm(kube, ns, "app-config", {"data": {"b": "3"}})
+    wait_for(lambda: _changes_seen(cp) == seen + 2, what="the barrier change seen")
+    time.sleep(SETTLE)  # nothing to wait for: a rollout that should not happen
+    assert _replicasets(kube, ns, "web") == 1
+    assert _sources(kube.get(path("deployments", ns, "web"))) == _sources(created)
+
+
+def test_a_burst_of_changes_gives_one_rollout(cp: Configpin, kube: Kube, ns: str) -> None:
+    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
+    kube.create(path("deployments", ns), _workload("Deployment", "web", _pod_spec()))
+    wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
+    coalesced = cp.metric("configpin_changes_coalesced_total")
+    rollouts = cp.metric("configpin_rollouts_total", kind="Deployment")
+
+    for value in ("2", "3", "4"):
+        _set_cm(kube, ns, "app-config", {"data": {"a": value}})
+
+    wait_for(lambda: _replicasets(kube, ns, "web") == 2, what="the rollout")
+    time.sleep(SETTLE)  # a second rollout, if there were one, would have started by now
+    assert _replicasets(kube, ns, "web") == 2
+    assert cp.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
+    assert cp.metric("configpin_changes_coalesced_total") == coalesced + 2
+    # The one rollout carries the latest content.
+    latest = _dry_run_sources(kube, ns, _workload("Deployment", "x", _pod_spec()))
+    assert _sources(kube.get(path("deployments", ns, "web"))) == latest
+
+
+def test_mode_off_workloads_and_owned_replicasets_are_left_alone(
+    cp: Configpin, kube: Kube, ns: str
+) -> None:
+    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
+    off = _workload("Deployment", "off", _pod_spec(), annotations={ANN_MODE: "off"})
+    kube.create(path("deployments", ns), off)
+    kube.create(path("deployments", ns), _workload("Deployment", "on", _pod_spec()))
+    wait_for(lambda: _replicasets(kube, ns, "on") == 1, what="the first ReplicaSet")
+    wait_for(lambda: _replicasets(kube, ns, "off") == 1, what="the first ReplicaSet (off)")
+
+    _set_cm(kube, ns, "app-config", {"data": {"a": "2"}})
+
+    wait_for(lambda: _replicasets(kube, ns, "on") == 2, what="the rollout of `on`")
+    time.sleep(SETTLE)
+    assert _replicasets(kube, ns, "off") == 1
+    assert _replicasets(kube, ns, "on") == 2  # its old ReplicaSet was not patched into a third
+
+
+def test_cronjob_job_template_is_restamped(cp: Configpin, kube: Kube, ns: str) -> None:
+    prefix = cronjob_prefix(kube)
+    assert prefix is not None
+    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
+    spec = {**_pod_spec(), "restartPolicy": "Never"}
+    cronjob = {
+        "apiVersion": prefix.removeprefix("/apis/"),
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "jobTemplate": {"spec": {"template": {"spec": spec}}},
+        },
+    }
+    created = kube.create(path("cronjobs", ns, prefix=prefix), cronjob)
+
+    def sources(obj: dict[str, Any]) -> dict[str, str]:
+        meta = obj["spec"]["jobTemplate"]["spec"]["template"].get("metadata") or {}
+        return json.loads((meta.get("annotations") or {}).get(ANN_SOURCES, "{}"))
+
+    before = sources(created)
+    assert set(before) == {"configmap/app-config"}
+    _set_cm(kube, ns, "app-config", {"data": {"a": "2"}})
+    wait_for(
+        lambda: sources(kube.get(path("cronjobs", ns, "nightly", prefix=prefix))) != before,
+        what="the CronJob's jobTemplate re-stamped",
+    )
+    assert cp.metric("configpin_rollouts_total", kind="CronJob") >= 1
+
+
+def test_webhook_keeps_serving_and_controller_reports_up(cp: Configpin) -> None:
+    assert cp.get("/readyz")[0] == 200
+    assert cp.metric("configpin_controller_up") == 1
