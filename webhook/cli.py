@@ -22,6 +22,7 @@ from webhook.core.plan import plan_object
 from webhook.core.snapshot import snapshot_object
 from webhook.digestkey import ensure_key_file, load_key_file, new_key_text
 from webhook.kube.client import connect
+from webhook.kube.raw import Kube
 from webhook.kube.webhookconfig import set_ca_bundle
 from webhook.serve import serve
 from webhook.sources import EMBEDDED_MANIFESTS, FileSources, iter_manifests
@@ -175,7 +176,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
                 "no cluster configured: the webhook configuration was not changed", file=sys.stderr
             )
             return 1
-        set_ca_bundle(api, args.webhook_config_name, bundle.ca_cert_pem)
+        set_ca_bundle(Kube(api), args.webhook_config_name, bundle.ca_cert_pem)
         print(f"put the CA bundle into MutatingWebhookConfiguration {args.webhook_config_name}")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.raw import Kube
+from webhook.kube.selfcerts import SelfManagedCerts
 from webhook.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
@@ -25,7 +27,27 @@ from webhook.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
 log = logging.getLogger("configpin")
 
 
-def _tls(settings: Settings) -> ReloadingTLSContext:
+def _tls(
+    settings: Settings, kube: Kube | None, stoppers: list[Callable[[], None]]
+) -> ReloadingTLSContext:
+    if settings.self_signed_certs and kube is not None:
+        certs = SelfManagedCerts(
+            kube,
+            namespace=settings.namespace,
+            secret=settings.cert_secret,
+            service=settings.service_name,
+            webhook_config=settings.webhook_config_name,
+            out_dir=Path(tempfile.mkdtemp(prefix="configpin-certs-")),
+        )
+        certs.reconcile()
+        certs.start()
+        stoppers.append(certs.stop)
+        log.info(
+            "serving with self-managed certificates from Secret %s/%s",
+            settings.namespace,
+            settings.cert_secret,
+        )
+        return ReloadingTLSContext(certs.cert_file, certs.key_file)
     if settings.tls_cert and settings.tls_key:
         return ReloadingTLSContext(settings.tls_cert, settings.tls_key)
     cert, key, _ca = ensure_dev_certs(
@@ -73,6 +95,7 @@ def serve(settings: Settings) -> int:
     ready_checks: list[Callable[[], bool]] = []
     stoppers: list[Callable[[], None]] = []
     api = connect(settings.kubeconfig)
+    kube: Kube | None = None
     sources: SourceReader
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
@@ -112,7 +135,7 @@ def serve(settings: Settings) -> int:
             app,
             host=settings.host,
             port=settings.port,
-            tls=_tls(settings),
+            tls=_tls(settings, kube, stoppers),
             lifecycle=lifecycle,
             shutdown_delay=settings.shutdown_delay,
             drain_timeout=settings.drain_timeout,

@@ -44,6 +44,7 @@ class Configpin:
     ca_file: Path
     log_path: Path
     webhook_name: str | None = None
+    verify: bool = True
     _ctx: ssl.SSLContext | None = field(default=None, repr=False)
 
     @property
@@ -53,6 +54,10 @@ class Configpin:
     def _context(self) -> ssl.SSLContext:
         if self._ctx is None:
             self._ctx = ssl.create_default_context(cafile=str(self.ca_file))
+            if not self.verify:
+                # configpin serves a certificate of its own making (--self-signed-certs)
+                self._ctx.check_hostname = False
+                self._ctx.verify_mode = ssl.CERT_NONE
         return self._ctx
 
     def get(self, route: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -117,6 +122,7 @@ def start_configpin(
     failure_policy: str = "Ignore",
     ready_timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    verify: bool = True,
 ) -> Configpin:
     """Start one configpin process; wait until /readyz says ready; register its webhook."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -135,6 +141,8 @@ def start_configpin(
         "--namespace", CONFIGPIN_NAMESPACE,
         "--namespace-selector", selector,
         "--shutdown-delay", "0", "--drain-timeout", "5",
+        # instances in one test run must not wait on each other's leader lease
+        "--lease-name", f"configpin-leader-{instance or 'session'}",
         *args,
     ]  # fmt: skip
     log_path = workdir / f"configpin-{port}.log"
@@ -142,7 +150,9 @@ def start_configpin(
     child_env.pop("KUBECONFIG", None)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env)
-    cp = Configpin(proc, port, (certs / "ca.crt").read_bytes(), certs / "ca.crt", log_path)
+    cp = Configpin(
+        proc, port, (certs / "ca.crt").read_bytes(), certs / "ca.crt", log_path, verify=verify
+    )
     deadline = time.monotonic() + ready_timeout
     while True:
         if proc.poll() is not None:

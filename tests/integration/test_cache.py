@@ -124,7 +124,9 @@ def test_admission_answers_from_the_cache_without_api_calls(
 def test_concurrent_starters_converge_on_one_digest_key(kube: Kube, k8s: client.ApiClient) -> None:
     ns = "configpin-keytest"
     try:
-        client.CoreV1Api(k8s).create_namespace({"metadata": {"name": ns}})
+        client.CoreV1Api(k8s).create_namespace(
+            client.V1Namespace.model_validate({"metadata": {"name": ns}})
+        )
     except client.ApiException as e:
         assert e.status == 409
     keys: list[bytes] = []

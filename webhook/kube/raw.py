@@ -129,7 +129,7 @@ class Kube:
                 self._url(api_path, query),
                 body=data,
                 headers=self._headers(content_type or (JSON if data is not None else None)),
-                timeout=urllib3.Timeout(*timeout)
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
                 if isinstance(timeout, tuple)
                 else (timeout or self.timeout),
                 preload_content=False,

@@ -3,38 +3,31 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
 
-from kubernetes import client
-
-from webhook.kube.errors import translate
+from webhook.kube.raw import Kube, path
 
 
-def set_ca_bundle(api: client.ApiClient, name: str, ca_pem: bytes) -> bool:
-    """Put `ca_pem` into every webhook of the configuration; False if it was already there."""
-    adm = client.AdmissionregistrationV1Api(api)
+def set_ca_bundle(kube: Kube, name: str, ca_pem: bytes) -> bool:
+    """Put `ca_pem` into every webhook of the configuration; False if it was already there.
+
+    The patch is guarded by the resourceVersion read (a `test` op), so a concurrent writer
+    makes it fail rather than be overwritten."""
+    api_path = path("mutatingwebhookconfigurations", name=name)
+    current = kube.get(api_path)
     bundle = base64.b64encode(ca_pem).decode()
-    with translate(f"MutatingWebhookConfiguration {name}"):
-        current: Any = adm.read_mutating_webhook_configuration(name)
-    hooks = current.webhooks or []
-    if all(h.client_config.ca_bundle == bundle for h in hooks):
+    hooks = current.get("webhooks") or []
+    if all((h.get("clientConfig") or {}).get("caBundle") == bundle for h in hooks):
         return False
-    patch = [
-        {
-            "op": "replace" if h.client_config.ca_bundle else "add",
-            "path": f"/webhooks/{i}/clientConfig/caBundle",
-            "value": bundle,
-        }
-        for i, h in enumerate(hooks)
-    ]
-    patch.insert(
-        0,
+    patch: list[dict[str, object]] = [
         {
             "op": "test",
             "path": "/metadata/resourceVersion",
-            "value": current.metadata.resource_version,
-        },
-    )
-    with translate(f"MutatingWebhookConfiguration {name}"):
-        adm.patch_mutating_webhook_configuration(name, patch)
+            "value": current["metadata"]["resourceVersion"],
+        }
+    ]
+    patch += [
+        {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+        for i in range(len(hooks))
+    ]
+    kube.patch(api_path, patch)
     return True
