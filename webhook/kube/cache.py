@@ -14,10 +14,11 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, Protocol
 
 from webhook.core import digest
+from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.informer import Informer
@@ -33,6 +34,30 @@ _RECENT_MAX: Final = 10_000
 
 ChangeListener = Callable[[str, SourceId], None]
 """Called (namespace, source) from a watch thread when a source's content or presence changed."""
+
+
+class SnapshotObserver(Protocol):
+    """Sees configpin's own copies go by on the cache's watches (no second watch of the same
+    resource). Called from the watch threads; must not keep the objects (they hold values)."""
+
+    def relisted(self, kind: SourceKind, copies: Sequence[JSONObject]) -> None:
+        """Every object of `kind` labelled as a snapshot, after a (re)list."""
+        ...
+
+    def event(self, kind: SourceKind, event: str, obj: JSONObject) -> None:
+        """Every watch event of `kind` (copies or not: a label can be removed)."""
+        ...
+
+
+def is_snapshot(obj: JSONObject) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_SNAPSHOT) == "true"
+
+
+def _observe(fn: Callable[..., None], *args: object) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
 class _Entry:
@@ -84,14 +109,20 @@ class _KindIndex:
 
     def relisted(self, items: Iterable[JSONObject]) -> None:
         fresh: dict[str, dict[str, _Entry]] = {}
+        observers = self.cache.snapshot_observers
+        copies: list[JSONObject] = []
         for obj in items:
             meta = obj.get("metadata") or {}
             entry = self._entry(obj)
             if entry is not None:
                 ns = sys.intern(str(meta.get("namespace", "")))
                 fresh.setdefault(ns, {})[str(meta.get("name", ""))] = entry
+            if observers and is_snapshot(obj):
+                copies.append(obj)
         old, self.by_ns = self.by_ns, fresh
         self.cache.update_gauge(self.kind)
+        for observer in observers:
+            _observe(observer.relisted, self.kind, copies)
         # Whatever changed while we were not watching is a change like any other.
         if self.cache.listeners and self.cache.informers[self.kind].relists > 0:
             for ns in old.keys() | fresh.keys():
@@ -116,6 +147,8 @@ class _KindIndex:
             else:
                 names[name] = after
         self.cache.forget_recent(self.kind, ns, name)
+        for observer in self.cache.snapshot_observers:
+            _observe(observer.event, self.kind, kind, obj)
         if (before is None) != (after is None) or (after is not None and not after.same(before)):
             self.cache.update_gauge(self.kind)
             self.cache.notify(ns, SourceId(self.kind, name))
@@ -129,6 +162,7 @@ class SourceCache:
         self.hkey = hkey
         self.metrics = metrics
         self.listeners: list[ChangeListener] = []
+        self.snapshot_observers: list[SnapshotObserver] = []  # add before start()
         self._keysets: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._types: dict[str, str] = {}
         self._recent: dict[tuple[SourceKind, str, str], tuple[float, SourceRecord | None]] = {}

@@ -1,0 +1,608 @@
+"""How long snapshot copies live: adoption by the revisions that use them, and a safe sweep.
+
+Adoption: a copy gets an ownerReference to every ReplicaSet, ControllerRevision (StatefulSet
+and DaemonSet revisions keep the template in `data.spec.template`), Job and bare Pod whose pod
+spec references it, so the Kubernetes garbage collector removes the copy exactly when the
+last revision using it is removed (`revisionHistoryLimit`, a deleted Job or Pod). One watch
+per owner kind; the objects are not kept, only which copies each one references.
+
+Sweep: copies that nothing owns (an admission that never persisted, owners' references
+lost) and that are older than the grace period are marked (an annotation with the time); a
+later pass, at least one grace period after the mark, lists everything in the namespace
+that can reference a copy (workload templates, revisions, pods) and deletes the copy only if
+nothing does, with preconditions on its uid and resourceVersion. A re-use in between
+(adoption, or the writer un-marking the copy before an admission points at it) changes the
+resourceVersion, so the delete fails and the copy stays.
+
+Only the leader adopts and sweeps (`is_leader`); every replica keeps the index and writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from webhook.core import digest
+from webhook.core.constants import ANN_SOURCES
+from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
+from webhook.core.names import snapshot_name
+from webhook.core.plan import is_controlled, parse_mapping
+from webhook.core.refs import Path, find_sites, get_path, template_paths
+from webhook.kube.cache import SourceCache
+from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.informer import Informer
+from webhook.kube.raw import Kube, path
+from webhook.kube.snapshots import (
+    Copy,
+    CopyKey,
+    SnapshotIndex,
+    SnapshotWriter,
+    add_owners,
+    delete_unchanged,
+    mark,
+    unmark,
+)
+from webhook.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+NamespaceFilter = Callable[[str], bool]
+
+
+class Namespaces(Protocol):
+    """The namespaces the controller acts in (webhook.kube.namespaces.NamespaceSet)."""
+
+    def __contains__(self, namespace: object) -> bool: ...
+
+    def synced(self) -> bool: ...
+
+
+# A copy's name ends in `-<10 hex>` (webhook.core.names.snapshot_name): only such names are
+# remembered per owner; whether one really is a copy is the index's answer.
+_COPY_NAME: Final = re.compile(r"-[0-9a-f]{10}$")
+
+
+def _always(_namespace: str) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerKind:
+    resource: str
+    api_version: str
+    kind: str
+    template: Path  # where the pod template is (metadata + spec); () for a Pod itself
+
+
+OWNER_KINDS: Final = (
+    OwnerKind("replicasets", "apps/v1", "ReplicaSet", ("spec", "template")),
+    OwnerKind("controllerrevisions", "apps/v1", "ControllerRevision", ("data", "spec", "template")),
+    OwnerKind("jobs", "batch/v1", "Job", ("spec", "template")),
+    OwnerKind("pods", "v1", "Pod", ()),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A revision (or bare Pod) that references copies: what adoption and repair need."""
+
+    kind: OwnerKind
+    namespace: str
+    name: str
+    uid: str
+    copies: frozenset[CopyKey]  # referenced names that look like copies
+    sources: frozenset[SourceId]  # the sources its template records (configpin.io/sources)
+
+    @property
+    def reference(self) -> JSONObject:
+        return {
+            "apiVersion": self.kind.api_version,
+            "kind": self.kind.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+
+
+def pod_specs(kind: str, obj: JSONObject) -> Iterator[JSONObject]:
+    """The pod spec(s) an object of `kind` carries (a ControllerRevision: its template's)."""
+    if kind == "ControllerRevision":
+        spec = get_path(obj, ("data", "spec", "template", "spec"))
+    else:
+        paths = template_paths(kind)
+        spec = get_path(obj, paths[1]) if paths is not None else None
+    if isinstance(spec, dict):
+        yield spec
+
+
+def referenced_names(specs: Iterable[JSONObject]) -> set[tuple[SourceKind, str]]:
+    return {(site.source.kind, site.source.name) for spec in specs for site in find_sites(spec)}
+
+
+def owner_of(kind: OwnerKind, obj: JSONObject) -> Owner | None:
+    """The Owner an object would be, or None if it references no copy-like name (or cannot
+    own anything any more: it is being deleted; a Pod is its controller's business)."""
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp") or not meta.get("uid"):
+        return None
+    if kind.kind == "Pod" and is_controlled(obj):
+        return None
+    namespace = str(meta.get("namespace", ""))
+    names = referenced_names(pod_specs(kind.kind, obj))
+    copies = frozenset((k, namespace, n) for k, n in names if _COPY_NAME.search(n))
+    if not copies:
+        return None
+    template_meta = get_path(obj, (*kind.template, "metadata"))
+    recorded = parse_mapping(((template_meta or {}).get("annotations") or {}).get(ANN_SOURCES))
+    sources = set()
+    for text in recorded or {}:
+        try:
+            sources.add(SourceId.parse(text))
+        except ValueError:
+            continue
+    return Owner(
+        kind, namespace, str(meta.get("name", "")), str(meta["uid"]), copies, frozenset(sources)
+    )
+
+
+class _OwnerWatch:
+    """InformerHandler of one owner kind: feeds the adopter, keeps nothing itself."""
+
+    def __init__(self, adopter: SnapshotAdopter, kind: OwnerKind) -> None:
+        self.adopter = adopter
+        self.kind = kind
+
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        owners = (owner_of(self.kind, obj) for obj in items)
+        self.adopter.replace_owners(self.kind, [o for o in owners if o is not None])
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        owner = None if kind == "DELETED" else owner_of(self.kind, obj)
+        self.adopter.put_owner(uid, owner)
+
+
+class SnapshotAdopter:
+    """Gives every copy an ownerReference to each revision that uses it; re-creates a copy
+    that a live revision references but that is gone, when its source still has that content
+    (a race with the garbage collector, a manual delete)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        cache: SourceCache,
+        index: SnapshotIndex,
+        writer: SnapshotWriter,
+        hkey: bytes,
+        metrics: Metrics,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        namespace_filter: NamespaceFilter = _always,
+        resync: float = 300.0,
+    ) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.index = index
+        self.writer = writer
+        self.hkey = hkey
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.namespace_filter = namespace_filter
+        self.resync = resync
+        self._lock = threading.Lock()
+        self._owners: dict[str, Owner] = {}
+        self._by_copy: dict[CopyKey, set[str]] = {}
+        self._pending: dict[CopyKey, None] = {}  # an ordered set
+        self._delayed: dict[CopyKey, float] = {}
+        self._wake = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lost: set[CopyKey] = set()
+        self.informers = [
+            Informer(kube, k.resource, _OwnerWatch(self, k), metrics) for k in OWNER_KINDS
+        ]
+        index.listeners.append(self._copy_changed)
+
+    # --- lifecycle
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        self._thread = threading.Thread(target=self._run, name="snapshot-adopter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for informer in self.informers:
+            informer.stop()
+        with self._wake:
+            self._wake.notify_all()
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    # --- the owner index (from the informers' threads)
+    def _link(self, owner: Owner) -> None:
+        self._owners[owner.uid] = owner
+        for key in owner.copies:
+            self._by_copy.setdefault(key, set()).add(owner.uid)
+
+    def _unlink(self, uid: str) -> Owner | None:
+        owner = self._owners.pop(uid, None)
+        if owner is not None:
+            for key in owner.copies:
+                users = self._by_copy.get(key)
+                if users is not None:
+                    users.discard(uid)
+                    if not users:
+                        del self._by_copy[key]
+        return owner
+
+    def put_owner(self, uid: str, owner: Owner | None) -> None:
+        with self._lock:
+            before = self._unlink(uid)
+            if owner is not None:
+                self._link(owner)
+                if before is None or before.copies != owner.copies:
+                    self._enqueue(owner.copies)
+
+    def replace_owners(self, kind: OwnerKind, owners: list[Owner]) -> None:
+        with self._lock:
+            for uid in [u for u, o in self._owners.items() if o.kind == kind]:
+                self._unlink(uid)
+            for owner in owners:
+                self._link(owner)
+                self._enqueue(owner.copies)
+
+    def _copy_changed(self, key: CopyKey, _copy: Copy | None) -> None:
+        with self._lock:
+            if key in self._by_copy:
+                self._enqueue((key,))
+
+    def _enqueue(self, keys: Iterable[CopyKey]) -> None:
+        """With the lock held."""
+        for key in keys:
+            self._pending[key] = None
+        self._wake.notify()
+
+    def users(self, key: CopyKey) -> list[Owner]:
+        with self._lock:
+            return [self._owners[u] for u in self._by_copy.get(key, ())]
+
+    # --- the worker
+    def _run(self) -> None:
+        leading = False
+        next_resync = 0.0
+        while not self._stop.is_set():
+            with self._wake:
+                now = time.monotonic()
+                for due_key, due in list(self._delayed.items()):
+                    if due <= now:
+                        del self._delayed[due_key]
+                        self._pending[due_key] = None
+                if not self._pending:
+                    self._wake.wait(1.0)
+                key = next(iter(self._pending), None)
+                if key is not None:
+                    del self._pending[key]
+            if self._stop.is_set():
+                return
+            if not self.is_leader():
+                leading = False  # what is pending now is looked at again on leading
+                continue
+            if not self.synced():
+                if key is not None:
+                    self._retry(key, 1.0)
+                continue
+            if not leading or time.monotonic() >= next_resync:
+                # Newly leading (or periodically): look at everything once.
+                leading, next_resync = True, time.monotonic() + self.resync
+                self.resync_all()
+            if key is None:
+                continue
+            try:
+                self.reconcile(key)
+            except Exception as e:
+                log.warning("adopting %s/%s in %s failed (%s); retrying", key[0], key[2], key[1], e)
+                self._retry(key, 5.0)
+
+    def _retry(self, key: CopyKey, delay: float) -> None:
+        with self._lock:
+            self._delayed[key] = time.monotonic() + delay
+
+    def resync_all(self) -> None:
+        with self._lock:
+            self._enqueue([*self._by_copy, *(c.key for c in self.index.copies())])
+
+    def reconcile(self, key: CopyKey) -> str:
+        """Make one copy owned by every live object that uses it. Returns what was done."""
+        kind, namespace, name = key
+        if not self.namespace_filter(namespace):
+            return "not selected"
+        owners = self.users(key)
+        copy = self.index.get(key)
+        if copy is None:
+            return self._repair(key, owners) if owners else "absent"
+        missing = [o for o in owners if o.uid not in copy.owners]
+        if not missing:
+            return "current"
+        try:
+            add_owners(self.kube, key, [o.reference for o in missing])
+        except NotFound:
+            return self._repair(key, owners)
+        self.metrics.snapshots_adopted.inc(len(missing))
+        log.info(
+            "%s/%s in %s now owned by %s",
+            kind,
+            name,
+            namespace,
+            ", ".join(f"{o.kind.kind}/{o.name}" for o in missing),
+        )
+        return "adopted"
+
+    def _alive(self, owner: Owner) -> bool:
+        try:
+            obj = self.kube.get(path(owner.kind.resource, owner.namespace, owner.name))
+        except NotFound:
+            return False
+        meta = obj.get("metadata") or {}
+        return meta.get("uid") == owner.uid and not meta.get("deletionTimestamp")
+
+    def _repair(self, key: CopyKey, owners: list[Owner]) -> str:
+        """A revision references a copy that does not exist: make it again if a revision that
+        uses it is still alive and one of its recorded sources still has exactly that content
+        (the name says which content)."""
+        kind, namespace, name = key
+        if self.cache.get(namespace, SourceId(kind, name)) is not None:
+            return "not a copy"  # exists and is not labelled as a snapshot: someone's own object
+        # The usual case: the garbage collector removed the copy after its last owner, and the
+        # owner's deletion has not reached us yet.
+        alive = [o for o in owners if self._alive(o)]
+        if not alive:
+            return "owners gone"
+        for sid in sorted({s for o in alive for s in o.sources if s.kind is kind}):
+            record: SourceRecord | None = self.cache.get(namespace, sid)
+            if record is None or record.ignored or record.snapshot_of is not None:
+                continue
+            content = digest.source_digest(self.hkey, record)
+            if snapshot_name(sid.name, content) != name:
+                continue
+            self.writer.ensure(namespace, [SnapshotRequest(sid, name, content)])
+            log.warning("re-created %s/%s in %s, which a revision uses", kind, name, namespace)
+            return "repaired"
+        if key not in self._lost:
+            self._lost.add(key)
+            log.warning(
+                "%s/%s in %s is gone but %s uses it, and its source has other content now",
+                kind,
+                name,
+                namespace,
+                ", ".join(f"{o.kind.kind}/{o.name}" for o in alive),
+            )
+        return "lost"
+
+
+# --- the sweep
+
+# What can reference a copy in a namespace: every workload kind's template, revisions, pods.
+_REFERRERS: Final = (
+    ("pods", "Pod", ("/api/v1",)),
+    ("replicationcontrollers", "ReplicationController", ("/api/v1",)),
+    ("deployments", "Deployment", ("/apis/apps/v1",)),
+    ("statefulsets", "StatefulSet", ("/apis/apps/v1",)),
+    ("daemonsets", "DaemonSet", ("/apis/apps/v1",)),
+    ("replicasets", "ReplicaSet", ("/apis/apps/v1",)),
+    ("controllerrevisions", "ControllerRevision", ("/apis/apps/v1",)),
+    ("jobs", "Job", ("/apis/batch/v1",)),
+    # batch/v1 serves CronJobs from 1.21; older servers only batch/v1beta1.
+    ("cronjobs", "CronJob", ("/apis/batch/v1", "/apis/batch/v1beta1")),
+)
+
+
+@dataclass
+class SweepResult:
+    marked: list[str] = field(default_factory=list)
+    unmarked: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # referenced, or re-used before the delete
+
+
+class SnapshotSweeper:
+    def __init__(
+        self,
+        kube: Kube,
+        index: SnapshotIndex,
+        metrics: Metrics,
+        *,
+        grace: float,
+        is_leader: Callable[[], bool] = lambda: True,
+        namespace_filter: NamespaceFilter = _always,
+        interval: float | None = None,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.index = index
+        self.metrics = metrics
+        self.grace = grace
+        self.is_leader = is_leader
+        self.namespace_filter = namespace_filter
+        self.interval = interval if interval is not None else min(max(grace / 4, 0.5), 30.0)
+        self.wall = wall
+        self.monotonic = monotonic
+        self._marked_seen: dict[str, float] = {}  # uid -> when this process first saw the mark
+        self._referenced_until: dict[str, float] = {}  # uid -> no need to look again before
+        self._prefix: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="snapshot-sweep", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self.is_leader():
+                self._marked_seen.clear()  # a later leadership starts its own clock
+                continue
+            try:
+                result = self.run_once()
+            except Exception:
+                log.exception("snapshot sweep failed")
+                continue
+            if result.deleted:
+                log.info("swept %d unused snapshot copies", len(result.deleted))
+
+    def run_once(self) -> SweepResult:
+        result = SweepResult()
+        now, mono = self.wall(), self.monotonic()
+        copies = [c for c in self.index.copies() if self.namespace_filter(c.namespace)]
+        live = {c.uid for c in copies}
+        for table in (self._marked_seen, self._referenced_until):
+            for uid in [u for u in table if u not in live]:
+                del table[uid]
+        candidates: dict[str, list[Copy]] = {}
+        for c in copies:
+            if c.unused_since is None:
+                self._marked_seen.pop(c.uid, None)
+            if c.owners:
+                if c.unused_since is not None:  # adopted since it was marked: tidy up
+                    self._unmark(c, result)
+                continue
+            if now - c.created < self.grace or self._referenced_until.get(c.uid, 0.0) > mono:
+                continue
+            candidates.setdefault(c.namespace, []).append(c)
+        for namespace, group in sorted(candidates.items()):
+            try:
+                used = self.referenced(namespace)
+            except KubeError as e:
+                log.warning("sweep: cannot list what %s references (%s); next time", namespace, e)
+                continue
+            for c in group:
+                self._sweep_one(c, used, result)
+        return result
+
+    def _sweep_one(self, c: Copy, used: set[tuple[SourceKind, str]], result: SweepResult) -> None:
+        what = f"{c.kind.value}/{c.name}"
+        mono = self.monotonic()
+        if (c.kind, c.name) in used:
+            # A template that no revision has taken up yet (a paused Deployment, a CronJob
+            # between runs, a ReplicationController): keep it, and look again a grace later.
+            self._referenced_until[c.uid] = mono + self.grace
+            result.kept.append(what)
+            if c.unused_since is not None:
+                self._unmark(c, result)
+            return
+        if c.unused_since is None:
+            try:
+                mark(self.kube, c, self.wall())
+            except KubeError as e:  # changed meanwhile (409) or gone: look again next pass
+                log.debug("sweep: not marking %s in %s: %s", what, c.namespace, e)
+                return
+            self._marked_seen[c.uid] = mono
+            result.marked.append(what)
+            return
+        first_seen = self._marked_seen.setdefault(c.uid, mono)
+        if mono - first_seen < self.grace:
+            return  # writers get a full grace period to see the mark and un-mark on re-use
+        if delete_unchanged(self.kube, c):
+            self.metrics.snapshots_swept.inc()
+            result.deleted.append(what)
+            log.info("swept unused %s in %s (marked %s)", what, c.namespace, c.unused_since)
+        else:
+            result.kept.append(what)  # re-used (or gone) since we looked
+
+    def _unmark(self, c: Copy, result: SweepResult) -> None:
+        try:
+            unmark(self.kube, c.key)
+        except KubeError as e:
+            log.debug("sweep: un-marking %s/%s: %s", c.kind, c.name, e)
+            return
+        self._marked_seen.pop(c.uid, None)
+        result.unmarked.append(f"{c.kind.value}/{c.name}")
+
+    def referenced(self, namespace: str) -> set[tuple[SourceKind, str]]:
+        """Every ConfigMap/Secret name that anything in the namespace references, read fresh
+        from the API server (never from a cache that may lag a re-use)."""
+        names: set[tuple[SourceKind, str]] = set()
+        for resource, kind, prefixes in _REFERRERS:
+            names |= referenced_names(
+                spec
+                for obj in self._list(resource, namespace, prefixes)
+                for spec in pod_specs(kind, obj)
+            )
+        return names
+
+    def _list(self, resource: str, namespace: str, prefixes: tuple[str, ...]) -> list[JSONObject]:
+        known = self._prefix.get(resource)
+        for prefix in (known,) if known else prefixes:
+            try:
+                items = [
+                    item
+                    for page in self.kube.list_pages(path(resource, namespace, prefix=prefix))
+                    for item in page.get("items") or ()
+                ]
+            except NotFound:
+                continue
+            self._prefix[resource] = prefix
+            return items
+        raise NotFound(f"list {resource}", 404, "no API version of it is served")
+
+
+class SnapshotLifetime:
+    """The adopter and the sweep, started and stopped together by `configpin serve`.
+
+    They act in the namespaces the controller acts in (`namespaces`, started by its owner),
+    and only while `is_leader()`."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        cache: SourceCache,
+        index: SnapshotIndex,
+        writer: SnapshotWriter,
+        hkey: bytes,
+        metrics: Metrics,
+        *,
+        grace: float,
+        namespaces: Namespaces,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.namespaces = namespaces
+        self.adopter = SnapshotAdopter(
+            kube,
+            cache,
+            index,
+            writer,
+            hkey,
+            metrics,
+            is_leader=lambda: is_leader() and namespaces.synced(),
+            namespace_filter=namespaces.__contains__,
+        )
+        self.sweeper = SnapshotSweeper(
+            kube,
+            index,
+            metrics,
+            grace=grace,
+            is_leader=lambda: is_leader() and self.ready(),
+            namespace_filter=namespaces.__contains__,
+        )
+
+    def ready(self) -> bool:
+        return self.namespaces.synced() and self.adopter.synced() and self.adopter.cache.synced()
+
+    def start(self) -> None:
+        self.adopter.start()
+        self.sweeper.start()
+
+    def stop(self) -> None:
+        self.sweeper.stop()
+        self.adopter.stop()
