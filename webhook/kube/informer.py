@@ -3,10 +3,12 @@ the server ends the stream, relist on 410 Gone (kopf `watching.py`, client-go re
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import random
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from webhook.core.model import JSONObject
@@ -15,6 +17,30 @@ from webhook.kube.raw import Kube, path
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        fn = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def release_memory() -> None:
+    """Give freed heap back to the OS. A list parses whole pages of full objects (Secret
+    values included) to keep a few digests of each; without this, glibc keeps those pages'
+    memory mapped and RSS stays at the high-water mark of the largest list."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 class InformerHandler(Protocol):
@@ -38,7 +64,10 @@ class Informer:
         prefix: str | None = None,
         label_selector: str | None = None,
         watch_timeout: int = 300,
-        page_size: int = 500,
+        # Small pages keep the transient parse of full objects small: with 500 the freed
+        # memory fragments and RSS grows ~400 B per cached object instead of ~260 B
+        # (bench/cache_memory.py); the price is a slower first sync (40k objects: 6 s vs 2 s).
+        page_size: int = 100,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -79,6 +108,7 @@ class Informer:
                 yield from page.get("items") or ()
 
         self.handler.relisted(items())
+        release_memory()
         self.resource_version = last.get("rv", "")
         self.relists += 1
         self.synced.set()
