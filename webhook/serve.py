@@ -10,12 +10,14 @@ from pathlib import Path
 from webhook.certs import ensure_dev_certs
 from webhook.config import Settings
 from webhook.controller.rollout import ControllerOptions, RolloutController, SnapshotEnsurer
+from webhook.controller.snapshots import SnapshotLifetime
 from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.raw import Kube
 from webhook.kube.selfcerts import SelfManagedCerts
+from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
 from webhook.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
@@ -55,6 +57,43 @@ def _tls(
     )
     log.info("serving with development certificates from %s/", settings.certs_dir)
     return ReloadingTLSContext(cert, key)
+
+
+def _snapshot_writer(
+    kube: Kube, cache: SourceCache, hkey: bytes, metrics: Metrics
+) -> tuple[SnapshotIndex, SnapshotWriter]:
+    """Snapshot mode: the writer that admission and the change controller make copies with.
+    Before `cache.start()`: the copies are found on the cache's watches."""
+    index = SnapshotIndex(metrics)
+    index.attach(cache)
+    return index, SnapshotWriter(kube, cache, index, hkey, metrics)
+
+
+def _snapshot_lifetime(
+    settings: Settings,
+    kube: Kube,
+    cache: SourceCache,
+    index: SnapshotIndex,
+    writer: SnapshotWriter,
+    hkey: bytes,
+    metrics: Metrics,
+    controller: RolloutController,
+) -> SnapshotLifetime:
+    """How long copies live (adoption by revisions, the sweep): where the change controller
+    acts, and only while it leads."""
+    lifetime = SnapshotLifetime(
+        kube,
+        cache,
+        index,
+        writer,
+        hkey,
+        metrics,
+        grace=settings.snapshot_grace_period,
+        namespaces=controller.namespaces,
+        is_leader=controller.acting,
+    )
+    lifetime.start()
+    return lifetime
 
 
 def _rollout_controller(
@@ -97,6 +136,7 @@ def serve(settings: Settings) -> int:
     api = connect(settings.kubeconfig)
     kube: Kube | None = None
     sources: SourceReader
+    snapshots: SnapshotWriter | None = None
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
         paths: list[Path] = settings.manifests or [EMBEDDED_MANIFESTS]
@@ -114,20 +154,28 @@ def serve(settings: Settings) -> int:
         else:
             hkey = ensure_digest_key(kube, settings.namespace, settings.digest_key_secret)
         cache = SourceCache(kube, hkey, metrics)
+        snapshot_index, snapshots = _snapshot_writer(kube, cache, hkey, metrics)
         cache.start()
         stoppers.append(cache.stop)
         ready_checks.append(cache.synced)
         sources = cache
         log.info("reading sources from the cluster at %s", api.configuration.host)
         if settings.controller:
-            controller = _rollout_controller(settings, kube, hkey, cache, metrics)
+            controller = _rollout_controller(
+                settings, kube, hkey, cache, metrics, snapshots=snapshots
+            )
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
+            lifetime = _snapshot_lifetime(
+                settings, kube, cache, snapshot_index, snapshots, hkey, metrics, controller
+            )
+            stoppers.insert(0, lifetime.stop)
     admitter = Admitter(
         hkey=hkey,
         sources=sources,
         metrics=metrics,
         default_mode=settings.mode,
         strict=settings.strict,
+        snapshots=snapshots,
     )
     app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks)
     try:

@@ -1,0 +1,460 @@
+"""Snapshot mode end to end: the real API server calls configpin, the real controller-manager
+runs the Deployment, StatefulSet and DaemonSet controllers and the garbage collector.
+
+The session configpin serves (checksum by default); each workload here opts into snapshot
+mode with `configpin.io/mode: snapshot` on its own metadata.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.configpin_proc import Configpin
+from tests.integration.controlplane import ControlPlane, wait_for
+from webhook.kube.errors import Invalid, NotFound
+from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
+
+SOURCES = "configpin.io/sources"
+COPY = re.compile(r"^(?P<source>.+)-[0-9a-f]{10}$")
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane, configpin: Configpin) -> Iterator[Kube]:
+    with control_plane.api_client() as api:
+        yield Kube(api)
+
+
+# --- manifests
+
+
+def configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}
+
+
+def pod_spec(cm: str = "app-config", sec: str = "app-secret") -> dict[str, Any]:
+    return {
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.invalid/app:1",
+                "envFrom": [{"configMapRef": {"name": cm}}],
+                "env": [
+                    {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": sec, "key": "token"}}}
+                ],
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
+            }
+        ],
+        "volumes": [{"name": "config", "configMap": {"name": cm}}],
+    }
+
+
+def workload(kind: str, name: str, spec: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A workload of `kind` in snapshot mode around pod spec `spec`."""
+    labels = {"app": name}
+    obj: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "annotations": {"configpin.io/mode": "snapshot"}},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+            **extra,
+        },
+    }
+    if kind == "StatefulSet":
+        obj["spec"].setdefault("serviceName", name)
+    return obj
+
+
+def deployment(name: str = "web", spec: dict[str, Any] | None = None, **extra: Any) -> Any:
+    # Recreate: pods never get ready here (no kubelet), so a rolling update would never scale
+    # the old ReplicaSet down, and only scaled-down ReplicaSets fall to revisionHistoryLimit.
+    extra.setdefault("strategy", {"type": "Recreate"})
+    return workload("Deployment", name, spec or pod_spec(), replicas=1, **extra)
+
+
+RESOURCES = {
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "Pod": "pods",
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "DaemonSet": "daemonsets",
+    "ReplicaSet": "replicasets",
+    "ControllerRevision": "controllerrevisions",
+}
+
+
+# --- reading
+
+
+def names_in(spec: dict[str, Any]) -> set[str]:
+    """Every ConfigMap/Secret name the pod spec references (volumes, env, envFrom)."""
+    found = {v["configMap"]["name"] for v in spec.get("volumes") or () if "configMap" in v}
+    found |= {v["secret"]["secretName"] for v in spec.get("volumes") or () if "secret" in v}
+    for c in spec["containers"]:
+        for e in c.get("envFrom") or ():
+            found |= {r["name"] for r in (e.get("configMapRef"), e.get("secretRef")) if r}
+        for e in c.get("env") or ():
+            ref = (e.get("valueFrom") or {}).get("configMapKeyRef") or (
+                e.get("valueFrom") or {}
+            ).get("secretKeyRef")
+            if ref:
+                found.add(ref["name"])
+    return found
+
+
+def copies_in(spec: dict[str, Any]) -> dict[str, str]:
+    """source name -> copy name, for the references that point at copies."""
+    out = {}
+    for name in names_in(spec):
+        m = COPY.match(name)
+        if m and not name.startswith("default-token-"):
+            out[m["source"]] = name
+    return out
+
+
+def get(kube: Kube, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.get(path(resource, namespace, name))
+    except NotFound:
+        return None
+
+
+def items(kube: Kube, resource: str, namespace: str) -> list[dict[str, Any]]:
+    listed = kube.get(path(resource, namespace))
+    kind = str(listed.get("kind", "")).removesuffix("List")
+    return [{"kind": kind, **item} for item in listed.get("items") or ()]
+
+
+def template_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj["kind"] == "ControllerRevision":
+        return dict(obj["data"]["spec"]["template"]["spec"])
+    return dict(obj["spec"]["template"]["spec"])
+
+
+def owned_by(kube: Kube, resource: str, namespace: str, owner: dict[str, Any]) -> list[Any]:
+    uid = owner["metadata"]["uid"]
+    return [
+        o
+        for o in items(kube, resource, namespace)
+        if any(r["uid"] == uid for r in o["metadata"].get("ownerReferences") or ())
+    ]
+
+
+def revisions(kube: Kube, namespace: str, owner: dict[str, Any]) -> list[dict[str, Any]]:
+    """The owner's ReplicaSets or ControllerRevisions, oldest first."""
+    resource = "replicasets" if owner["kind"] == "Deployment" else "controllerrevisions"
+    found = owned_by(kube, resource, namespace, owner)
+
+    def number(o: dict[str, Any]) -> int:
+        if o["kind"] == "ControllerRevision":
+            return int(o["revision"])
+        return int(o["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
+
+    return sorted(found, key=number)
+
+
+def owner_uids(obj: dict[str, Any]) -> set[str]:
+    return {r["uid"] for r in obj["metadata"].get("ownerReferences") or ()}
+
+
+def wait_owned(kube: Kube, namespace: str, copy_name: str, owner: dict[str, Any]) -> None:
+    resource = "secrets" if copy_name.startswith("app-secret-") else "configmaps"
+    wait_for(
+        lambda: (
+            owner["metadata"]["uid"]
+            in owner_uids(get(kube, resource, namespace, copy_name) or {"metadata": {}})
+        ),
+        what=f"{copy_name} owned by {owner['kind']}/{owner['metadata']['name']}",
+    )
+
+
+def create(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return kube.create(path(RESOURCES[obj["kind"]], namespace), obj)
+
+
+def reapply(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What `kubectl apply` of the original manifest amounts to: every field of the manifest
+    set again on the live object, original names in the references included."""
+    return kube.replace(path(RESOURCES[obj["kind"]], namespace, obj["metadata"]["name"]), obj)
+
+
+def change_source(kube: Kube, namespace: str, value: str) -> None:
+    kube.patch(path("configmaps", namespace, "app-config"), {"data": {"a": value}}, MERGE_PATCH)
+
+
+def sources(kube: Kube, namespace: str) -> None:
+    create(kube, namespace, configmap("app-config", {"a": "1"}))
+    create(kube, namespace, secret("app-secret", {"token": "t0"}))
+
+
+# --- tests
+
+
+def test_deployment_points_at_immutable_labelled_copies(kube: Kube, namespace: str) -> None:
+    sources(kube, namespace)
+    dep = create(kube, namespace, deployment())
+
+    pinned = copies_in(template_spec(dep))
+    assert set(pinned) == {"app-config", "app-secret"}
+    assert json.loads(dep["spec"]["template"]["metadata"]["annotations"][SOURCES]).keys() == {
+        "configmap/app-config",
+        "secret/app-secret",
+    }, "the annotations name the original sources"
+    cm = kube.get(path("configmaps", namespace, pinned["app-config"]))
+    sec = kube.get(path("secrets", namespace, pinned["app-secret"]))
+    for obj, source in ((cm, "app-config"), (sec, "app-secret")):
+        assert obj["immutable"] is True
+        assert obj["metadata"]["labels"] == {
+            "configpin.io/snapshot": "true",
+            "configpin.io/source": source,
+        }
+    assert cm["data"] == {"a": "1"}
+    assert sec["type"] == "Opaque"
+    with pytest.raises(Invalid, match="immutable"):
+        kube.patch(
+            path("configmaps", namespace, pinned["app-config"]), {"data": {"a": "9"}}, MERGE_PATCH
+        )
+
+    rs = wait_for(lambda: revisions(kube, namespace, dep), what="the ReplicaSet")[0]
+    assert copies_in(template_spec(rs)) == pinned
+    pod = wait_for(lambda: owned_by(kube, "pods", namespace, rs), what="a pod")[0]
+    assert copies_in(pod["spec"]) == pinned
+    for name in pinned.values():
+        wait_owned(kube, namespace, name, rs)
+    ref = next(
+        r
+        for r in kube.get(path("configmaps", namespace, pinned["app-config"]))["metadata"][
+            "ownerReferences"
+        ]
+        if r["uid"] == rs["metadata"]["uid"]
+    )
+    assert ref == {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": rs["metadata"]["name"],
+        "uid": rs["metadata"]["uid"],
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
+
+
+def test_a_change_gets_a_new_copy_and_a_rollback_gets_the_old_one_back(
+    kube: Kube, namespace: str
+) -> None:
+    sources(kube, namespace)
+    manifest = deployment()
+    dep = create(kube, namespace, manifest)
+    rs1 = wait_for(lambda: revisions(kube, namespace, dep), what="the first ReplicaSet")[0]
+    old = copies_in(template_spec(rs1))["app-config"]
+
+    change_source(kube, namespace, "2")
+    dep = reapply(kube, namespace, manifest)
+    new = copies_in(template_spec(dep))["app-config"]
+    assert new != old
+    assert kube.get(path("configmaps", namespace, new))["data"] == {"a": "2"}
+    rs1, rs2 = wait_for(
+        lambda: (r := revisions(kube, namespace, dep)) and len(r) == 2 and r,
+        what="a second ReplicaSet",
+    )
+    assert copies_in(template_spec(rs2))["app-config"] == new
+    assert copies_in(template_spec(rs1))["app-config"] == old, "the old revision keeps its copy"
+    wait_owned(kube, namespace, old, rs1)
+    wait_owned(kube, namespace, new, rs2)
+
+    # `kubectl rollout undo`: the previous ReplicaSet's template, back on the Deployment.
+    template = copy.deepcopy(rs1["spec"]["template"])
+    del template["metadata"]["labels"]["pod-template-hash"]
+    dep = kube.patch(
+        path("deployments", namespace, "web"),
+        [{"op": "replace", "path": "/spec/template", "value": template}],
+        JSON_PATCH,
+    )
+    assert copies_in(template_spec(dep))["app-config"] == old, "the webhook keeps the rollback"
+    pods = wait_for(
+        lambda: [
+            p
+            for p in owned_by(kube, "pods", namespace, rs1)
+            if not p["metadata"].get("deletionTimestamp")
+        ],
+        what="pods of the first ReplicaSet again",
+    )
+    assert copies_in(pods[0]["spec"])["app-config"] == old
+    assert kube.get(path("configmaps", namespace, old))["data"] == {"a": "1"}
+    assert len(revisions(kube, namespace, dep)) == 2, "no new ReplicaSet for a rollback"
+
+
+def test_old_copies_go_with_their_replicasets(kube: Kube, namespace: str) -> None:
+    sources(kube, namespace)
+    manifest = deployment()
+    dep = create(kube, namespace, manifest)
+    rs1 = wait_for(lambda: revisions(kube, namespace, dep), what="the first ReplicaSet")[0]
+    old = copies_in(template_spec(rs1))
+    wait_owned(kube, namespace, old["app-config"], rs1)
+
+    change_source(kube, namespace, "2")
+    dep = reapply(kube, namespace, manifest)
+    new = copies_in(template_spec(dep))
+    assert old["app-secret"] == new["app-secret"], "an unchanged source keeps its copy"
+    rs2 = wait_for(
+        lambda: (r := revisions(kube, namespace, dep)) and len(r) == 2 and r[1],
+        what="a second ReplicaSet",
+    )
+    wait_owned(kube, namespace, new["app-config"], rs2)
+    wait_owned(kube, namespace, new["app-secret"], rs2)
+
+    # The Deployment controller trims history once a rollout is complete; pods never get ready
+    # here (no kubelet), so complete it by scaling to zero.
+    kube.patch(
+        path("deployments", namespace, "web"),
+        {"spec": {"revisionHistoryLimit": 0, "replicas": 0}},
+        MERGE_PATCH,
+    )
+    wait_for(
+        lambda: get(kube, "replicasets", namespace, rs1["metadata"]["name"]) is None,
+        what="the old ReplicaSet removed (revisionHistoryLimit 0)",
+    )
+    wait_for(
+        lambda: get(kube, "configmaps", namespace, old["app-config"]) is None,
+        what="the old copy removed by the garbage collector",
+    )
+    assert get(kube, "configmaps", namespace, new["app-config"]) is not None
+    secret_copy = get(kube, "secrets", namespace, new["app-secret"])
+    assert secret_copy is not None, "a copy the current ReplicaSet uses stays"
+    assert owner_uids(secret_copy) == {rs2["metadata"]["uid"]}
+
+
+def test_reapplying_the_original_manifest_changes_nothing(kube: Kube, namespace: str) -> None:
+    sources(kube, namespace)
+    manifest = deployment()
+    dep = create(kube, namespace, manifest)
+    wait_for(lambda: revisions(kube, namespace, dep), what="the ReplicaSet")
+    again = reapply(kube, namespace, manifest)
+    assert again["spec"]["template"] == dep["spec"]["template"]
+    # (A PUT drops the controller's revision annotation, which bumps the generation.)
+    wait_for(
+        lambda: (
+            (d := kube.get(path("deployments", namespace, "web")))["status"].get(
+                "observedGeneration"
+            )
+            == d["metadata"]["generation"]
+        ),
+        what="the Deployment controller to see the re-apply",
+    )
+    assert len(revisions(kube, namespace, again)) == 1, "no new ReplicaSet"
+
+
+def test_dry_run_creates_no_copy(kube: Kube, namespace: str) -> None:
+    sources(kube, namespace)
+    dry = kube.create(path("deployments", namespace), deployment(), dryRun="All")
+    pinned = copies_in(template_spec(dry))
+    assert set(pinned) == {"app-config", "app-secret"}, "same answer as a real create"
+    assert get(kube, "configmaps", namespace, pinned["app-config"]) is None
+    assert get(kube, "secrets", namespace, pinned["app-secret"]) is None
+    assert items(kube, "deployments", namespace) == []
+
+
+def test_service_account_token_secret_is_refused(kube: Kube, namespace: str) -> None:
+    create(kube, namespace, configmap("app-config", {"a": "1"}))
+    token = next(
+        s["metadata"]["name"]
+        for s in items(kube, "secrets", namespace)
+        if s["type"] == "kubernetes.io/service-account-token"
+    )
+    resp = kube.open(
+        "POST", path("deployments", namespace), body=deployment(spec=pod_spec(sec=token))
+    )
+    try:
+        dep = json.loads(resp.read())
+        warnings = " ".join(resp.headers.getlist("Warning"))
+    finally:
+        resp.release_conn()
+    assert f"secret/{token} is a service-account token" in warnings
+    assert "refused for snapshot" in warnings
+    referenced = names_in(template_spec(dep))
+    assert token in referenced, "the pod uses the token Secret itself"
+    assert not [s for s in items(kube, "secrets", namespace) if s["metadata"].get("labels")]
+    assert "app-config" in copies_in(template_spec(dep)), "the other source is still copied"
+
+
+def test_bare_pod_owns_its_copies(kube: Kube, namespace: str) -> None:
+    sources(kube, namespace)
+    pod = create(
+        kube,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "bare", "annotations": {"configpin.io/mode": "snapshot"}},
+            "spec": pod_spec(),
+        },
+    )
+    pinned = copies_in(pod["spec"])
+    assert set(pinned) == {"app-config", "app-secret"}
+    for name in pinned.values():
+        wait_owned(kube, namespace, name, pod)
+    kube.delete(path("pods", namespace, "bare"))
+    wait_for(
+        lambda: get(kube, "configmaps", namespace, pinned["app-config"]) is None,
+        what="the copy removed with the pod",
+    )
+
+
+@pytest.mark.parametrize("kind", ["StatefulSet", "DaemonSet"])
+def test_revisions_of_statefulsets_and_daemonsets_own_their_copies(
+    kube: Kube, namespace: str, kind: str
+) -> None:
+    sources(kube, namespace)
+    extra: dict[str, Any] = {}
+    if kind == "StatefulSet":
+        # Parallel: the StatefulSet controller replaces pods that never get ready (no kubelet).
+        # revisionHistoryLimit cannot change later (1.20); the current revision is kept anyway
+        # as long as some pod is not ready.
+        extra = {"replicas": 1, "podManagementPolicy": "Parallel", "revisionHistoryLimit": 0}
+    manifest = workload(kind, "db", pod_spec(), **extra)
+    obj = create(kube, namespace, manifest)
+    rev1 = wait_for(lambda: revisions(kube, namespace, obj), what="the first revision")[0]
+    old = copies_in(template_spec(rev1))["app-config"]
+    assert copies_in(template_spec(obj))["app-config"] == old
+    wait_owned(kube, namespace, old, rev1)
+    if kind == "StatefulSet":
+        pod = wait_for(lambda: get(kube, "pods", namespace, "db-0"), what="pod db-0")
+        assert copies_in(pod["spec"])["app-config"] == old
+
+    change_source(kube, namespace, "2")
+    obj = reapply(kube, namespace, manifest)
+    new = copies_in(template_spec(obj))["app-config"]
+    assert new != old
+    rev1, rev2 = wait_for(
+        lambda: (r := revisions(kube, namespace, obj)) and len(r) == 2 and r,
+        what="a second revision",
+    )
+    assert copies_in(template_spec(rev1))["app-config"] == old
+    assert copies_in(template_spec(rev2))["app-config"] == new
+    wait_owned(kube, namespace, new, rev2)
+    assert get(kube, "configmaps", namespace, old) is not None
+
+    # Keep no history. A StatefulSet keeps its current revision until every pod is ready, so
+    # scale it to zero: then the first revision is history, and goes.
+    trim: dict[str, Any] = {"replicas": 0} if kind == "StatefulSet" else {"revisionHistoryLimit": 0}
+    kube.patch(path(RESOURCES[kind], namespace, "db"), {"spec": trim}, MERGE_PATCH)
+    wait_for(
+        lambda: get(kube, "controllerrevisions", namespace, rev1["metadata"]["name"]) is None,
+        what="the first revision removed",
+    )
+    wait_for(
+        lambda: get(kube, "configmaps", namespace, old) is None,
+        what="its copy removed by the garbage collector",
+    )
+    assert get(kube, "configmaps", namespace, new) is not None

@@ -1,0 +1,229 @@
+"""The sweep of unused snapshot copies, against the real API server.
+
+End to end with a configpin of its own (instance `sweep`, a 2 s grace period, its own
+Lease); and in process, where the race between a sweep's delete and a re-use is played out
+step by step on the real API server's preconditions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.configpin_proc import (
+    INSTANCE_LABEL,
+    Configpin,
+    ensure_namespace,
+    running_configpin,
+)
+from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.test_snapshot_mode import (
+    configmap,
+    copies_in,
+    deployment,
+    get,
+    owner_uids,
+    revisions,
+    template_spec,
+)
+from webhook.controller.snapshots import SnapshotSweeper
+from webhook.core import digest
+from webhook.core.model import SnapshotRequest, SourceId, SourceKind
+from webhook.core.names import snapshot_name
+from webhook.kube.cache import SourceCache
+from webhook.kube.errors import Invalid
+from webhook.kube.raw import Kube, path
+from webhook.kube.snapshots import ANN_UNUSED, SnapshotIndex, SnapshotWriter, delete_unchanged
+from webhook.metrics import Metrics
+
+INSTANCE = "sweep"
+GRACE = 2.0
+HKEY = b"snapshot-sweep-test-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def cp(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Configpin]:
+    args = [
+        "--snapshot-grace-period", str(GRACE),
+        "--lease-name", f"configpin-leader-{INSTANCE}",
+    ]  # fmt: skip
+    with control_plane.api_client() as api:
+        ensure_namespace(api)
+    with running_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-sweep"),
+        args=args,
+        instance=INSTANCE,
+        webhook_name="configpin-sweep",
+    ) as proc:
+        wait_for(lambda: proc.metric("configpin_leader") == 1, what="configpin leading")
+        yield proc
+
+
+@pytest.fixture
+def kube(k8s: client.ApiClient) -> Kube:
+    return Kube(k8s)
+
+
+@pytest.fixture
+def ns(kube: Kube, namespace: str, cp: Configpin) -> str:
+    """An opted-in namespace that only this module's configpin serves."""
+    kube.patch(
+        path("namespaces", name=namespace),
+        {"metadata": {"labels": {INSTANCE_LABEL: INSTANCE}}},
+        "application/merge-patch+json",
+    )
+    time.sleep(0.5)  # the API server's namespace informer (webhook namespaceSelector)
+    return namespace
+
+
+def rejected_admission(kube: Kube, ns: str) -> str:
+    """A Deployment that configpin admits (making its copy) and the API server then rejects
+    (its selector does not match its template): the copy is left with nothing using it."""
+    bad = deployment(spec=spec())
+    bad["spec"]["selector"] = {"matchLabels": {"app": "other"}}
+    with pytest.raises(Invalid, match="selector"):
+        kube.create(path("deployments", ns), bad)
+    made = kube.get(path("configmaps", ns), labelSelector="configpin.io/snapshot=true")["items"]
+    assert len(made) == 1
+    assert made[0]["metadata"]["labels"]["configpin.io/source"] == "app-config"
+    return str(made[0]["metadata"]["name"])
+
+
+def spec() -> dict[str, Any]:
+    return {
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.invalid/app:1",
+                "envFrom": [{"configMapRef": {"name": "app-config"}}],
+            }
+        ]
+    }
+
+
+def test_an_unused_copy_is_swept_after_the_grace_period(kube: Kube, ns: str, cp: Configpin) -> None:
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    before = cp.metric("configpin_snapshots_swept_total")
+    name = rejected_admission(kube, ns)
+    wait_for(
+        lambda: (
+            ANN_UNUSED
+            in ((get(kube, "configmaps", ns, name) or {}).get("metadata") or {}).get(
+                "annotations", {}
+            )
+        ),
+        what="the copy marked unused",
+    )
+    wait_for(lambda: get(kube, "configmaps", ns, name) is None, what="the copy swept")
+    assert cp.metric("configpin_snapshots_swept_total") > before
+    assert get(kube, "configmaps", ns, "app-config") is not None, "sources are never swept"
+
+
+def test_a_copy_reused_after_its_mark_is_kept(kube: Kube, ns: str) -> None:
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    name = rejected_admission(kube, ns)
+
+    def annotations() -> dict[str, Any]:
+        obj = get(kube, "configmaps", ns, name)
+        assert obj is not None, "swept although re-used"
+        return dict(obj["metadata"].get("annotations") or {})
+
+    wait_for(lambda: ANN_UNUSED in annotations(), what="the copy marked unused")
+    # Re-use it before the sweep comes back (a grace period after the mark).
+    dep = kube.create(path("deployments", ns), deployment(spec=spec()))
+    assert copies_in(template_spec(dep))["app-config"] == name
+    wait_for(lambda: ANN_UNUSED not in annotations(), what="the mark removed")
+    rs = wait_for(lambda: revisions(kube, ns, dep), what="the ReplicaSet")[0]
+    wait_for(
+        lambda: rs["metadata"]["uid"] in owner_uids(get(kube, "configmaps", ns, name) or {}),
+        what="the copy owned by the ReplicaSet",
+    )
+    time.sleep(2 * GRACE + 1)  # two more sweeps' worth
+    assert ANN_UNUSED not in annotations()
+
+
+# --- in process: the race itself, on the real API server's preconditions
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.mono = 0.0
+
+    def wall(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+        self.mono += seconds
+
+
+@pytest.fixture
+def in_process(control_plane: ControlPlane) -> Iterator[tuple[Kube, SnapshotIndex, SnapshotWriter]]:
+    with control_plane.api_client() as api:
+        kube = Kube(api)
+        metrics = Metrics()
+        cache = SourceCache(kube, HKEY, metrics)
+        index = SnapshotIndex(metrics)
+        index.attach(cache)
+        writer = SnapshotWriter(kube, cache, index, HKEY, metrics)
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            yield kube, index, writer
+        finally:
+            cache.stop()
+
+
+def test_a_delete_that_races_a_reuse_loses(
+    in_process: tuple[Kube, SnapshotIndex, SnapshotWriter], plain_namespace: str
+) -> None:
+    kube, index, writer = in_process
+    ns = plain_namespace  # no configpin serves it: this test plays every part itself
+    source = kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    content = digest.source_digest(
+        HKEY, digest.record_from_object(HKEY, SourceKind.CONFIGMAP, source)
+    )
+    name = snapshot_name("app-config", content)
+    req = SnapshotRequest(SourceId(SourceKind.CONFIGMAP, "app-config"), name, content)
+    key = (SourceKind.CONFIGMAP, ns, name)
+    writer.ensure(ns, [req])
+    wait_for(lambda: index.get(key), what="the copy in the index")
+
+    clocks = Clocks()
+    sweep = SnapshotSweeper(
+        kube,
+        index,
+        Metrics(),
+        grace=GRACE,
+        namespace_filter=lambda n: n == ns,
+        wall=clocks.wall,
+        monotonic=lambda: clocks.mono,
+    )
+    clocks.advance(GRACE + 1)
+    assert sweep.run_once().marked == [f"configmap/{name}"]
+    seen = wait_for(
+        lambda: (c := index.get(key)) and c.unused_since and c, what="the mark in the index"
+    )
+
+    # An admission re-uses the copy: the writer un-marks it before answering...
+    calls = kube.calls
+    writer.ensure(ns, [req])
+    assert kube.calls == calls + 1
+    # ...so the delete the sweep decided on, with what it had seen, fails on the server.
+    assert not delete_unchanged(kube, seen)
+    assert get(kube, "configmaps", ns, name) is not None
+
+    # And a sweep that sees the re-use starts over instead of deleting.
+    wait_for(lambda: (c := index.get(key)) and c.unused_since is None, what="the un-mark seen")
+    clocks.advance(GRACE + 1)
+    result = sweep.run_once()
+    assert result.deleted == []
+    assert result.marked == [f"configmap/{name}"]
