@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +88,7 @@ RESOURCES = {
     "ConfigMap": "configmaps",
     "Secret": "secrets",
     "Pod": "pods",
+    "Job": "jobs",
     "Deployment": "deployments",
     "StatefulSet": "statefulsets",
     "DaemonSet": "daemonsets",
@@ -194,6 +196,22 @@ def change_source(kube: Kube, namespace: str, value: str) -> None:
     kube.patch(path("configmaps", namespace, "app-config"), {"data": {"a": value}}, MERGE_PATCH)
 
 
+def admission_sees(kube: Kube, namespace: str, value: str) -> None:
+    """Wait until configpin's cache has the source's new content, as `kubectl apply` of a
+    ConfigMap then of its workload gets only when the watch event came first (a dry-run
+    admission tells, and creates nothing)."""
+    wanted = {"a": value}
+
+    def seen() -> bool:
+        dry = kube.create(path("deployments", namespace), deployment("probe"), dryRun="All")
+        name = copies_in(template_spec(dry))["app-config"]
+        current = get(kube, "configmaps", namespace, name)
+        # The copy of the new content may not exist yet: then the name is new, which is enough.
+        return current is None or current.get("data") == wanted
+
+    wait_for(seen, what="configpin to see the change")
+
+
 def sources(kube: Kube, namespace: str) -> None:
     create(kube, namespace, configmap("app-config", {"a": "1"}))
     create(kube, namespace, secret("app-secret", {"token": "t0"}))
@@ -202,9 +220,17 @@ def sources(kube: Kube, namespace: str) -> None:
 # --- tests
 
 
-def test_deployment_points_at_immutable_labelled_copies(kube: Kube, namespace: str) -> None:
+def test_deployment_points_at_immutable_labelled_copies(
+    kube: Kube, namespace: str, configpin: Configpin
+) -> None:
     sources(kube, namespace)
+    created = configpin.metric("configpin_snapshots_created_total")
     dep = create(kube, namespace, deployment())
+    assert configpin.metric("configpin_snapshots_created_total") == created + 2
+    wait_for(
+        lambda: configpin.metric("configpin_snapshots", namespace=namespace) == 2,
+        what="the copies counted",
+    )
 
     pinned = copies_in(template_spec(dep))
     assert set(pinned) == {"app-config", "app-secret"}
@@ -260,6 +286,7 @@ def test_a_change_gets_a_new_copy_and_a_rollback_gets_the_old_one_back(
     old = copies_in(template_spec(rs1))["app-config"]
 
     change_source(kube, namespace, "2")
+    admission_sees(kube, namespace, "2")
     dep = reapply(kube, namespace, manifest)
     new = copies_in(template_spec(dep))["app-config"]
     assert new != old
@@ -304,6 +331,7 @@ def test_old_copies_go_with_their_replicasets(kube: Kube, namespace: str) -> Non
     wait_owned(kube, namespace, old["app-config"], rs1)
 
     change_source(kube, namespace, "2")
+    admission_sees(kube, namespace, "2")
     dep = reapply(kube, namespace, manifest)
     new = copies_in(template_spec(dep))
     assert old["app-secret"] == new["app-secret"], "an unchanged source keeps its copy"
@@ -433,6 +461,7 @@ def test_revisions_of_statefulsets_and_daemonsets_own_their_copies(
         assert copies_in(pod["spec"])["app-config"] == old
 
     change_source(kube, namespace, "2")
+    admission_sees(kube, namespace, "2")
     obj = reapply(kube, namespace, manifest)
     new = copies_in(template_spec(obj))["app-config"]
     assert new != old
@@ -458,3 +487,70 @@ def test_revisions_of_statefulsets_and_daemonsets_own_their_copies(
         what="its copy removed by the garbage collector",
     )
     assert get(kube, "configmaps", namespace, new) is not None
+
+
+def test_a_job_owns_its_copies(kube: Kube, namespace: str) -> None:
+    sources(kube, namespace)
+    spec = {**pod_spec(), "restartPolicy": "Never"}
+    job = create(
+        kube,
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "once", "annotations": {"configpin.io/mode": "snapshot"}},
+            "spec": {"template": {"spec": spec}},
+        },
+    )
+    pinned = copies_in(template_spec(job))
+    assert set(pinned) == {"app-config", "app-secret"}
+    for name in pinned.values():
+        wait_owned(kube, namespace, name, job)
+    kube.delete(
+        path("jobs", namespace, "once"),
+        {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
+    )
+    wait_for(
+        lambda: get(kube, "secrets", namespace, pinned["app-secret"]) is None,
+        what="the copy removed with the Job",
+    )
+
+
+def test_the_controller_points_a_changed_source_at_a_new_copy_and_keeps_a_rollback(
+    kube: Kube, namespace: str
+) -> None:
+    sources(kube, namespace)
+    dep = create(kube, namespace, deployment())
+    rs1 = wait_for(lambda: revisions(kube, namespace, dep), what="the first ReplicaSet")[0]
+    old = copies_in(template_spec(rs1))["app-config"]
+
+    change_source(kube, namespace, "2")  # and nothing else: the controller rolls
+    dep, rs2 = wait_for(
+        lambda: (
+            (d := kube.get(path("deployments", namespace, "web")))
+            and copies_in(template_spec(d))["app-config"] != old
+            and (r := revisions(kube, namespace, d))
+            and len(r) == 2
+            and (d, r[1])
+        ),
+        what="the controller to roll the Deployment onto a new copy",
+    )
+    new = copies_in(template_spec(dep))["app-config"]
+    assert copies_in(template_spec(rs2))["app-config"] == new
+    assert kube.get(path("configmaps", namespace, new))["data"] == {"a": "2"}
+    wait_owned(kube, namespace, new, rs2)
+    assert get(kube, "configmaps", namespace, old) is not None
+
+    template = copy.deepcopy(rs1["spec"]["template"])
+    del template["metadata"]["labels"]["pod-template-hash"]
+    kube.patch(
+        path("deployments", namespace, "web"),
+        [{"op": "replace", "path": "/spec/template", "value": template}],
+        JSON_PATCH,
+    )
+    # The controller leaves a rollback where it is until the source changes again; give it
+    # more than its coalescing window (2 s by default) to show that it does.
+    time.sleep(4)
+    dep = kube.get(path("deployments", namespace, "web"))
+    assert copies_in(template_spec(dep))["app-config"] == old
+    assert len(revisions(kube, namespace, dep)) == 2
