@@ -155,6 +155,9 @@ def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns:
     assert set(before) == {"configmap/app-config"}
     wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
     rollouts = cp.metric("configpin_rollouts_total", kind="Deployment")
+    reviewed = cp.metric(
+        "configpin_admissions_total", kind="Deployment", operation="UPDATE", result="unchanged"
+    )
     restamped = cp.metric(
         "configpin_admissions_total", kind="Deployment", operation="UPDATE", result="patched"
     )
@@ -170,6 +173,12 @@ def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns:
     assert _sources(dep) == _dry_run_sources(kube, ns, _workload("Deployment", "x", _pod_spec()))
     assert cp.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
     # The controller's patch went through the webhook, which had nothing to change.
+    assert (
+        cp.metric(
+            "configpin_admissions_total", kind="Deployment", operation="UPDATE", result="unchanged"
+        )
+        > reviewed
+    )
     assert (
         cp.metric(
             "configpin_admissions_total", kind="Deployment", operation="UPDATE", result="patched"

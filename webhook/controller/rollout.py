@@ -263,18 +263,21 @@ class RolloutController:
         )
         self.elector.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Finish the patches in flight, then release the Lease (a standby takes over at
+        once, and no write of ours can land after it has)."""
         self._stop.set()
-        if self.elector is not None:
-            self.elector.stop()  # releases the Lease: a standby takes over at once
         self.queue.close()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if self.elector is not None:
+            self.elector.stop()
         self.namespaces.stop()
         for informer in self.informers.values():
             informer.stop()
         if self.source_changed in self.cache.listeners:
             self.cache.listeners.remove(self.source_changed)
-        for t in self._threads:
-            t.join(5.0)
         self.up.set(0)
         self.metrics.is_leader.set(0)
 
