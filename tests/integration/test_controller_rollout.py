@@ -12,6 +12,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +302,16 @@ def test_cronjob_job_template_is_restamped(cp: Configpin, kube: Kube, ns: str) -
 def test_webhook_keeps_serving_and_controller_reports_up(cp: Configpin) -> None:
     assert cp.get("/readyz")[0] == 200
     assert cp.metric("configpin_controller_up") == 1
+
+
+def test_no_controller_flag_serves_the_webhook_only(
+    control_plane: ControlPlane, k8s: client.ApiClient, tmp_path: Path
+) -> None:
+    ensure_namespace(k8s)
+    with running_configpin(
+        control_plane, tmp_path, args=["--no-controller"], instance="nocontroller"
+    ) as proc:
+        assert proc.get("/readyz")[0] == 200
+        assert proc.metric("configpin_controller_up") == 0
+        assert proc.metric("configpin_leader") == 0
+        assert "controller started" not in proc.log()
