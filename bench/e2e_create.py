@@ -138,6 +138,14 @@ def main() -> None:
                 register_webhook(api, "configpin-bench", cp.url + "/mutate", cp.ca_pem)
                 time.sleep(1.5)
                 results["with"].append(round_(kube, ns, args.per_round, args.concurrency, f"b{r}"))
+            count = cp.metric("configpin_admission_duration_seconds_count")
+            total = cp.metric("configpin_admission_duration_seconds_sum")
+            print(f"configpin: {count:.0f} admissions for {args.per_round * args.rounds} creates")
+            for kind in ("Deployment", "ReplicaSet"):
+                for op in ("CREATE", "UPDATE"):
+                    n = cp.metric("configpin_admissions_total", kind=kind, operation=op)
+                    print(f"    {kind} {op}: {n:.0f}")
+            print(f"    mean handler time {1000 * total / max(count, 1):.2f} ms")
             mutated = kube.get(path("deployments", ns, f"b{args.rounds - 1}-0"))
             assert "configpin.io/checksum" in mutated["spec"]["template"]["metadata"]["annotations"]
         finally:
