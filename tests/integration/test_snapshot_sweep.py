@@ -7,6 +7,7 @@ step by step on the real API server's preconditions.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,12 @@ from tests.integration.configpin_proc import (
     ensure_namespace,
     running_configpin,
 )
-from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    wait_for,
+)
 from tests.integration.test_snapshot_mode import (
     configmap,
     copies_in,
@@ -72,15 +78,18 @@ def kube(k8s: client.ApiClient) -> Kube:
 
 
 @pytest.fixture
-def ns(kube: Kube, namespace: str, cp: Configpin) -> str:
-    """An opted-in namespace that only this module's configpin serves."""
-    kube.patch(
-        path("namespaces", name=namespace),
-        {"metadata": {"labels": {INSTANCE_LABEL: INSTANCE}}},
-        "application/merge-patch+json",
+def ns(kube: Kube, k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
+    """An opted-in namespace that only this module's configpin serves (labelled from the
+    start, so no other configpin ever sees it)."""
+    name = f"sweep-{secrets.token_hex(4)}"
+    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
+    kube.create(
+        path("namespaces"),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
     )
-    time.sleep(0.5)  # the API server's namespace informer (webhook namespaceSelector)
-    return namespace
+    wait_for(lambda: default_service_account_ready(k8s, name), what="the default ServiceAccount")
+    yield name
+    kube.delete(path("namespaces", name=name))
 
 
 def rejected_admission(kube: Kube, ns: str) -> str:
