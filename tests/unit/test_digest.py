@@ -305,3 +305,12 @@ def test_record_holds_no_values() -> None:
     assert b"s3cr3t!" not in b"".join(rec.key_digests.values())
     assert b64("s3cr3t!") not in repr(rec)
     assert "s3cr3t!" not in repr(rec)
+
+
+def test_the_memo_is_bounded_and_never_changes_a_digest() -> None:
+    first = _source_digest(GOLDEN_CM)
+    for i in range(digest._MEMO_MAX + 10):
+        digest.checksum(HKEY, {"configmap/x": str(i)})
+    assert len(digest._memo) <= digest._MEMO_MAX
+    assert _source_digest(GOLDEN_CM) == first
+    assert _source_digest(GOLDEN_CM, hkey=OTHER_KEY) != first  # the key is part of the memo key

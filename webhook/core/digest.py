@@ -32,6 +32,23 @@ _SOURCE_DOMAIN: Final = b"configpin/source/v1"
 _CHECKSUM_DOMAIN: Final = b"configpin/checksum/v1"
 
 
+# HMACs of recent messages. The same sources are digested on every admission that uses
+# them, and the HMAC is most of that cost. The messages hold key names and keyed key
+# digests, never values; the bound keeps a flood of distinct selections from growing it.
+_MEMO_MAX: Final = 2048
+_memo: dict[tuple[bytes, bytes], str] = {}
+
+
+def _hmac_hex(hkey: bytes, msg: bytes) -> str:
+    memo_key = (hkey, msg)
+    value = _memo.get(memo_key)
+    if value is None:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        value = _memo[memo_key] = hmac.digest(hkey, msg, "sha256").hex()
+    return value
+
+
 class BadSource(ValueError):
     """An object whose content cannot be decoded (a `binaryData` value that is not base64)."""
 
@@ -106,24 +123,40 @@ def source_digest(hkey: bytes, record: SourceRecord, keys: Iterable[str] | None 
     The source's name is not part of it: a snapshot and its source digest alike, which is
     what lets a template that points at a snapshot be compared with the live source.
     """
-    chosen = sorted(record.key_digests) if keys is None else sorted(set(keys))
+    # On every admission, once per source: the length prefixes are inlined (see `_lp`).
+    key_digests = record.key_digests
+    if keys is None:
+        chosen = sorted(key_digests)
+    else:
+        chosen = sorted(keys if isinstance(keys, (set, frozenset)) else set(keys))
+    kind = record.kind.value.encode()
+    secret_type = (record.secret_type or "").encode()
     parts = [
         _SOURCE_DOMAIN,
-        _lp(record.kind.value.encode()),
-        _lp((record.secret_type or "").encode()),
+        len(kind).to_bytes(8, "big"),
+        kind,
+        len(secret_type).to_bytes(8, "big"),
+        secret_type,
+        len(chosen).to_bytes(8, "big"),
     ]
-    parts.append(len(chosen).to_bytes(8, "big"))
+    append = parts.append
     for name in chosen:
-        kd = record.key_digests.get(name)
-        parts.append(_lp(name.encode()))
-        parts.append(b"\x01" + kd if kd is not None else b"\x00")
-    return hmac.new(hkey, b"".join(parts), hashlib.sha256).hexdigest()
+        raw = name.encode()
+        kd = key_digests.get(name)
+        append(len(raw).to_bytes(8, "big"))
+        append(raw)
+        append(b"\x01" + kd if kd is not None else b"\x00")
+    return _hmac_hex(hkey, b"".join(parts))
 
 
 def checksum(hkey: bytes, sources: Mapping[str, str]) -> str:
     """One digest over the whole sources mapping (sorted, length-prefixed)."""
     parts = [_CHECKSUM_DOMAIN, len(sources).to_bytes(8, "big")]
+    append = parts.append
     for name in sorted(sources):
-        parts.append(_lp(name.encode()))
-        parts.append(_lp(sources[name].encode()))
-    return hmac.new(hkey, b"".join(parts), hashlib.sha256).hexdigest()
+        raw_name, raw_value = name.encode(), sources[name].encode()
+        append(len(raw_name).to_bytes(8, "big"))
+        append(raw_name)
+        append(len(raw_value).to_bytes(8, "big"))
+        append(raw_value)
+    return _hmac_hex(hkey, b"".join(parts))

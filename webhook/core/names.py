@@ -39,4 +39,8 @@ def escape_pointer(token: str) -> str:
 
 
 def pointer(path: tuple[str | int, ...]) -> str:
-    return "".join("/" + escape_pointer(str(p)) for p in path)
+    tokens = [p if isinstance(p, str) else str(p) for p in path]
+    if not tokens:
+        return ""
+    # Nearly every token is plain; only an annotation key carries a `/`.
+    return "/" + "/".join(escape_pointer(t) if "/" in t or "~" in t else t for t in tokens)

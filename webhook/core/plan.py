@@ -44,9 +44,12 @@ Lookup = Callable[[SourceId], SourceRecord | None]
 _IMMUTABLE_TEMPLATE: Final = frozenset({"Pod", "Job"})
 
 
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def dumps_mapping(mapping: Mapping[str, str]) -> str:
     """The canonical text of a sources/observed annotation: sorted keys, no spaces."""
-    return json.dumps(mapping, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(mapping)
 
 
 def parse_mapping(text: Any) -> dict[str, str] | None:
@@ -221,16 +224,20 @@ def plan_object(
             b.warnings.append(msg)
             b.problems.append(msg)
 
-    if b.sources:
+    sources_text = dumps_mapping(b.sources) if b.sources else None
+    if sources_text is not None:
         desired: dict[str, str | None] = {
             ANN_CHECKSUM: digest.checksum(hkey, b.sources),
-            ANN_SOURCES: dumps_mapping(b.sources),
+            ANN_SOURCES: sources_text,
         }
     else:
         desired = {ANN_CHECKSUM: None, ANN_SOURCES: None}
     b.patch.extend(_annotation_ops(meta_path, template_meta, desired))
     if kind != "Pod":
-        observed = dumps_mapping(b.observed) if b.observed else None
+        if b.observed == b.sources:
+            observed = sources_text  # the usual case: no rollback being kept
+        else:
+            observed = dumps_mapping(b.observed) if b.observed else None
         b.patch.extend(
             _annotation_ops(("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed})
         )
@@ -265,8 +272,9 @@ def _plan_live(
     if missing:
         b.warnings.append(f"{sid} has no key {', '.join(map(repr, missing))} that the pod requires")
     value = digest.source_digest(hkey, record, cons.keys)
-    b.sources[str(sid)] = value
-    b.observed[str(sid)] = value
+    key = str(sid)
+    b.sources[key] = value
+    b.observed[key] = value
     if mode != MODE_SNAPSHOT:
         return
     if record.secret_type == SERVICE_ACCOUNT_TOKEN_TYPE:

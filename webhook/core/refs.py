@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -76,109 +76,119 @@ def _items_keys(items: Any) -> frozenset[str] | None:
     )
 
 
-def _site(
-    kind: SourceKind, ref: Any, path: Path, name_field: str, keys: frozenset[str] | None
-) -> RefSite | None:
+_CONFIGMAP: Final = SourceKind.CONFIGMAP
+_SECRET: Final = SourceKind.SECRET
+_KEY_REFS: Final = (("configMapKeyRef", _CONFIGMAP), ("secretKeyRef", _SECRET))
+_OBJECT_REFS: Final = (("configMapRef", _CONFIGMAP), ("secretRef", _SECRET))
+
+
+def _add(
+    out: list[RefSite],
+    kind: SourceKind,
+    ref: Any,
+    path: Path,
+    name_field: str,
+    keys: frozenset[str] | None,
+) -> None:
+    """Append the site `ref` names, if it names one (`path` leads to `ref`)."""
     if not isinstance(ref, dict):
-        return None
+        return
     name = ref.get(name_field)
     if not isinstance(name, str) or not name:
-        return None
-    return RefSite(SourceId(kind, name), (*path, name_field), keys, ref.get("optional") is True)
+        return
+    optional = ref.get("optional") is True
+    out.append(RefSite(SourceId(kind, name), (*path, name_field), keys, optional))
 
 
-def _volume_sites(spec: Mapping[str, Any]) -> Iterator[RefSite | None]:
+def _ref_items(ref: Any) -> frozenset[str] | None:
+    return _items_keys(ref.get("items")) if isinstance(ref, dict) else None
+
+
+def _volume_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
     for vi, vol in enumerate(spec.get("volumes") or ()):
         if not isinstance(vol, dict):
             continue
-        base: Path = ("volumes", vi)
         if (cm := vol.get("configMap")) is not None:
-            yield _site(
-                SourceKind.CONFIGMAP,
-                cm,
-                (*base, "configMap"),
-                "name",
-                _items_keys(cm.get("items") if isinstance(cm, dict) else None),
-            )
+            _add(out, _CONFIGMAP, cm, ("volumes", vi, "configMap"), "name", _ref_items(cm))
         if (sec := vol.get("secret")) is not None:
-            yield _site(
-                SourceKind.SECRET,
-                sec,
-                (*base, "secret"),
-                "secretName",
-                _items_keys(sec.get("items") if isinstance(sec, dict) else None),
-            )
+            _add(out, _SECRET, sec, ("volumes", vi, "secret"), "secretName", _ref_items(sec))
         projected = vol.get("projected")
         if isinstance(projected, dict):
             for si, src in enumerate(projected.get("sources") or ()):
                 if not isinstance(src, dict):
                     continue
-                sbase: Path = (*base, "projected", "sources", si)
-                for field, kind in (
-                    ("configMap", SourceKind.CONFIGMAP),
-                    ("secret", SourceKind.SECRET),
-                ):
-                    if (ref := src.get(field)) is not None:
-                        keys = _items_keys(ref.get("items") if isinstance(ref, dict) else None)
-                        yield _site(kind, ref, (*sbase, field), "name", keys)
+                if (ref := src.get("configMap")) is not None:
+                    path: Path = ("volumes", vi, "projected", "sources", si, "configMap")
+                    _add(out, _CONFIGMAP, ref, path, "name", _ref_items(ref))
+                if (ref := src.get("secret")) is not None:
+                    path = ("volumes", vi, "projected", "sources", si, "secret")
+                    _add(out, _SECRET, ref, path, "name", _ref_items(ref))
 
 
-def _container_sites(spec: Mapping[str, Any]) -> Iterator[RefSite | None]:
+def _container_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
+    # Pods may carry hundreds of plain env values: the loop over them stays lean.
     for clist in CONTAINER_LISTS:
         for ci, container in enumerate(spec.get(clist) or ()):
             if not isinstance(container, dict):
                 continue
-            cbase: Path = (clist, ci)
             for ei, env in enumerate(container.get("env") or ()):
                 value_from = env.get("valueFrom") if isinstance(env, dict) else None
                 if not isinstance(value_from, dict):
                     continue
-                for field, kind in (
-                    ("configMapKeyRef", SourceKind.CONFIGMAP),
-                    ("secretKeyRef", SourceKind.SECRET),
-                ):
+                for field, kind in _KEY_REFS:
                     ref = value_from.get(field)
-                    if isinstance(ref, dict) and isinstance(ref.get("key"), str):
-                        keys = frozenset((ref["key"],))
-                        yield _site(
-                            kind, ref, (*cbase, "env", ei, "valueFrom", field), "name", keys
-                        )
+                    if isinstance(ref, dict) and isinstance(key := ref.get("key"), str):
+                        path: Path = (clist, ci, "env", ei, "valueFrom", field)
+                        _add(out, kind, ref, path, "name", frozenset((key,)))
             for ei, env_from in enumerate(container.get("envFrom") or ()):
                 if not isinstance(env_from, dict):
                     continue
-                for field, kind in (
-                    ("configMapRef", SourceKind.CONFIGMAP),
-                    ("secretRef", SourceKind.SECRET),
-                ):
+                for field, kind in _OBJECT_REFS:
                     if (ref := env_from.get(field)) is not None:
-                        yield _site(kind, ref, (*cbase, "envFrom", ei, field), "name", None)
+                        _add(out, kind, ref, (clist, ci, "envFrom", ei, field), "name", None)
 
 
 def find_sites(pod_spec: Mapping[str, Any]) -> list[RefSite]:
     """Every reference to a ConfigMap or Secret in a pod spec, in document order."""
-    sites = [s for s in _volume_sites(pod_spec) if s is not None]
-    sites.extend(s for s in _container_sites(pod_spec) if s is not None)
+    sites: list[RefSite] = []
+    _volume_sites(pod_spec, sites)
+    _container_sites(pod_spec, sites)
     return sites
+
+
+_NO_KEYS: Final[frozenset[str]] = frozenset()
+
+
+def _source_order(source: SourceId) -> tuple[str, str]:
+    return source.kind, source.name  # SourceId's own order, compared without its __lt__
 
 
 def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
     """Group sites by source: the keys consumed (None for all) and whether any site requires it."""
     grouped: dict[SourceId, list[RefSite]] = {}
     for site in sites:
-        grouped.setdefault(site.source, []).append(site)
+        group = grouped.get(site.source)
+        if group is None:
+            grouped[site.source] = [site]
+        else:
+            group.append(site)
     out: dict[SourceId, Consumption] = {}
-    for source, group in sorted(grouped.items()):
-        keys: frozenset[str] | None = frozenset()
-        required_keys: set[str] = set()
+    for source in sorted(grouped, key=_source_order):
+        group = grouped[source]
+        keys: frozenset[str] | None = _NO_KEYS
+        required_keys: frozenset[str] = _NO_KEYS
+        required = False
         for s in group:
             keys = None if s.keys is None or keys is None else keys | s.keys
-            if not s.optional and s.keys is not None:
-                required_keys |= s.keys
+            if not s.optional:
+                required = True
+                if s.keys is not None:
+                    required_keys = required_keys | s.keys
         out[source] = Consumption(
             source=source,
             keys=keys,
-            required=any(not s.optional for s in group),
-            required_keys=frozenset(required_keys),
+            required=required,
+            required_keys=required_keys,
             sites=tuple(group),
         )
     return out
