@@ -268,7 +268,7 @@ def _plan_live(
         return
     if record.ignored:
         return
-    missing = sorted(cons.required_keys - record.key_digests.keys())
+    missing = sorted(k for k in cons.required_keys if k not in record.key_digests)
     if missing:
         b.warnings.append(f"{sid} has no key {', '.join(map(repr, missing))} that the pod requires")
     value = digest.source_digest(hkey, record, cons.keys)
