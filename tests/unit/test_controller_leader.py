@@ -204,3 +204,25 @@ def test_microtime_round_trip() -> None:
     assert text == "2024-05-06T07:08:09.123456Z"
     assert parse_time(text) == when
     assert parse_time("nonsense") is None
+
+
+def test_a_failing_callback_does_not_stop_the_election(clock: Clock) -> None:
+    def boom() -> None:
+        raise RuntimeError("callback failed")
+
+    elector = LeaderElector(
+        FakeLock(),
+        "a",
+        lease_duration=15,
+        on_started=boom,
+        on_stopped=boom,
+        clock=clock,
+        wall_clock=clock.wall,
+    )
+    elector.step()
+    assert elector.is_leader()
+    clock.now += 5
+    elector.step()  # renews as usual
+    assert elector.is_leader()
+    elector.stop()
+    assert not elector.is_leader()

@@ -208,12 +208,13 @@ class LeaderElector:
             if leading == self._leading:
                 return
             self._leading = leading
-        self._on_change(leading)
         if leading:
             log.info("%s: acquired as %s", self.lock.describe(), self.identity)
-            self._on_started()
-        else:
-            self._on_stopped()
+        try:  # the election must go on whatever the callbacks do
+            self._on_change(leading)
+            (self._on_started if leading else self._on_stopped)()
+        except Exception:
+            log.exception("%s: leadership callback failed", self.lock.describe())
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop and, if leading, release the Lease so a standby takes over at once."""

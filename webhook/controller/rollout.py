@@ -121,6 +121,13 @@ class _KindHandler:
             return entry_from_object(obj, self.controller.options.default_mode)
         except NotIndexed:
             return None
+        except Exception:
+            # Never let one odd object stop the watch (it would fail again on every retry).
+            meta = obj.get("metadata") or {}
+            log.exception(
+                "cannot index %s %s/%s", self.kind, meta.get("namespace"), meta.get("name")
+            )
+            return None
 
     def relisted(self, items: Iterable[JSONObject]) -> None:
         entries = [e for e in map(self._entry, items) if e is not None]
@@ -139,7 +146,10 @@ class _KindHandler:
                 c.queue.forget(ref)
             return
         if c.index.put(entry) != entry:
-            c.check(entry)
+            try:
+                c.check(entry)
+            except Exception:  # the watch must go on
+                log.exception("checking %s failed", entry.ref)
 
 
 class RolloutController:
@@ -325,9 +335,12 @@ class RolloutController:
         if not self.acting():
             return 0
         now = self.clock()
-        queued = sum(
-            self.check(e, seen=now) for e in self.index.entries(kind=kind, namespace=namespace)
-        )
+        queued = 0
+        for entry in self.index.entries(kind=kind, namespace=namespace):
+            try:
+                queued += self.check(entry, seen=now)
+            except Exception:  # one workload must not keep the others from being checked
+                log.exception("checking %s failed", entry.ref)
         if queued:
             log.info("%d workloads are not current: rolling them", queued)
         return queued

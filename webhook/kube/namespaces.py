@@ -8,6 +8,7 @@ stop matching, so the set follows label changes without any filtering here.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection, Iterable
 
@@ -15,6 +16,8 @@ from webhook.core.model import JSONObject
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube
 from webhook.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 NamespaceListener = Callable[[str], None]
 """Called (namespace) from the watch thread when a namespace became selected."""
@@ -78,7 +81,10 @@ class NamespaceSet:
 
     def _notify(self, namespace: str) -> None:
         for listener in self.listeners:
-            listener(namespace)
+            try:
+                listener(namespace)
+            except Exception:  # a listener's failure must not stop the watch
+                log.exception("namespace listener failed for %s", namespace)
 
     # --- lifecycle
     def start(self) -> None:
