@@ -306,6 +306,10 @@ def _plan_pinned(
         value = digest.source_digest(hkey, snap, cons.keys)
         b.sources[str(source)] = value
         b.observed[str(source)] = previous.get(str(source), value)
+        # Kept, so it must go on existing: the writer un-marks a copy the sweep has marked
+        # (costs nothing when the copy is known and unmarked).
+        content = digest.source_digest(hkey, snap)
+        b.snapshots[snap.name] = SnapshotRequest(source, snap.name, content)
         return
     record = lookup(source)
     if record is None or record.ignored:

@@ -14,7 +14,8 @@ from typing import Protocol
 
 from prometheus_client import Counter
 
-from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceRecord
+from webhook.core.digest import BadSource, record_from_object
+from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.plan import plan_object
 from webhook.metrics import Metrics
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, denied, patched
@@ -59,10 +60,19 @@ class Admitter:
         self._read_through = metrics.source_reads.labels("read_through")
         self._counts: dict[tuple[str, str, str], Counter] = {}
 
-    def _plan(self, review: Review, namespace: str, *, read_through: bool) -> Plan:
+    def _plan(
+        self, review: Review, namespace: str, *, read_through: bool, fresh: bool = False
+    ) -> Plan:
         sources = self.sources
+        hkey = self.hkey
 
         def lookup(sid: SourceId) -> SourceRecord | None:
+            if fresh:  # past the cache: it may not have seen a change made a moment ago
+                obj = sources.get_object(namespace, sid)
+                try:
+                    return None if obj is None else record_from_object(hkey, sid.kind, obj)
+                except BadSource as e:
+                    raise SourceUnavailable(str(e)) from e
             if read_through:
                 return sources.get(namespace, sid)
             found = sources.peek(namespace, sid)
@@ -127,12 +137,30 @@ class Admitter:
                 warnings += await asyncio.to_thread(
                     self.snapshots.ensure, namespace, plan.snapshots, dry_run=review.dry_run
                 )
-            except Exception as e:
-                log.warning("snapshots for %s in %s failed: %s", kind_name(review), namespace, e)
-                msg = f"snapshot copies could not be created ({e})"
-                if self.strict:
-                    return denied(review, msg, code=500, warnings=warnings), "denied"
-                return allowed(review, [*warnings, f"{msg}: admitted unchanged"]), "error"
+            except Exception as first:
+                # Most often the cache had not yet seen a source change, so the planned copy
+                # names content the source no longer has. Decide once more from fresh reads.
+                log.info(
+                    "snapshots for %s: %s; planning again from fresh reads",
+                    kind_name(review),
+                    first,
+                )
+                try:
+                    plan = await asyncio.to_thread(
+                        self._plan, review, namespace, read_through=True, fresh=True
+                    )
+                    warnings = list(plan.warnings)
+                    warnings += await asyncio.to_thread(
+                        self.snapshots.ensure, namespace, plan.snapshots, dry_run=review.dry_run
+                    )
+                except Exception as e:
+                    log.warning(
+                        "snapshots for %s in %s failed: %s", kind_name(review), namespace, e
+                    )
+                    msg = f"snapshot copies could not be created ({e})"
+                    if self.strict:
+                        return denied(review, msg, code=500, warnings=warnings), "denied"
+                    return allowed(review, [*warnings, f"{msg}: admitted unchanged"]), "error"
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
