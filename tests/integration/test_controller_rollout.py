@@ -203,7 +203,11 @@ def test_consumed_key_change_rolls_statefulsets_and_daemonsets(
     wait_for(lambda: _revisions(kube, ns, "app") == 2, what="a second ControllerRevision")
     obj = kube.get(path(_resource(kind), ns, "app"))
     assert _sources(obj) != before
-    assert obj["status"].get("updateRevision", "new") != obj["status"].get("currentRevision")
+    # The new revision is the re-stamped template.
+    revisions = kube.get(path("controllerrevisions", ns), labelSelector="app=app")["items"]
+    newest = max(revisions, key=lambda r: int(r["revision"]))
+    recorded = newest["data"]["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES]
+    assert json.loads(recorded) == _sources(obj)
 
 
 def test_unused_key_label_and_annotation_changes_roll_nothing(
