@@ -191,8 +191,8 @@ class RolloutController:
         self.elector: Elector | None = None
         self.up = Gauge(
             "configpin_controller_up",
-            "1 while the change controller runs (informers synced, workers alive); the "
-            "webhook serves whatever this says.",
+            "1 once the change controller has started (its watches synced), 0 while it "
+            "cannot start or after it stopped; the webhook serves either way.",
             registry=metrics.registry,
         )
         self._synced = threading.Event()
