@@ -235,7 +235,8 @@ def run_size(
         "all_patched": statistics.median(spans),
         "per_s": size / statistics.median(spans),
         "calls": {k: v / rollouts for k, v in sorted(calls.items())},
-        "cpu": {k: v / sum(spans) for k, v in cpu.most_common()},
+        # CPU time is counted in 10 ms ticks: over shorter spans the shares mean nothing.
+        "cpu": {k: v / sum(spans) for k, v in cpu.most_common()} if sum(spans) >= 1 else {},
     }
 
 
@@ -284,6 +285,9 @@ def main() -> None:
         )
     print(f"\nCPU busy while rolling (cores, of {os.cpu_count()}), by process:")
     for r in results:
+        if not r["cpu"]:
+            print(f"{r['size']:>11}  (rolled too fast to measure)")
+            continue
         machine = r["cpu"].pop("(whole machine)", 0.0)
         busy = ", ".join(f"{k} {v:.2f}" for k, v in r["cpu"].items())
         print(f"{r['size']:>11}  machine {machine:.2f}, ours {sum(r['cpu'].values()):.2f}: {busy}")
