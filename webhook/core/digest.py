@@ -123,12 +123,14 @@ def source_digest(hkey: bytes, record: SourceRecord, keys: Iterable[str] | None 
     The source's name is not part of it: a snapshot and its source digest alike, which is
     what lets a template that points at a snapshot be compared with the live source.
     """
-    # On every admission, once per source: the length prefixes are inlined (see `_lp`).
+    consumed = None if keys is None else keys if isinstance(keys, frozenset) else frozenset(keys)
+    memo_key = (hkey, consumed)
+    known = record.memo.get(memo_key)
+    if known is not None:
+        return known
+    # Once per record and key set: the length prefixes are inlined (see `_lp`).
     key_digests = record.key_digests
-    if keys is None:
-        chosen = sorted(key_digests)
-    else:
-        chosen = sorted(keys if isinstance(keys, (set, frozenset)) else set(keys))
+    chosen = sorted(key_digests) if consumed is None else sorted(consumed)
     kind = record.kind.value.encode()
     secret_type = (record.secret_type or "").encode()
     parts = [
@@ -146,7 +148,10 @@ def source_digest(hkey: bytes, record: SourceRecord, keys: Iterable[str] | None 
         append(len(raw).to_bytes(8, "big"))
         append(raw)
         append(b"\x01" + kd if kd is not None else b"\x00")
-    return _hmac_hex(hkey, b"".join(parts))
+    value = _hmac_hex(hkey, b"".join(parts))
+    if len(record.memo) < 64:
+        record.memo[memo_key] = value
+    return value
 
 
 def checksum(hkey: bytes, sources: Mapping[str, str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 JSONObject: TypeAlias = dict[str, Any]
 PatchOp: TypeAlias = dict[str, Any]
@@ -20,8 +20,12 @@ class SourceKind(StrEnum):
         return "ConfigMap" if self is SourceKind.CONFIGMAP else "Secret"
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class SourceId:
+class SourceId(NamedTuple):
+    """A ConfigMap or Secret by kind and name (in the namespace at hand).
+
+    A named tuple, not a dataclass: it is a dict key on the admission hot path, and a
+    tuple hashes and compares in C."""
+
     kind: SourceKind
     name: str
 
@@ -52,6 +56,11 @@ class SourceRecord:
     snapshot_of: str | None = None
     uid: str | None = None
     resource_version: str | None = None
+    # Source digests already computed for this record, by (digest key, consumed keys). The
+    # record is immutable, so they stay true; admission asks the same question every time.
+    memo: dict[tuple[bytes, frozenset[str] | None], str] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def id(self) -> SourceId:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _RESOURCE: Final = {SourceKind.CONFIGMAP: "configmaps", SourceKind.SECRET: "secrets"}
 _RECENT_TTL: Final = 10.0
 _RECENT_MAX: Final = 10_000
+_RECORDS_MAX: Final = 4096  # records handed to admission, kept for their memoized digests
 
 ChangeListener = Callable[[str, SourceId], None]
 """Called (namespace, source) from a watch thread when a source's content or presence changed."""
@@ -167,6 +168,7 @@ class SourceCache:
         self._types: dict[str, str] = {}
         self._recent: dict[tuple[SourceKind, str, str], tuple[float, SourceRecord | None]] = {}
         self._recent_lock = threading.Lock()
+        self._records: dict[int, tuple[_Entry, SourceRecord]] = {}
         self.indexes = {kind: _KindIndex(self, kind) for kind in SourceKind}
         self.informers = {
             kind: Informer(kube, _RESOURCE[kind], self.indexes[kind], metrics)
@@ -230,7 +232,16 @@ class SourceCache:
         idx = self.indexes[sid.kind]
         entry = idx.by_ns.get(namespace, {}).get(sid.name)
         if entry is not None:
-            return entry.record(sid.kind, sid.name)
+            # Hand out one record per entry, so the digests memoized on it are reused by
+            # every admission until the entry changes (a change is a new entry object).
+            held = self._records.get(id(entry))
+            if held is not None and held[0] is entry:
+                return held[1]
+            record = entry.record(sid.kind, sid.name)
+            if len(self._records) >= _RECORDS_MAX:
+                self._records.clear()
+            self._records[id(entry)] = (entry, record)
+            return record
         recent = self._recent.get((sid.kind, namespace, sid.name))
         if recent is not None and recent[0] > time.monotonic():
             return recent[1]
