@@ -59,6 +59,7 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--coalesce-window", type=float)
     p.add_argument("--min-rollout-interval", type=float)
     p.add_argument("--snapshot-grace-period", type=float)
+    p.add_argument("--catch-up-window", type=float)
     p.add_argument("--webhook-config-name")
     p.add_argument("--self-signed-certs", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--cert-secret")

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     min_rollout_interval: float = Field(
         30.0, ge=0, description="least seconds between two rollouts of a workload"
     )
+    catch_up_window: float = Field(
+        600.0, ge=0, description="seconds a never-stamped workload counts as admitted while down"
+    )
     snapshot_grace_period: float = Field(
         600.0, ge=0, description="seconds an unused snapshot lives"
     )

@@ -121,6 +121,7 @@ def _rollout_controller(
             leader_elect=settings.leader_elect,
             lease_name=settings.lease_name,
             lease_duration=settings.lease_duration,
+            catch_up_window=settings.catch_up_window,
         ),
         snapshots=snapshots,
     )

@@ -151,7 +151,12 @@ class GatedWatchKube(Kube):
 
 @contextlib.contextmanager
 def running_controller(
-    kube: Kube, selector: str, *, window: float = 0.2, interval: float = 0.0
+    kube: Kube,
+    selector: str,
+    *,
+    window: float = 0.2,
+    interval: float = 0.0,
+    catch_up_window: float = 600.0,
 ) -> Iterator[RolloutController]:
     metrics = Metrics()
     cache = SourceCache(kube, secrets.token_bytes(32), metrics)
@@ -171,6 +176,7 @@ def running_controller(
             leader_elect=False,
             workers=2,
             watch_timeout=2,
+            catch_up_window=catch_up_window,
         ),
     )
     ctl.start()
@@ -228,6 +234,29 @@ def test_unstamped_workload_is_stamped_once_then_rolled_on_change(
         wait_for(lambda: _sources(c.deployment("web")) != stamped, what="the re-stamp")
         assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 2
         assert _value(ctl.metrics, "configpin_change_to_patch_seconds_count") == 2
+
+
+def test_old_unstamped_workload_gets_a_baseline_not_a_rollout(
+    api: client.ApiClient, ns: str, instance: str
+) -> None:
+    # What opting an existing namespace in looks like: workloads that never met configpin.
+    kube = Kube(api)
+    c = Cluster(kube, ns)
+    c.cm("app-config", {"a": "1", "b": "1"})
+    kube.create(path("deployments", ns), _deployment("web"))
+    before = c.deployment("web")["spec"]["template"]
+    selector = f"{INSTANCE_LABEL}={instance}"
+    with running_controller(Kube(api), selector, catch_up_window=0.0) as ctl:
+        observed = wait_for(
+            lambda: (c.deployment("web")["metadata"].get("annotations") or {}).get(ANN_OBSERVED),
+            what="the baseline",
+        )
+        assert set(json.loads(observed)) == {"configmap/app-config"}
+        assert c.deployment("web")["spec"]["template"] == before  # no restart
+        assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 0
+        c.set_cm("app-config", {"a": "2"})  # a real change after the baseline rolls it
+        wait_for(lambda: _sources(c.deployment("web")), what="the stamp on change")
+        assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 1
 
 
 def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: str) -> None:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final, Protocol
 
 from prometheus_client import Gauge
@@ -88,6 +89,21 @@ class ControllerOptions:
     workers: int = 8
     watch_timeout: int = 300
     sync_timeout: float = 120.0
+    # A workload that never recorded anything is stamped (and so rolled) only when it is
+    # younger than this: it was admitted while configpin was down (failurePolicy Ignore).
+    # Older ones, found when a namespace is opted in or at first install, get only the
+    # `configpin.io/observed` baseline: no restart storm; their next change rolls them.
+    catch_up_window: float = 600.0
+
+
+def _age(obj: JSONObject) -> float:
+    """Seconds since the object was created (0 when that cannot be told)."""
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        when = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, time.time() - when.timestamp())
 
 
 def _skip_reason(reason: str) -> str:
@@ -430,6 +446,9 @@ class RolloutController:
             )
             if plan.skipped is not None:
                 return Decision.leave(_skip_reason(plan.skipped))
+            if not entry.recorded and _age(obj) > self.options.catch_up_window:
+                baseline = [op for op in plan.patch if op["path"].startswith("/metadata/")]
+                return Decision(baseline) if baseline else Decision.leave("unchanged")
             if not plan.patch:
                 return Decision.leave("unchanged")
             if plan.snapshots:
