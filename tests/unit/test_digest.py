@@ -64,7 +64,7 @@ def test_golden_checksum() -> None:
         "secret/app-secret": _source_digest(GOLDEN_SECRET),
     }
     assert digest.checksum(HKEY, sources) == (
-        "4bde9646a668dd4b91a6abc96d4d104bc1e55670a7eeeee1104c34b67e1a408f"
+        "a2f6bb622a5b82e6e0d034de0426f4c19af58dc4087fe2acdd3c397a5ad0a6be"
     )
 
 

@@ -9,7 +9,7 @@ Layers:
   only these, never values.
 - source digest: one object as a workload consumes it: kind, Secret type and the consumed
   keys (a consumed key that is missing is encoded as absent); hex.
-- checksum: over the whole `configpin.io/sources` mapping; hex.
+- checksum: over the whole `configpin.io/sources` mapping, as its canonical JSON text; hex.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+
+import orjson
 
 from webhook.core.constants import ANN_IGNORE, LABEL_SNAPSHOT, LABEL_SOURCE
 from webhook.core.model import SourceKind, SourceRecord
@@ -154,14 +156,19 @@ def source_digest(hkey: bytes, record: SourceRecord, keys: Iterable[str] | None 
     return value
 
 
+def canonical_mapping(mapping: Mapping[str, str]) -> str:
+    """The canonical text of a sources/observed mapping: JSON, sorted keys, no spaces.
+
+    JSON string escaping makes it unambiguous (no value can forge a key boundary), so the
+    checksum is taken over this very text, which the sources annotation shows."""
+    return orjson.dumps(mapping, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def checksum_of_text(hkey: bytes, canonical_text: str) -> str:
+    """The checksum of a mapping given as its `canonical_mapping` text."""
+    return _hmac_hex(hkey, _CHECKSUM_DOMAIN + canonical_text.encode())
+
+
 def checksum(hkey: bytes, sources: Mapping[str, str]) -> str:
-    """One digest over the whole sources mapping (sorted, length-prefixed)."""
-    parts = [_CHECKSUM_DOMAIN, len(sources).to_bytes(8, "big")]
-    append = parts.append
-    for name in sorted(sources):
-        raw_name, raw_value = name.encode(), sources[name].encode()
-        append(len(raw_name).to_bytes(8, "big"))
-        append(raw_name)
-        append(len(raw_value).to_bytes(8, "big"))
-        append(raw_value)
-    return _hmac_hex(hkey, b"".join(parts))
+    """One digest over the whole sources mapping."""
+    return checksum_of_text(hkey, canonical_mapping(sources))

@@ -44,12 +44,7 @@ Lookup = Callable[[SourceId], SourceRecord | None]
 _IMMUTABLE_TEMPLATE: Final = frozenset({"Pod", "Job"})
 
 
-_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-
-
-def dumps_mapping(mapping: Mapping[str, str]) -> str:
-    """The canonical text of a sources/observed annotation: sorted keys, no spaces."""
-    return _CANONICAL.encode(mapping)
+dumps_mapping = digest.canonical_mapping  # the text of a sources/observed annotation
 
 
 def parse_mapping(text: Any) -> dict[str, str] | None:
@@ -227,7 +222,7 @@ def plan_object(
     sources_text = dumps_mapping(b.sources) if b.sources else None
     if sources_text is not None:
         desired: dict[str, str | None] = {
-            ANN_CHECKSUM: digest.checksum(hkey, b.sources),
+            ANN_CHECKSUM: digest.checksum_of_text(hkey, sources_text),
             ANN_SOURCES: sources_text,
         }
     else:
