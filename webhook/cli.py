@@ -160,7 +160,11 @@ def cmd_render(args: argparse.Namespace) -> int:
                 snap["metadata"].setdefault("namespace", namespace)
                 snapshots[(namespace, req.snapshot_name)] = snap
     docs = [*snapshots.values(), *out]
-    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+    try:
+        yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `configpin render ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return status
 
 
