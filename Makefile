@@ -9,7 +9,9 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements.lock -e '.[dev]'
+	@# the lock's versions as constraints (pip refuses hashes with an editable install)
+	sed -n 's/^\([A-Za-z0-9][^ ]*==[^ ]*\( *;[^\\]*\)\?\).*/\1/p' requirements.lock > $(VENV)/constraints.txt
+	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 ## Run configpin: with no cluster configured it serves the embedded default on https://127.0.0.1:8443
