@@ -2,9 +2,11 @@
 against the same run without it.
 
 Starts the test control plane and configpin (same helpers as the integration tests), then
-alternates rounds without and with the webhook registered, each round creating Deployments
-(each referencing a ConfigMap and a Secret) at fixed concurrency, and prints creates/s and
-p50/p99 create latency for both, and their ratios (medians over rounds).
+alternates rounds without a webhook, with a null webhook (configpin in mode off: the same
+round trip, no work) and with configpin, each round creating Deployments (each referencing a
+ConfigMap and a Secret) at fixed concurrency, and prints creates/s and p50/p99 create
+latency for each, and their ratios (medians over rounds). The null webhook separates what
+the API server pays for calling any webhook from what configpin's admission adds.
 
     .venv/bin/python bench/e2e_create.py [--per-round 200] [--rounds 3] [--concurrency 4]
 
@@ -126,7 +128,16 @@ def main() -> None:
             },
         )
         cp = start_configpin(plane, Path(tmp) / "configpin", args=["--no-controller"])
-        results: dict[str, list[tuple[float, list[float]]]] = {"without": [], "with": []}
+        # The same webhook round trip with no work behind it: what the API server pays for
+        # calling any webhook, as against what configpin's admission adds to it.
+        null = start_configpin(
+            plane, Path(tmp) / "null", args=["--no-controller", "--mode", "off"], instance="null"
+        )
+        results: dict[str, list[tuple[float, list[float]]]] = {
+            "without": [],
+            "null-hook": [],
+            "with": [],
+        }
         try:
             round_(kube, ns, 50, args.concurrency, "warm")  # warm connections and caches
             for r in range(args.rounds):
@@ -134,6 +145,11 @@ def main() -> None:
                 time.sleep(1.5)
                 results["without"].append(
                     round_(kube, ns, args.per_round, args.concurrency, f"a{r}")
+                )
+                register_webhook(api, "configpin-bench", null.url + "/mutate", null.ca_pem)
+                time.sleep(1.5)
+                results["null-hook"].append(
+                    round_(kube, ns, args.per_round, args.concurrency, f"n{r}")
                 )
                 register_webhook(api, "configpin-bench", cp.url + "/mutate", cp.ca_pem)
                 time.sleep(1.5)
@@ -151,6 +167,7 @@ def main() -> None:
         finally:
             unregister_webhook(api, "configpin-bench")
             cp.stop()
+            null.stop()
     summary = {}
     for label, rounds in results.items():
         rate = statistics.median(r[0] for r in rounds)
@@ -161,9 +178,15 @@ def main() -> None:
             f"{label:8s} creates/s={rate:7.1f} p50={p50:6.1f}ms p99={p99:6.1f}ms"
             f"  (median of {len(rounds)} rounds)"
         )
-    w, wo = summary["with"], summary["without"]
+    for label in ("null-hook", "with"):
+        w, wo = summary[label], summary["without"]
+        print(
+            f"ratio {label}/without: throughput {w[0] / wo[0]:.2f},"
+            f" p50 {w[1] / wo[1]:.2f}, p99 {w[2] / wo[2]:.2f}"
+        )
+    w, wo = summary["with"], summary["null-hook"]
     print(
-        f"ratio with/without: throughput {w[0] / wo[0]:.2f},"
+        f"ratio with/null-hook: throughput {w[0] / wo[0]:.2f},"
         f" p50 {w[1] / wo[1]:.2f}, p99 {w[2] / wo[2]:.2f}"
     )
 
