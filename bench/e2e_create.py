@@ -20,11 +20,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.rollout import cpu_seconds
 from tests.integration.configpin_proc import ensure_namespace, start_configpin
 from tests.integration.controlplane import (
     ENABLED_LABEL,
@@ -67,10 +69,15 @@ def deployment(name: str) -> dict[str, object]:
     }
 
 
+CPU: dict[str, Counter[str]] = {}  # variant -> CPU seconds by process, summed over rounds
+MARKERS: list[str] = []  # the temporary paths that name our processes' command lines
+
+
 def round_(
-    kube: Kube, ns: str, count: int, concurrency: int, tag: str
+    kube: Kube, ns: str, count: int, concurrency: int, tag: str, variant: str = ""
 ) -> tuple[float, list[float]]:
     lat: list[float] = []
+    before = cpu_seconds(tuple(MARKERS))
 
     def one(i: int) -> None:
         t = time.perf_counter()
@@ -80,7 +87,11 @@ def round_(
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, range(count)))
-    return count / (time.perf_counter() - start), sorted(lat)
+    took = time.perf_counter() - start
+    if variant:
+        CPU.setdefault(variant, Counter()).update(cpu_seconds(tuple(MARKERS)) - before)
+        CPU[variant]["creates"] += count
+    return count / took, sorted(lat)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -98,6 +109,7 @@ def main() -> None:
         running_control_plane(Path(tmp) / "plane") as plane,
         plane.api_client() as api,
     ):
+        MARKERS.append(tmp)
         kube = Kube(api)
         ensure_namespace(api)
         ns = "bench-e2e"
@@ -144,16 +156,18 @@ def main() -> None:
                 unregister_webhook(api, "configpin-bench")
                 time.sleep(1.5)
                 results["without"].append(
-                    round_(kube, ns, args.per_round, args.concurrency, f"a{r}")
+                    round_(kube, ns, args.per_round, args.concurrency, f"a{r}", "without")
                 )
                 register_webhook(api, "configpin-bench", null.url + "/mutate", null.ca_pem)
                 time.sleep(1.5)
                 results["null-hook"].append(
-                    round_(kube, ns, args.per_round, args.concurrency, f"n{r}")
+                    round_(kube, ns, args.per_round, args.concurrency, f"n{r}", "null-hook")
                 )
                 register_webhook(api, "configpin-bench", cp.url + "/mutate", cp.ca_pem)
                 time.sleep(1.5)
-                results["with"].append(round_(kube, ns, args.per_round, args.concurrency, f"b{r}"))
+                results["with"].append(
+                    round_(kube, ns, args.per_round, args.concurrency, f"b{r}", "with")
+                )
             count = cp.metric("configpin_admission_duration_seconds_count")
             total = cp.metric("configpin_admission_duration_seconds_sum")
             print(f"configpin: {count:.0f} admissions for {args.per_round * args.rounds} creates")
@@ -178,6 +192,11 @@ def main() -> None:
             f"{label:8s} creates/s={rate:7.1f} p50={p50:6.1f}ms p99={p99:6.1f}ms"
             f"  (median of {len(rounds)} rounds)"
         )
+    print("CPU ms per create, by process:")
+    names = sorted({n for c in CPU.values() for n in c} - {"creates", "bench (controller)"})
+    for variant, cpu in CPU.items():
+        row = ", ".join(f"{n} {1000 * cpu[n] / cpu['creates']:.2f}" for n in names if cpu[n])
+        print(f"    {variant:9s} {row}")
     for label in ("null-hook", "with"):
         w, wo = summary[label], summary["without"]
         print(

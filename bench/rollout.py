@@ -120,6 +120,8 @@ def cpu_seconds(markers: tuple[str, ...]) -> Counter[str]:
             name = "bench (controller)"
         elif any(m in text for m in markers):
             name = "configpin webhook" if "webhook" in text else Path(argv[0].decode()).name
+            if "--mode off" in text:
+                name += " (mode off)"
         else:
             continue
         out[name] += (int(stat[11]) + int(stat[12])) / tick
