@@ -34,39 +34,30 @@ from tests.integration.controlplane import (
     running_control_plane,
     unregister_webhook,
 )
+from tests.integration.manifests import (
+    configmap,
+    container,
+    deployment,
+    env_from,
+    env_key_ref,
+    pod_spec,
+    secret,
+)
 from webhook.kube.raw import Kube, path
 
 
-def deployment(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,  # measure admission of the Deployment itself, not pod churn
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "registry.invalid/app:1",
-                            "envFrom": [{"configMapRef": {"name": "app-config"}}],
-                            "env": [
-                                {
-                                    "name": "T",
-                                    "valueFrom": {
-                                        "secretKeyRef": {"name": "app-secret", "key": "token"}
-                                    },
-                                }
-                            ],
-                        }
-                    ]
-                },
-            },
-        },
-    }
+def app(name: str) -> dict[str, object]:
+    """Deployment `name` reading all of ConfigMap app-config and key `token` of Secret
+    app-secret; 0 replicas, to measure admission of the Deployment itself, not pod churn."""
+    return deployment(
+        name,
+        pod_spec(
+            container(
+                env_from=[env_from("configmap", "app-config")],
+                env=[env_key_ref("secret", "app-secret", "token", "T")],
+            )
+        ),
+    )
 
 
 CPU: dict[str, Counter[str]] = {}  # variant -> CPU seconds by process, summed over rounds
@@ -81,7 +72,7 @@ def round_(
 
     def one(i: int) -> None:
         t = time.perf_counter()
-        kube.create(path("deployments", ns), deployment(f"{tag}-{i}"))
+        kube.create(path("deployments", ns), app(f"{tag}-{i}"))
         lat.append(time.perf_counter() - t)
 
     start = time.perf_counter()
@@ -121,24 +112,8 @@ def main() -> None:
                 "metadata": {"name": ns, "labels": {ENABLED_LABEL: "true"}},
             },
         )
-        kube.create(
-            path("configmaps", ns),
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "app-config"},
-                "data": {"a": "1"},
-            },
-        )
-        kube.create(
-            path("secrets", ns),
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "app-secret"},
-                "stringData": {"token": "t"},
-            },
-        )
+        kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+        kube.create(path("secrets", ns), secret("app-secret", {"token": "t"}))
         cp = start_configpin(plane, Path(tmp) / "configpin", args=["--no-controller"])
         # The same webhook round trip with no work behind it: what the API server pays for
         # calling any webhook, as against what configpin's admission adds to it.

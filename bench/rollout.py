@@ -51,6 +51,7 @@ from tests.integration.configpin_proc import (
     running_configpin,
 )
 from tests.integration.controlplane import ENABLED_LABEL, running_control_plane, wait_for
+from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.controller.rollout import ControllerOptions, RolloutController
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
@@ -85,23 +86,10 @@ class CountingKube(Kube):
         return out
 
 
-def deployment(name: str) -> dict[str, Any]:
-    env = [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "shared", "key": "a"}}}]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "app", "image": "registry.invalid/a", "env": env}]
-                },
-            },
-        },
-    }
+def shared_reader(name: str) -> dict[str, Any]:
+    """Deployment `name` (0 replicas) reading key `a` of ConfigMap `shared`."""
+    env = [env_key_ref("configmap", "shared", "a", "A")]
+    return deployment(name, pod_spec(container(env=env)))
 
 
 def cpu_seconds(markers: tuple[str, ...]) -> Counter[str]:
@@ -184,11 +172,12 @@ def run_size(
         path("namespaces"),
         {"metadata": {"name": ns, "labels": {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}}},
     )
-    setup.create(path("configmaps", ns), {"metadata": {"name": "shared"}, "data": {"a": "0"}})
+    setup.create(path("configmaps", ns), configmap("shared", {"a": "0"}))
     with ThreadPoolExecutor(8) as pool:
         list(
             pool.map(
-                lambda i: setup.create(path("deployments", ns), deployment(f"d{i}")), range(size)
+                lambda i: setup.create(path("deployments", ns), shared_reader(f"d{i}")),
+                range(size),
             )
         )
     wait_for(

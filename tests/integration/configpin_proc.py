@@ -28,6 +28,7 @@ from tests.integration.controlplane import (
     free_port,
     register_webhook,
     unregister_webhook,
+    wait_for,
 )
 from webhook.certs import generate, write_bundle
 
@@ -112,6 +113,11 @@ def ensure_namespace(api: client.ApiClient, name: str = CONFIGPIN_NAMESPACE) -> 
             raise
 
 
+def lease_name(instance: str | None) -> str:
+    """The leader election Lease (in CONFIGPIN_NAMESPACE) of a configpin of `instance`."""
+    return f"configpin-leader-{instance or 'session'}"
+
+
 def start_configpin(
     plane: ControlPlane,
     workdir: Path,
@@ -142,7 +148,7 @@ def start_configpin(
         "--namespace-selector", selector,
         "--shutdown-delay", "0", "--drain-timeout", "5",
         # instances in one test run must not wait on each other's leader lease
-        "--lease-name", f"configpin-leader-{instance or 'session'}",
+        "--lease-name", lease_name(instance),
         *args,
     ]  # fmt: skip
     log_path = workdir / f"configpin-{port}.log"
@@ -197,3 +203,23 @@ def running_configpin(plane: ControlPlane, workdir: Path, **kwargs: object) -> I
         if cp.webhook_name:
             with plane.api_client() as api:
                 unregister_webhook(api, cp.webhook_name)
+
+
+@contextlib.contextmanager
+def leading_configpin(
+    plane: ControlPlane,
+    workdir: Path,
+    *,
+    instance: str,
+    webhook_name: str | None = None,
+    args: Sequence[str] = (),
+) -> Iterator[Configpin]:
+    """A configpin of `instance` (its own Lease, `lease_name(instance)`), yielded once it
+    leads; stopped and its webhook unregistered on the way out."""
+    with plane.api_client() as api:
+        ensure_namespace(api)
+    with running_configpin(
+        plane, workdir, args=args, instance=instance, webhook_name=webhook_name
+    ) as cp:
+        wait_for(lambda: cp.metric("configpin_leader") == 1, what=f"configpin {instance} leading")
+        yield cp

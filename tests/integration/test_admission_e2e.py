@@ -11,48 +11,33 @@ from kubernetes import client
 
 from tests.integration.configpin_proc import Configpin
 from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.manifests import (
+    configmap,
+    container,
+    deployment,
+    env_from,
+    env_key_ref,
+    pod_spec,
+    secret,
+)
 
 CHECKSUM = "configpin.io/checksum"
 SOURCES = "configpin.io/sources"
 
 
-def _cm(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+def _pod_spec(cm: str = "app-config", sec: str = "app-secret") -> dict[str, Any]:
+    """All of ConfigMap `cm` (envFrom) and key `token` of Secret `sec` (valueFrom)."""
+    return pod_spec(
+        container(
+            env_from=[env_from("configmap", cm)],
+            env=[env_key_ref("secret", sec, "token", "TOKEN")],
+        )
+    )
 
 
-def _secret(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}
-
-
-def _pod_spec(cm: str = "app-config", secret: str = "app-secret") -> dict[str, Any]:
-    return {
-        "containers": [
-            {
-                "name": "app",
-                "image": "registry.invalid/app:1",
-                "envFrom": [{"configMapRef": {"name": cm}}],
-                "env": [
-                    {
-                        "name": "TOKEN",
-                        "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
-                    }
-                ],
-            }
-        ]
-    }
-
-
-def _deployment(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
-        },
-    }
+def _web(spec: dict[str, Any]) -> dict[str, Any]:
+    """Deployment `web` with one replica (its Pod is admitted too)."""
+    return deployment("web", spec, replicas=1)
 
 
 def _sources(meta: Any) -> dict[str, str]:
@@ -71,9 +56,9 @@ def test_deployment_replicaset_and_pods_carry_the_annotations(
     api: client.ApiClient, namespace: str
 ) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespaced_config_map(namespace, _cm("app-config", {"a": "1"}))
-    core.create_namespaced_secret(namespace, _secret("app-secret", {"token": "t0"}))
-    apps.create_namespaced_deployment(namespace, _deployment("web", _pod_spec()))
+    core.create_namespaced_config_map(namespace, configmap("app-config", {"a": "1"}))
+    core.create_namespaced_secret(namespace, secret("app-secret", {"token": "t0"}))
+    apps.create_namespaced_deployment(namespace, _web(_pod_spec()))
 
     dep = apps.read_namespaced_deployment("web", namespace)
     tmpl = dep.spec.template.metadata
@@ -91,16 +76,16 @@ def test_namespace_without_the_label_is_untouched(
     api: client.ApiClient, plain_namespace: str
 ) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespaced_config_map(plain_namespace, _cm("app-config", {"a": "1"}))
-    apps.create_namespaced_deployment(plain_namespace, _deployment("web", _pod_spec()))
+    core.create_namespaced_config_map(plain_namespace, configmap("app-config", {"a": "1"}))
+    apps.create_namespaced_deployment(plain_namespace, _web(_pod_spec()))
     dep = apps.read_namespaced_deployment("web", plain_namespace)
     assert CHECKSUM not in (dep.spec.template.metadata.annotations or {})
 
 
 def test_bare_pod_is_mutated(api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api)
-    core.create_namespaced_config_map(namespace, _cm("app-config", {"a": "1"}))
-    core.create_namespaced_secret(namespace, _secret("app-secret", {"token": "t0"}))
+    core.create_namespaced_config_map(namespace, configmap("app-config", {"a": "1"}))
+    core.create_namespaced_secret(namespace, secret("app-secret", {"token": "t0"}))
     pod = core.create_namespaced_pod(
         namespace,
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"}, "spec": _pod_spec()},
@@ -113,10 +98,10 @@ def test_owned_pod_is_not_remutated(
     api: client.ApiClient, namespace: str, configpin: Configpin
 ) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespaced_config_map(namespace, _cm("app-config", {"a": "1"}))
-    core.create_namespaced_secret(namespace, _secret("app-secret", {"token": "t0"}))
+    core.create_namespaced_config_map(namespace, configmap("app-config", {"a": "1"}))
+    core.create_namespaced_secret(namespace, secret("app-secret", {"token": "t0"}))
     before = configpin.metric("configpin_admissions_total", kind="Pod", result="skipped")
-    apps.create_namespaced_deployment(namespace, _deployment("web", _pod_spec()))
+    apps.create_namespaced_deployment(namespace, _web(_pod_spec()))
     wait_for(lambda: core.list_namespaced_pod(namespace).items, what="a pod of the deployment")
     # Change the source: a pod created now must still say what its template says.
     core.patch_namespaced_config_map("app-config", namespace, {"data": {"a": "2"}})
@@ -130,13 +115,11 @@ def test_server_side_dry_run_gives_the_same_result_and_writes_nothing(
     api: client.ApiClient, namespace: str
 ) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespaced_config_map(namespace, _cm("app-config", {"a": "1"}))
-    core.create_namespaced_secret(namespace, _secret("app-secret", {"token": "t0"}))
-    dry = apps.create_namespaced_deployment(
-        namespace, _deployment("web", _pod_spec()), dry_run="All"
-    )
+    core.create_namespaced_config_map(namespace, configmap("app-config", {"a": "1"}))
+    core.create_namespaced_secret(namespace, secret("app-secret", {"token": "t0"}))
+    dry = apps.create_namespaced_deployment(namespace, _web(_pod_spec()), dry_run="All")
     assert apps.list_namespaced_deployment(namespace).items == []
-    real = apps.create_namespaced_deployment(namespace, _deployment("web", _pod_spec()))
+    real = apps.create_namespaced_deployment(namespace, _web(_pod_spec()))
     assert dry.spec.template.metadata.annotations == real.spec.template.metadata.annotations
 
 
@@ -145,7 +128,7 @@ def test_missing_required_source_warns_the_client(api: client.ApiClient, namespa
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         _, _, headers = apps.create_namespaced_deployment_with_http_info(
-            namespace, _deployment("web", _pod_spec(cm="nope", secret="nope2"))
+            namespace, _web(_pod_spec(cm="nope", sec="nope2"))
         )
     text = (
         " ".join(headers.get_all("Warning") or []) if hasattr(headers, "get_all") else str(headers)
@@ -160,9 +143,9 @@ def test_configmap_created_in_the_same_apply_is_read_through(
 ) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     # Back to back, as `kubectl apply -f dir/` does: the watch may not have delivered it yet.
-    core.create_namespaced_config_map(namespace, _cm("app-config", {"a": "1"}))
-    core.create_namespaced_secret(namespace, _secret("app-secret", {"token": "t0"}))
-    dep = apps.create_namespaced_deployment(namespace, _deployment("web", _pod_spec()))
+    core.create_namespaced_config_map(namespace, configmap("app-config", {"a": "1"}))
+    core.create_namespaced_secret(namespace, secret("app-secret", {"token": "t0"}))
+    dep = apps.create_namespaced_deployment(namespace, _web(_pod_spec()))
     assert set(_sources(dep.spec.template.metadata)) == {
         "configmap/app-config",
         "secret/app-secret",
@@ -181,7 +164,7 @@ def test_creates_succeed_with_configpin_stopped(
     )
     try:
         cp.stop()
-        dep = apps.create_namespaced_deployment(namespace, _deployment("web", _pod_spec()))
+        dep = apps.create_namespaced_deployment(namespace, _web(_pod_spec()))
         assert dep.metadata.name == "web"
         assert CHECKSUM not in (dep.spec.template.metadata.annotations or {})
     finally:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.manifests import configmap, secret
 from webhook.core.digest import record_from_object
 from webhook.core.model import SourceId, SourceKind
 from webhook.kube.cache import SourceCache
@@ -36,19 +36,10 @@ def cache(kube: Kube) -> Iterator[SourceCache]:
     c.stop()
 
 
-def _cm(name: str, data: dict[str, str], labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": labels or {}},
-        "data": data,
-    }
-
-
 def test_cache_holds_the_digests_the_core_computes(
     kube: Kube, cache: SourceCache, namespace: str
 ) -> None:
-    created = kube.create(path("configmaps", namespace), _cm("c1", {"a": "1", "b": "2"}))
+    created = kube.create(path("configmaps", namespace), configmap("c1", {"a": "1", "b": "2"}))
     sid = SourceId(SourceKind.CONFIGMAP, "c1")
     wait_for(lambda: not isinstance(cache.peek(namespace, sid), Miss), what="the watch event")
     record = cache.peek(namespace, sid)
@@ -71,7 +62,7 @@ def test_changes_are_reported_and_metadata_changes_are_not(
 
     cache.listeners.append(listener)
     sid = SourceId(SourceKind.CONFIGMAP, "c2")
-    kube.create(path("configmaps", namespace), _cm("c2", {"a": "1"}))
+    kube.create(path("configmaps", namespace), configmap("c2", {"a": "1"}))
     wait_for(lambda: len(seen) == 1, what="the creation reported")
     kube.patch(
         path("configmaps", namespace, "c2"),
@@ -97,22 +88,14 @@ def test_a_miss_reads_through_once_and_is_then_remembered(
     assert cache.get(namespace, sid) is None
     assert kube.calls == before + 1  # the second answer came from memory
     # Creating it is seen at once through the watch, not after the negative answer expires.
-    kube.create(
-        path("secrets", namespace),
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "not-there"},
-            "stringData": {"k": "v"},
-        },
-    )
+    kube.create(path("secrets", namespace), secret("not-there", {"k": "v"}))
     wait_for(lambda: cache.peek(namespace, sid) is not None, what="the created Secret")
 
 
 def test_admission_answers_from_the_cache_without_api_calls(
     kube: Kube, cache: SourceCache, namespace: str
 ) -> None:
-    kube.create(path("configmaps", namespace), _cm("c3", {"a": "1"}))
+    kube.create(path("configmaps", namespace), configmap("c3", {"a": "1"}))
     sid = SourceId(SourceKind.CONFIGMAP, "c3")
     wait_for(lambda: not isinstance(cache.peek(namespace, sid), Miss), what="the watch event")
     before = kube.calls

@@ -24,6 +24,7 @@ from tests.integration.controlplane import (
     default_service_account_ready,
     wait_for,
 )
+from tests.integration.manifests import configmap, deployment
 from webhook.controller.index import WorkloadRef
 from webhook.controller.rollout import ControllerOptions, RolloutController
 from webhook.core.constants import ANN_OBSERVED, ANN_SOURCES
@@ -34,39 +35,6 @@ from webhook.kube.workloads import Decision, update_workload
 from webhook.metrics import Metrics
 
 DEPLOYMENTS = "/apis/apps/v1"
-
-
-def _cm(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
-
-
-def _deployment(name: str, cm: str = "app-config", key: str = "a") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "registry.invalid/app:1",
-                            "env": [
-                                {
-                                    "name": "A",
-                                    "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}},
-                                }
-                            ],
-                        }
-                    ]
-                },
-            },
-        },
-    }
 
 
 def _sources(obj: JSONObject) -> dict[str, str]:
@@ -84,7 +52,7 @@ class Cluster:
         self.ns = namespace
 
     def cm(self, name: str, data: dict[str, str]) -> None:
-        self.kube.create(path("configmaps", self.ns), _cm(name, data))
+        self.kube.create(path("configmaps", self.ns), configmap(name, data))
 
     def set_cm(self, name: str, data: dict[str, str]) -> None:
         self.kube.patch(
@@ -215,7 +183,7 @@ def test_unstamped_workload_is_stamped_once_then_rolled_on_change(
     kube = Kube(api)
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1", "b": "1"})
-    kube.create(path("deployments", ns), _deployment("web"))
+    kube.create(path("deployments", ns), deployment("web"))
     with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}") as ctl:
         stamped = wait_for(lambda: _sources(c.deployment("web")), what="the stamp")
         assert set(stamped) == {"configmap/app-config"}
@@ -243,7 +211,7 @@ def test_old_unstamped_workload_gets_a_baseline_not_a_rollout(
     kube = Kube(api)
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1", "b": "1"})
-    kube.create(path("deployments", ns), _deployment("web"))
+    kube.create(path("deployments", ns), deployment("web"))
     before = c.deployment("web")["spec"]["template"]
     selector = f"{INSTANCE_LABEL}={instance}"
     with running_controller(Kube(api), selector, catch_up_window=0.0) as ctl:
@@ -263,7 +231,7 @@ def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: s
     kube = Kube(api)
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1"})
-    kube.create(path("deployments", ns), _deployment("web"))
+    kube.create(path("deployments", ns), deployment("web"))
     api_path = path("deployments", ns, "web")
     writes = 0
 
@@ -296,7 +264,7 @@ def test_controller_apply_retries_a_conflict(api: client.ApiClient, ns: str, ins
     kube = Kube(api)
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1"})
-    kube.create(path("deployments", ns), _deployment("web"))
+    kube.create(path("deployments", ns), deployment("web"))
     # A long window: the queued stamp is not done by a worker while we call apply directly.
     with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}", window=300) as ctl:
         ref = WorkloadRef("Deployment", ns, "web")
@@ -324,7 +292,7 @@ def test_expired_watch_is_relisted_and_the_change_made_meanwhile_rolls(
 ) -> None:
     c = Cluster(Kube(api), ns)
     c.cm("app-config", {"a": "1"})
-    c.kube.create(path("deployments", ns), _deployment("web"))
+    c.kube.create(path("deployments", ns), deployment("web"))
     gated = GatedWatchKube(api)
     with running_controller(gated, f"{INSTANCE_LABEL}={instance}") as ctl:
         first = wait_for(lambda: _sources(c.deployment("web")), what="the stamp")
@@ -361,7 +329,7 @@ def test_namespace_selection_follows_its_label(api: client.ApiClient, instance: 
     with _namespace(api, {INSTANCE_LABEL: f"{instance}-not-yet"}) as ns:
         c = Cluster(kube, ns)
         c.cm("app-config", {"a": "1"})
-        kube.create(path("deployments", ns), _deployment("web"))
+        kube.create(path("deployments", ns), deployment("web"))
         with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}") as ctl:
             seen = _seen_by_controller(ctl)
             c.set_cm("app-config", {"a": "2"})

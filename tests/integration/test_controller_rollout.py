@@ -22,6 +22,7 @@ from tests.integration.configpin_proc import (
     INSTANCE_LABEL,
     Configpin,
     ensure_namespace,
+    leading_configpin,
     running_configpin,
 )
 from tests.integration.controlplane import (
@@ -30,6 +31,7 @@ from tests.integration.controlplane import (
     default_service_account_ready,
     wait_for,
 )
+from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
 from webhook.kube.raw import Kube, path
 from webhook.kube.workloads import cronjob_prefix
@@ -43,21 +45,13 @@ SETTLE = WINDOW + 2.0  # long enough for a rollout that should not happen to hav
 def cp(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Configpin]:
-    args = [
-        "--coalesce-window", str(WINDOW),
-        "--min-rollout-interval", "0",
-        "--lease-name", f"configpin-leader-{INSTANCE}",
-    ]  # fmt: skip
-    with control_plane.api_client() as api:
-        ensure_namespace(api)
-    with running_configpin(
+    with leading_configpin(
         control_plane,
         tmp_path_factory.mktemp("configpin-ctl"),
-        args=args,
         instance=INSTANCE,
         webhook_name="configpin-ctl",
+        args=["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"],
     ) as proc:
-        wait_for(lambda: proc.metric("configpin_leader") == 1, what="configpin leading")
         yield proc
 
 
@@ -80,28 +74,17 @@ def kube(k8s: client.ApiClient) -> Kube:
 # --- builders
 
 
-def _cm(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+def _all_keys() -> dict[str, Any]:
+    """A pod spec that consumes every key of app-config (envFrom)."""
+    return pod_spec(container(env_from=[env_from("configmap", "app-config")]))
 
 
-def _pod_spec(cm: str = "app-config", key: str | None = "a") -> dict[str, Any]:
-    """Consumes `key` of the ConfigMap through valueFrom (all keys, envFrom, when None)."""
-    c: dict[str, Any] = {"name": "app", "image": "registry.invalid/app:1"}
-    if key is None:
-        c["envFrom"] = [{"configMapRef": {"name": cm}}]
-    else:
-        c["env"] = [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}}}]
-    return {"containers": [c]}
-
-
-def _workload(kind: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+def _workload(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A StatefulSet or DaemonSet (Deployments: `deployment(..., replicas=1)`)."""
     template = {"metadata": {"labels": {"app": name}}, "spec": spec}
     selector = {"matchLabels": {"app": name}}
     body: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}}
-    body["metadata"].update(meta)
-    if kind == "Deployment":
-        body["spec"] = {"replicas": 1, "selector": selector, "template": template}
-    elif kind == "StatefulSet":
+    if kind == "StatefulSet":
         body["spec"] = {"serviceName": name, "selector": selector, "template": template}
     else:
         body["spec"] = {"selector": selector, "template": template}
@@ -149,8 +132,8 @@ def _changes_seen(cp: Configpin) -> float:
 
 
 def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns: str) -> None:
-    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1", "b": "1"}))
-    body = _workload("Deployment", "web", _pod_spec())
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1", "b": "1"}))
+    body = deployment("web", replicas=1)
     created = kube.create(path("deployments", ns), body)
     before = _sources(created)
     assert set(before) == {"configmap/app-config"}
@@ -171,7 +154,7 @@ def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns:
     # The controller recorded what it brought the workload up to date with, and it is what
     # admission records for the same template now.
     assert json.loads(dep["metadata"]["annotations"][ANN_OBSERVED]) == _sources(dep)
-    assert _sources(dep) == _dry_run_sources(kube, ns, _workload("Deployment", "x", _pod_spec()))
+    assert _sources(dep) == _dry_run_sources(kube, ns, deployment("x", replicas=1))
     assert cp.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
     # The controller's patch went through the webhook, which had nothing to change.
     assert (
@@ -193,8 +176,8 @@ def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns:
 def test_consumed_key_change_rolls_statefulsets_and_daemonsets(
     cp: Configpin, kube: Kube, ns: str, kind: str
 ) -> None:
-    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
-    created = kube.create(path(_resource(kind), ns), _workload(kind, "app", _pod_spec(key=None)))
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    created = kube.create(path(_resource(kind), ns), _workload(kind, "app", _all_keys()))
     before = _sources(created)
     wait_for(lambda: _revisions(kube, ns, "app") == 1, what="the first ControllerRevision")
 
@@ -213,8 +196,8 @@ def test_consumed_key_change_rolls_statefulsets_and_daemonsets(
 def test_unused_key_label_and_annotation_changes_roll_nothing(
     cp: Configpin, kube: Kube, ns: str
 ) -> None:
-    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1", "b": "1"}))
-    body = _workload("Deployment", "web", _pod_spec(key="a"))
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1", "b": "1"}))
+    body = deployment("web", replicas=1)
     created = kube.create(path("deployments", ns), body)
     wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
     seen = _changes_seen(cp)
@@ -236,8 +219,8 @@ def test_unused_key_label_and_annotation_changes_roll_nothing(
 
 
 def test_a_burst_of_changes_gives_one_rollout(cp: Configpin, kube: Kube, ns: str) -> None:
-    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
-    kube.create(path("deployments", ns), _workload("Deployment", "web", _pod_spec()))
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    kube.create(path("deployments", ns), deployment("web", replicas=1))
     wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
     coalesced = cp.metric("configpin_changes_coalesced_total")
     rollouts = cp.metric("configpin_rollouts_total", kind="Deployment")
@@ -251,17 +234,17 @@ def test_a_burst_of_changes_gives_one_rollout(cp: Configpin, kube: Kube, ns: str
     assert cp.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
     assert cp.metric("configpin_changes_coalesced_total") == coalesced + 2
     # The one rollout carries the latest content.
-    latest = _dry_run_sources(kube, ns, _workload("Deployment", "x", _pod_spec()))
+    latest = _dry_run_sources(kube, ns, deployment("x", replicas=1))
     assert _sources(kube.get(path("deployments", ns, "web"))) == latest
 
 
 def test_mode_off_workloads_and_owned_replicasets_are_left_alone(
     cp: Configpin, kube: Kube, ns: str
 ) -> None:
-    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
-    off = _workload("Deployment", "off", _pod_spec(), annotations={ANN_MODE: "off"})
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    off = deployment("off", replicas=1, annotations={ANN_MODE: "off"})
     kube.create(path("deployments", ns), off)
-    kube.create(path("deployments", ns), _workload("Deployment", "on", _pod_spec()))
+    kube.create(path("deployments", ns), deployment("on", replicas=1))
     wait_for(lambda: _replicasets(kube, ns, "on") == 1, what="the first ReplicaSet")
     wait_for(lambda: _replicasets(kube, ns, "off") == 1, what="the first ReplicaSet (off)")
 
@@ -276,8 +259,8 @@ def test_mode_off_workloads_and_owned_replicasets_are_left_alone(
 def test_cronjob_job_template_is_restamped(cp: Configpin, kube: Kube, ns: str) -> None:
     prefix = cronjob_prefix(kube)
     assert prefix is not None
-    kube.create(path("configmaps", ns), _cm("app-config", {"a": "1"}))
-    spec = {**_pod_spec(), "restartPolicy": "Never"}
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    spec = {**pod_spec(), "restartPolicy": "Never"}
     cronjob = {
         "apiVersion": prefix.removeprefix("/apis/"),
         "kind": "CronJob",

@@ -15,23 +15,7 @@ from tests.integration.controlplane import (
     unregister_webhook,
     wait_for,
 )
-
-
-def _deployment(name: str) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]},
-            },
-        },
-    }
+from tests.integration.manifests import container, deployment, pod_spec
 
 
 def _items(object_list: Any) -> list[dict[str, Any]]:
@@ -44,9 +28,8 @@ def test_deployment_rolls_out_and_is_garbage_collected(
     k8s: client.ApiClient, namespace: str
 ) -> None:
     apps, core = client.AppsV1Api(k8s), client.CoreV1Api(k8s)
-    apps.create_namespaced_deployment(
-        namespace, client.V1Deployment.model_validate(_deployment("web"))
-    )
+    body = deployment("web", pod_spec(container()), replicas=1)  # one container, no sources
+    apps.create_namespaced_deployment(namespace, client.V1Deployment.model_validate(body))
 
     replica_sets = wait_for(
         lambda: _items(apps.list_namespaced_replica_set(namespace)),

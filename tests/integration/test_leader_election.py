@@ -23,6 +23,7 @@ from tests.integration.configpin_proc import (
     INSTANCE_LABEL,
     Configpin,
     ensure_namespace,
+    lease_name,
     start_configpin,
 )
 from tests.integration.controlplane import (
@@ -32,29 +33,12 @@ from tests.integration.controlplane import (
     unregister_webhook,
     wait_for,
 )
+from tests.integration.manifests import configmap, deployment
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.raw import Kube, path
 
 LEASE_DURATION = 4.0
 WINDOW = 0.3
-
-
-def _deployment(name: str) -> dict[str, Any]:
-    env = [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "a"}}}]
-    container = {"name": "app", "image": "registry.invalid/a", "env": env}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [container]},
-            },
-        },
-    }
 
 
 def _sources(obj: dict[str, Any]) -> dict[str, str]:
@@ -68,7 +52,7 @@ class Pair:
         self.kube = Kube(api)
         self.instance = f"ha{secrets.token_hex(3)}"
         self.webhook = f"configpin-{self.instance}"
-        self.lease = f"configpin-leader-{self.instance}"
+        self.lease = lease_name(self.instance)  # start_configpin passes it
         self.tmp = tmp
         self.replicas: list[Configpin] = []
 
@@ -76,7 +60,6 @@ class Pair:
         args = [
             "--coalesce-window", str(WINDOW),
             "--min-rollout-interval", "0",
-            "--lease-name", self.lease,
             "--lease-duration", str(LEASE_DURATION),
         ]  # fmt: skip
         cp = start_configpin(
@@ -146,8 +129,8 @@ def _prepare(pair: Pair, ns: str) -> tuple[Configpin, Configpin]:
     assert pair.holder() == _identity(leader)
     assert standby.get("/readyz")[0] == 200  # the standby serves the webhook as well
 
-    kube.create(path("configmaps", ns), {"metadata": {"name": "app-config"}, "data": {"a": "1"}})
-    kube.create(path("deployments", ns), _deployment("web"))
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    kube.create(path("deployments", ns), deployment("web"))
     before = _sources(kube.get(path("deployments", ns, "web")))
     assert before
     _set(kube, ns, "2")

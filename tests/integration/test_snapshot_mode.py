@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.configpin_proc import Configpin
 from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.manifests import configmap, secret
 from webhook.kube.errors import Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
 
@@ -32,14 +33,6 @@ def kube(control_plane: ControlPlane, configpin: Configpin) -> Iterator[Kube]:
 
 
 # --- manifests
-
-
-def configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
-
-
-def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}
 
 
 def pod_spec(cm: str = "app-config", sec: str = "app-secret") -> dict[str, Any]:

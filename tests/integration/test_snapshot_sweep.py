@@ -15,20 +15,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
-    INSTANCE_LABEL,
-    Configpin,
-    ensure_namespace,
-    running_configpin,
-)
+from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
 from tests.integration.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     wait_for,
 )
+from tests.integration.manifests import configmap, container, env_from, pod_spec
 from tests.integration.test_snapshot_mode import (
-    configmap,
     copies_in,
     deployment,
     get,
@@ -55,20 +50,13 @@ HKEY = b"snapshot-sweep-test-key-0123456789"
 def cp(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Configpin]:
-    args = [
-        "--snapshot-grace-period", str(GRACE),
-        "--lease-name", f"configpin-leader-{INSTANCE}",
-    ]  # fmt: skip
-    with control_plane.api_client() as api:
-        ensure_namespace(api)
-    with running_configpin(
+    with leading_configpin(
         control_plane,
         tmp_path_factory.mktemp("configpin-sweep"),
-        args=args,
         instance=INSTANCE,
         webhook_name="configpin-sweep",
+        args=["--snapshot-grace-period", str(GRACE)],
     ) as proc:
-        wait_for(lambda: proc.metric("configpin_leader") == 1, what="configpin leading")
         yield proc
 
 
@@ -106,15 +94,7 @@ def rejected_admission(kube: Kube, ns: str) -> str:
 
 
 def spec() -> dict[str, Any]:
-    return {
-        "containers": [
-            {
-                "name": "app",
-                "image": "registry.invalid/app:1",
-                "envFrom": [{"configMapRef": {"name": "app-config"}}],
-            }
-        ]
-    }
+    return pod_spec(container(env_from=[env_from("configmap", "app-config")]))
 
 
 def test_an_unused_copy_is_swept_after_the_grace_period(kube: Kube, ns: str, cp: Configpin) -> None:
