@@ -227,12 +227,22 @@ def test_old_unstamped_workload_gets_a_baseline_not_a_rollout(
         assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 1
 
 
+def _settled(kube: Kube, api_path: str) -> bool:
+    """The deployment controller has done its own writes to the object (it is another writer
+    that can conflict with ours; the tests provoke exactly one conflict of their own)."""
+    obj = kube.get(api_path)
+    status = obj.get("status") or {}
+    return status.get("observedGeneration") == obj["metadata"].get("generation")
+
+
 def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: str) -> None:
     kube = Kube(api)
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1"})
     kube.create(path("deployments", ns), deployment("web"))
     api_path = path("deployments", ns, "web")
+
+    wait_for(lambda: _settled(kube, api_path), what="the deployment controller's writes")
     writes = 0
 
     def meanwhile(obj: JSONObject) -> None:
@@ -254,7 +264,9 @@ def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: s
     result = update_workload(
         kube, api_path, decide, before_write=meanwhile, on_conflict=lambda: conflicts.append(1)
     )
-    assert result.patched and result.conflicts == 1 and conflicts == [1]
+    # Ours is the first conflict; the controller-manager may still add one of its own.
+    assert result.patched and result.conflicts >= 1 and len(conflicts) == result.conflicts
+    assert writes == 1
     final = c.deployment("web")
     assert final["metadata"]["labels"]["touched"] == "yes"  # their write survived
     assert final["metadata"]["annotations"]["example.com/x"] == "1"  # and ours landed
@@ -265,6 +277,7 @@ def test_controller_apply_retries_a_conflict(api: client.ApiClient, ns: str, ins
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1"})
     kube.create(path("deployments", ns), deployment("web"))
+    wait_for(lambda: _settled(kube, path("deployments", ns, "web")), what="the controller's writes")
     # A long window: the queued stamp is not done by a worker while we call apply directly.
     with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}", window=300) as ctl:
         ref = WorkloadRef("Deployment", ns, "web")
@@ -281,7 +294,8 @@ def test_controller_apply_retries_a_conflict(api: client.ApiClient, ns: str, ins
                 )
 
         assert ctl.apply(ref, before_write=meanwhile) is True
-        assert _value(ctl.metrics, "configpin_patch_conflicts_total") == 1
+        assert len(touched) == 1  # ours is the first conflict; another writer may add one
+        assert _value(ctl.metrics, "configpin_patch_conflicts_total") >= 1
         final = c.deployment("web")
         assert final["metadata"]["labels"]["touched"] == "yes"
         assert _sources(final) == {"configmap/app-config": _sources(final)["configmap/app-config"]}
