@@ -176,26 +176,36 @@ def test_snapshot_mode_rollback_is_current_until_the_source_changes() -> None:
     assert _stale(v2, store, "snapshot") == set()
     assert spec_of(v2) != spec_of(v1)  # points at the copy of the new content
 
-    # `kubectl rollout undo`: the template goes back to v1's copy; the workload's own
-    # record of what it observed stays. Not stale: the controller leaves the rollback alone.
+    # `kubectl rollout undo`: the template goes back to v1's copy, by a PATCH that passes
+    # through admission, which keeps the older copy and records on the workload that it had
+    # seen the newer content. Not stale: the controller leaves the rollback alone.
     undone = json.loads(json.dumps(v2))
     undone["spec"]["template"] = v1["spec"]["template"]
+    undone = apply(undone, plan(undone, store, mode="snapshot", operation="UPDATE", old=v2))
+    assert (
+        undone["spec"]["template"]
+        == apply(v1, plan(v1, store, mode="snapshot"))["spec"]["template"]
+    )
+    assert ANN_OBSERVED in undone["metadata"]["annotations"]
     assert _stale(undone, store, "snapshot") == set()
 
     store.put(configmap("app-config", {"a": "3", "b": "1"}))
     assert _stale(undone, store, "snapshot") == {CM}
     v3 = _controller_update(undone, store, "snapshot")
     assert _stale(v3, store, "snapshot") == set()
+    assert ANN_OBSERVED not in v3["metadata"].get("annotations", {})  # current: no record needed
     assert plan(v3, store, mode="snapshot", operation="UPDATE", old=undone).patch == []
 
 
 def test_observed_wins_over_the_template_sources() -> None:
     store = _store()
     obj = _admitted("Deployment", store)
-    entry = entry_from_object(obj, "checksum")
-    assert entry.recorded == json.loads(obj["metadata"]["annotations"][ANN_OBSERVED])
-    del obj["metadata"]["annotations"][ANN_OBSERVED]
+    # The usual case carries no record of its own: the template's sources are the record.
+    assert ANN_OBSERVED not in obj["metadata"].get("annotations", {})
     assert entry_from_object(obj, "checksum").recorded == recorded_sources(obj)
+    observed = {"configmap/app-config": "f" * 64}
+    obj["metadata"].setdefault("annotations", {})[ANN_OBSERVED] = json.dumps(observed)
+    assert entry_from_object(obj, "checksum").recorded == observed
 
 
 @pytest.mark.parametrize(

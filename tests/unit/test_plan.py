@@ -106,11 +106,9 @@ def test_every_workload_kind_is_stamped(kind: str) -> None:
     assert template_annotations(out)[ANN_SOURCES] == json.dumps(
         expected, sort_keys=True, separators=(",", ":")
     )
-    observed = (out["metadata"].get("annotations") or {}).get(ANN_OBSERVED)
-    if kind == "Pod":
-        assert observed is None  # a Pod's own metadata is its template
-    else:
-        assert observed is not None and json.loads(observed) == expected
+    # No record of its own on the workload: it is current, the template's sources say it all.
+    assert p.observed == expected
+    assert (out["metadata"].get("annotations") or {}).get(ANN_OBSERVED) is None
     assert p.mode == "checksum" and p.skipped is None and not p.warnings
 
 
@@ -483,7 +481,6 @@ def test_annotation_keys_are_escaped_in_the_patch_paths() -> None:
     assert paths == {
         "/spec/template/metadata/annotations/configpin.io~1checksum",
         "/spec/template/metadata/annotations/configpin.io~1sources",
-        "/metadata/annotations/configpin.io~1observed",
     }
     assert all(op["op"] == "add" for op in p.patch)
     out = jsonpatch.apply_patch(obj, p.patch)
@@ -491,7 +488,6 @@ def test_annotation_keys_are_escaped_in_the_patch_paths() -> None:
     expected["spec"]["template"]["metadata"]["annotations"].update(
         {ANN_CHECKSUM: digest.checksum(HKEY, p.sources), ANN_SOURCES: dumps_mapping(p.sources)}
     )
-    expected["metadata"]["annotations"][ANN_OBSERVED] = dumps_mapping(p.sources)
     assert out == expected
 
 
@@ -549,7 +545,6 @@ def test_changed_content_replaces_only_what_differs() -> None:
     store.put(configmap("cfg", {"a": "2"}))
     p = plan(out, store, operation="UPDATE", old=out)
     assert sorted(op["path"] for op in p.patch) == [
-        "/metadata/annotations/configpin.io~1observed",
         "/spec/template/metadata/annotations/configpin.io~1checksum",
         "/spec/template/metadata/annotations/configpin.io~1sources",
     ]
@@ -598,16 +593,35 @@ def test_the_plan_does_not_modify_its_input() -> None:
     assert obj == before
 
 
-def test_observed_survives_a_client_that_drops_it() -> None:
-    # `kubectl replace` sends the object without the workload annotation we wrote.
-    store = _store()
+def test_a_kept_rollback_is_recorded_and_survives_a_client_that_drops_it() -> None:
+    # Snapshot mode: the template is rolled back to the copy of older content. The workload
+    # records that it had seen the newer content (so the controller leaves it alone), and a
+    # client that replaces the object whole (`kubectl replace`) does not lose that record.
+    store = _snapshot_store()
     obj = _deploy(env_cm("cfg", "a"))
-    old = apply(obj, plan(obj, store))
-    new = copy.deepcopy(old)
-    del new["metadata"]["annotations"][ANN_OBSERVED]
-    p = plan(new, store, operation="UPDATE", old=old)
-    assert p.observed == p.sources
-    assert json.loads(apply(new, p)["metadata"]["annotations"][ANN_OBSERVED]) == p.sources
+    first = plan(obj, store, mode="snapshot")
+    store.create_snapshots(first)
+    v1 = apply(obj, first)
+    store.put(configmap("cfg", {"a": "2", "b": "2"}))
+    second = plan(obj, store, mode="snapshot")
+    store.create_snapshots(second)
+    v2 = apply(obj, second)
+    assert ANN_OBSERVED not in (v2["metadata"].get("annotations") or {})
+
+    undone = copy.deepcopy(v2)
+    undone["spec"]["template"] = copy.deepcopy(v1["spec"]["template"])
+    p = plan(undone, store, mode="snapshot", operation="UPDATE", old=v2)
+    assert p.sources == first.sources and p.observed == second.sources
+    rolled_back = apply(undone, p)
+    assert json.loads(rolled_back["metadata"]["annotations"][ANN_OBSERVED]) == second.sources
+
+    replaced = copy.deepcopy(rolled_back)
+    del replaced["metadata"]["annotations"][ANN_OBSERVED]
+    again = plan(replaced, store, mode="snapshot", operation="UPDATE", old=rolled_back)
+    assert again.observed == second.sources
+    assert json.loads(apply(replaced, again)["metadata"]["annotations"][ANN_OBSERVED]) == (
+        second.sources
+    )
 
 
 # ---- snapshot names and JSON pointers ----

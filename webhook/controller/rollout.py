@@ -46,7 +46,7 @@ from webhook.controller.leader import (
 from webhook.controller.queue import RolloutQueue
 from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
 from webhook.core.names import pointer
-from webhook.core.plan import plan_object
+from webhook.core.plan import dumps_mapping, observed_ops, plan_object
 from webhook.core.refs import template_paths
 from webhook.kube.cache import SourceCache
 from webhook.kube.informer import Informer
@@ -447,7 +447,8 @@ class RolloutController:
             if plan.skipped is not None:
                 return Decision.leave(_skip_reason(plan.skipped))
             if not entry.recorded and _age(obj) > self.options.catch_up_window:
-                baseline = [op for op in plan.patch if op["path"].startswith("/metadata/")]
+                # The record alone, on the workload's metadata: its template stays as it is.
+                baseline = observed_ops(obj, dumps_mapping(plan.observed)) if plan.observed else []
                 return Decision(baseline) if baseline else Decision.leave("unchanged")
             if not plan.patch:
                 return Decision.leave("unchanged")
