@@ -55,6 +55,9 @@ class CheckingWriter:
         self.reader = reader
         self.made: list[str] = []
 
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        return False  # nothing made yet
+
     def ensure(
         self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
     ) -> list[str]:

@@ -351,6 +351,9 @@ class _Writer:
     fail: bool = False
     calls: list[tuple[str, list[SnapshotRequest], bool]] = field(default_factory=list)
 
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        return False  # a writer that knows nothing in advance: every admission asks
+
     def ensure(
         self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
     ) -> list[str]:
@@ -375,6 +378,23 @@ async def test_snapshot_mode_asks_for_the_copies_before_answering(dry_run: bool)
         spec_of(mutated)["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"]["name"]
         == req.snapshot_name
     )
+
+
+async def test_copies_known_to_exist_are_not_asked_for_again() -> None:
+    @dataclass
+    class _Settled(_Writer):
+        def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+            return True
+
+    asked, settled = _Writer(), _Settled()
+    obj = _deployment(env_cm("cfg", "a"))
+    answers = []
+    for writer in (asked, settled):
+        s = _server(mode="snapshot", snapshots=writer)
+        async with s.client:
+            answers.append((await s.admit(review(obj)))["response"])
+    assert len(asked.calls) == 1 and settled.calls == []
+    assert answers[0]["patch"] == answers[1]["patch"]  # the same decision, without the hop
 
 
 @pytest.mark.parametrize("is_strict", [False, True])

@@ -289,15 +289,29 @@ class SnapshotWriter:
             self._ensure(namespace, request)
         return []
 
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        """True when every copy is known in memory as requested and unmarked: nothing to
+        do and no API call to make, so admission need not leave its event loop."""
+        return all(self._settled_one(namespace, req) for req in requests)
+
+    def _settled_one(self, namespace: str, req: SnapshotRequest) -> bool:
+        kind = req.source.kind
+        found = self.cache.peek(namespace, SourceId(kind, req.snapshot_name))
+        if not isinstance(found, SourceRecord) or found.snapshot_of != req.source.name:
+            return False
+        if digest.source_digest(self.hkey, found) != req.content_digest:
+            return False
+        copy = self.index.get((kind, namespace, req.snapshot_name))
+        return copy is None or copy.unused_since is None
+
     def _ensure(self, namespace: str, req: SnapshotRequest) -> None:
+        if self._settled_one(namespace, req):
+            return  # the common case: no API call
         kind = req.source.kind
         key: CopyKey = (kind, namespace, req.snapshot_name)
         found = self.cache.peek(namespace, SourceId(kind, req.snapshot_name))
         if isinstance(found, SourceRecord):
-            self._check(found, req)
-            copy = self.index.get(key)
-            if copy is None or copy.unused_since is None:
-                return  # the common case: no API call
+            self._check(found, req)  # raises: the settled case was answered above
             try:
                 unmark(self.kube, key)
                 log.info("%s/%s in %s marked unused is in use again", kind, key[2], namespace)

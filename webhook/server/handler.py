@@ -33,6 +33,11 @@ class SnapshotWriter(Protocol):
         Raises on failure: the object must then not point at a copy that does not exist."""
         ...
 
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        """True when, from memory alone, every copy already exists as requested: `ensure`
+        would do nothing. Never blocks."""
+        ...
+
 
 class _NeedsRead(Exception):
     pass
@@ -132,10 +137,15 @@ class Admitter:
         if plan.problems and self.strict:
             return denied(review, "; ".join(plan.problems), warnings=plan.warnings), "denied"
         warnings = list(plan.warnings)
-        if plan.snapshots and self.snapshots is not None:
+        writer = self.snapshots
+        if (
+            plan.snapshots
+            and writer is not None
+            and not writer.settled(namespace, plan.snapshots)  # the common case: no thread hop
+        ):
             try:
                 warnings += await asyncio.to_thread(
-                    self.snapshots.ensure, namespace, plan.snapshots, dry_run=review.dry_run
+                    writer.ensure, namespace, plan.snapshots, dry_run=review.dry_run
                 )
             except Exception as first:
                 # Most often the cache had not yet seen a source change, so the planned copy
@@ -151,7 +161,7 @@ class Admitter:
                     )
                     warnings = list(plan.warnings)
                     warnings += await asyncio.to_thread(
-                        self.snapshots.ensure, namespace, plan.snapshots, dry_run=review.dry_run
+                        writer.ensure, namespace, plan.snapshots, dry_run=review.dry_run
                     )
                 except Exception as e:
                     log.warning(
