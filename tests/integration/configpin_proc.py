@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.controlplane import (
     ENABLED_LABEL,
@@ -75,17 +76,12 @@ class Configpin:
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a metric's samples whose labels include `labels` (0 if none)."""
         _, text = self.get("/metrics")
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            head, _, value = line.rpartition(" ")
-            metric, _, label_text = head.partition("{")
-            if metric != name:
-                continue
-            if all(f'{k}="{v}"' in label_text for k, v in labels.items()):
-                total += float(value)
-        return total
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
