@@ -8,16 +8,25 @@
 #     source package `kubernetes` (the full tree with vendor/), with Go 1.15 taken from
 #     Debian bullseye (bookworm's Go 1.19 builds an apiserver that crashes on the first
 #     mutating-webhook patch).
-# The result is cached (default ~/.cache/configpin/kubebuilder-assets/1.20.2) and reused.
+# A current control plane, 1.36.2, cannot be built from any registry's packages: its binaries
+# are kept prebuilt in the steering repo's shared/k8s/v1.36.2/bin.tar.xz (with a sha256), found
+# beside the checkout (../shared/k8s) or in $CONFIGPIN_SHARED_K8S; they are checked and unpacked
+# next to the same etcd.
+# The result is cached (default ~/.cache/configpin/kubebuilder-assets/<version>) and reused.
 #
-# Usage: hack/provision-control-plane.sh            # prints the assets folder on stdout
+# Usage: hack/provision-control-plane.sh [1.20.2|1.36.2]   # prints the assets folder on stdout
 #        CONFIGPIN_ASSETS_DIR=/some/dir hack/provision-control-plane.sh
 set -euo pipefail
 
-K8S_VERSION=1.20.2
+K8S_VERSION="${1:-1.20.2}"
+here="$(cd "$(dirname "$0")" && pwd)"
 cache_root="${CONFIGPIN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/configpin}"
 assets="${CONFIGPIN_ASSETS_DIR:-$cache_root/kubebuilder-assets/$K8S_VERSION}"
 log() { echo "provision: $*" >&2; }
+case "$K8S_VERSION" in
+  1.20.2|1.36.2) ;;
+  *) log "unknown version $K8S_VERSION (known: 1.20.2, 1.36.2)"; exit 2 ;;
+esac
 
 have_all() {
   [ -x "$assets/etcd" ] && [ -x "$assets/kube-apiserver" ] && [ -x "$assets/kube-controller-manager" ]
@@ -43,6 +52,7 @@ command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
 command -v jq >/dev/null 2>&1 || need_pkgs+=(jq)
 command -v dpkg-source >/dev/null 2>&1 || need_pkgs+=(dpkg-dev)
 command -v make >/dev/null 2>&1 || need_pkgs+=(make)
+command -v xz >/dev/null 2>&1 || need_pkgs+=(xz-utils)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   sudo_ apt-get update -qq >&2
@@ -51,6 +61,25 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 etcd_bin=$(command -v etcd || echo /usr/bin/etcd)
 cp -f "$etcd_bin" "$assets/etcd"
+
+if [ "$K8S_VERSION" != 1.20.2 ]; then
+  shared="${CONFIGPIN_SHARED_K8S:-$here/../../shared/k8s}"
+  tarball="$shared/v$K8S_VERSION/bin.tar.xz"
+  if [ ! -f "$tarball" ]; then
+    log "no $K8S_VERSION binaries: $tarball is missing (set CONFIGPIN_SHARED_K8S to the folder that holds v$K8S_VERSION/bin.tar.xz)"
+    exit 3
+  fi
+  (cd "$(dirname "$tarball")" && sha256sum --quiet -c bin.tar.xz.sha256) >&2 || {
+    log "$tarball does not match its bin.tar.xz.sha256"; exit 3; }
+  log "unpacking kube-apiserver and kube-controller-manager $K8S_VERSION"
+  tmp=$(mktemp -d "$assets/.unpack.XXXXXX")
+  tar -xJf "$tarball" -C "$tmp"
+  for b in kube-apiserver kube-controller-manager; do mv -f "$tmp/$b" "$assets/$b"; done
+  rm -rf "$tmp"
+  have_all
+  echo "$assets"
+  exit 0
+fi
 
 work="$cache_root/build"
 mkdir -p "$work/apt/lists/partial" "$work/apt/archives/partial"

@@ -179,10 +179,7 @@ def start_configpin(
                 cp.url + "/mutate",
                 cp.ca_pem,
                 failure_policy=failure_policy,
-                namespace_selector={
-                    "matchLabels": {ENABLED_LABEL: "true"},
-                    "matchExpressions": match,
-                },
+                namespace_expressions=match,
             )
         cp.webhook_name = webhook_name
         time.sleep(1.0)  # the API server picks webhook configurations up through an informer

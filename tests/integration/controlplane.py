@@ -16,6 +16,7 @@ import copy
 import datetime
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -57,6 +58,9 @@ CONTROLLERS = (
     "namespace",
     "serviceaccount-token",
     "serviceaccount",
+    # publishes kube-root-ca.crt, which the projected service-account volume of every pod reads
+    # from 1.21 on (BoundServiceAccountTokenVolume)
+    "root-ca-cert-publisher",
 )
 
 START_TIMEOUT = 60.0
@@ -89,6 +93,17 @@ def wait_for(
 
 
 # --- binaries -------------------------------------------------------------------------------
+
+
+def binary_version(path: Path) -> tuple[int, int]:
+    """(major, minor) of a Kubernetes binary, from its ``--version`` ("Kubernetes v1.36.2")."""
+    out = subprocess.run(
+        [str(path), "--version"], capture_output=True, text=True, check=False, timeout=30
+    ).stdout
+    match = re.search(r"v(\d+)\.(\d+)", out)
+    if match is None:
+        raise ControlPlaneError(f"{path} --version printed no version: {out[:200]!r}")
+    return int(match[1]), int(match[2])
 
 
 def find_assets() -> Path:
@@ -364,6 +379,11 @@ class ControlPlane:
     ca_file: Path
     kubeconfig: Path
     log_dir: Path
+    version: tuple[int, int] = (1, 20)
+
+    @property
+    def minor(self) -> int:
+        return self.version[1]
 
     @property
     def ca_pem(self) -> bytes:
@@ -406,10 +426,11 @@ def _kubeconfig(host: str, ca_pem: bytes, token: str) -> str:
 
 
 def default_service_account_ready(api: client.ApiClient, namespace: str = "default") -> bool:
-    """The serviceaccount controller made ``default`` and the token controller filled it in.
+    """The serviceaccount controller made ``default`` (and, before 1.24, its token Secret).
 
     On 1.20 the ServiceAccount admission plugin rejects pods until the token Secret exists,
-    so "SA exists" alone is not enough.
+    so "SA exists" alone is not enough there. From 1.24 no token Secret is made: pods get a
+    projected token instead, and the account existing is all admission asks.
     """
     try:
         sa = client.CoreV1Api(api).read_namespaced_service_account("default", namespace)
@@ -417,7 +438,19 @@ def default_service_account_ready(api: client.ApiClient, namespace: str = "defau
         if e.status == 404:
             return False
         raise
-    return bool(sa.secrets)
+    return bool(sa.secrets) or server_minor(api) >= 24
+
+
+_MINORS: dict[str, int] = {}
+
+
+def server_minor(api: client.ApiClient) -> int:
+    """The API server's minor version (20, 36...), asked once per host."""
+    host = api.configuration.host
+    if host not in _MINORS:
+        info = client.VersionApi(api).get_code()
+        _MINORS[host] = int(re.sub(r"\D.*", "", info.minor or "0") or 0)
+    return _MINORS[host]
 
 
 _SHM = Path("/dev/shm")
@@ -479,7 +512,8 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
     etcd_client_port, etcd_peer_port, apiserver_port = free_port(), free_port(), free_port()
     host = f"https://127.0.0.1:{apiserver_port}"
     kubeconfig = _write_private(workdir / "kubeconfig", _kubeconfig(host, ca.cert_pem, token))
-    plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir)
+    version = binary_version(assets / "kube-apiserver")
+    plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir, version)
 
     with contextlib.ExitStack() as stack:
         etcd_data = Path(stack.enter_context(_etcd_data_dir(workdir)))
@@ -550,7 +584,8 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 "--secure-port=0",
-                "--port=0",
+                # the insecure port (and its flag) went away in 1.24
+                *(["--port=0"] if version < (1, 24) else []),
             ],
         )
         with plane.api_client() as api:
@@ -570,23 +605,36 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
 
 
 def default_webhook_rules() -> list[dict[str, Any]]:
-    """CREATE and UPDATE on every workload kind configpin mutates."""
-    operations = ["CREATE", "UPDATE"]
-    groups = {
-        "": ["pods", "replicationcontrollers"],
-        "apps": ["deployments", "statefulsets", "daemonsets", "replicasets"],
-        "batch": ["jobs", "cronjobs"],
-    }
-    return [
-        {
-            "operations": operations,
-            "apiGroups": [group],
-            "apiVersions": ["*"],
-            "resources": resources,
-            "scope": "Namespaced",
-        }
-        for group, resources in groups.items()
-    ]
+    """The rules of the chart's webhook, as rendered for a current cluster."""
+    return copy.deepcopy(_chart_webhook("v1.36.2", ())["rules"])
+
+
+_CHART_WEBHOOKS: dict[str, dict[str, Any]] = {}
+
+
+def _chart_webhook(kube_version: str, api_versions: Sequence[str]) -> dict[str, Any]:
+    from tests.unit._chart import one, render
+
+    key = f"{kube_version} {len(api_versions)}"
+    if key not in _CHART_WEBHOOKS:
+        objects = render({}, kube_version, api_versions)
+        [hook] = one(objects, "MutatingWebhookConfiguration")["webhooks"]
+        _CHART_WEBHOOKS[key] = hook
+    return copy.deepcopy(_CHART_WEBHOOKS[key])
+
+
+_CAPABILITIES: dict[str, tuple[str, list[str]]] = {}
+
+
+def chart_webhook(api_client: client.ApiClient) -> dict[str, Any]:
+    """The webhook entry of the chart's MutatingWebhookConfiguration, rendered for the
+    capabilities of the cluster behind ``api_client``, as ``helm install`` would render it."""
+    from tests.unit._chart import cluster_capabilities
+
+    host = api_client.configuration.host
+    if host not in _CAPABILITIES:
+        _CAPABILITIES[host] = cluster_capabilities(api_client)
+    return _chart_webhook(*_CAPABILITIES[host])
 
 
 def register_webhook(
@@ -597,39 +645,42 @@ def register_webhook(
     *,
     failure_policy: str = "Ignore",
     namespace_selector: Mapping[str, Any] | None = None,
+    namespace_expressions: Sequence[Mapping[str, Any]] = (),
     timeout_seconds: int = 5,
     rules: Sequence[Mapping[str, Any]] | None = None,
+    match_conditions: bool = True,
 ) -> dict[str, Any]:
     """Create (or replace) MutatingWebhookConfiguration ``name`` sending reviews to ``url``.
+
+    The webhook is the chart's own, rendered for this cluster (rules, namespace and object
+    selectors, matchConditions where served, reinvocation, side effects), with the Service
+    replaced by ``url``. ``namespace_expressions`` are added to the chart's namespace selector
+    (tests keep their configpin instances apart that way); ``namespace_selector`` replaces it.
 
     Returns the body sent. The apiserver learns of the configuration through an informer, so
     it takes effect shortly after this returns (well under a second), not at once.
     """
+    hook = chart_webhook(api_client)
+    hook["name"] = WEBHOOK_NAME
+    hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()}
+    hook["failurePolicy"] = failure_policy
+    hook["timeoutSeconds"] = timeout_seconds
+    if namespace_selector is not None:
+        hook["namespaceSelector"] = dict(namespace_selector)
+    selector = hook["namespaceSelector"]
+    selector["matchExpressions"] = [
+        *selector.get("matchExpressions", []),
+        *(dict(e) for e in namespace_expressions),
+    ]
+    if rules is not None:
+        hook["rules"] = [dict(r) for r in rules]
+    if not match_conditions:
+        hook.pop("matchConditions", None)
     body: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": WEBHOOK_NAME,
-                "clientConfig": {
-                    "url": url,
-                    "caBundle": base64.b64encode(ca_bundle_pem).decode(),
-                },
-                "rules": [dict(r) for r in rules] if rules is not None else default_webhook_rules(),
-                "failurePolicy": failure_policy,
-                "matchPolicy": "Equivalent",
-                "namespaceSelector": (
-                    dict(namespace_selector)
-                    if namespace_selector is not None
-                    else {"matchLabels": {ENABLED_LABEL: "true"}}
-                ),
-                "sideEffects": "NoneOnDryRun",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": timeout_seconds,
-                "reinvocationPolicy": "IfNeeded",
-            }
-        ],
+        "webhooks": [hook],
     }
     api = client.AdmissionregistrationV1Api(api_client)
     # Validating into the model catches a misspelt field here rather than at the apiserver.
@@ -663,6 +714,7 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "KeyPair",
+    "chart_webhook",
     "default_service_account_ready",
     "default_webhook_rules",
     "find_assets",

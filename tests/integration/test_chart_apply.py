@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.integration.controlplane import server_minor
 from tests.unit._chart import cluster_capabilities, render
 from webhook.kube.raw import Kube
 
@@ -41,9 +42,9 @@ def test_rendered_chart_is_accepted_by_the_api_server(
     kinds = {o["kind"] for o in objects}
     assert {"Deployment", "Service", "MutatingWebhookConfiguration", "ClusterRole"} <= kinds
     pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
-    assert pdbs and all(
-        p["apiVersion"] == "policy/v1beta1" for p in pdbs
-    )  # 1.20 serves no policy/v1
+    # 1.20 serves no policy/v1; 1.25+ serves no policy/v1beta1
+    expected_pdb = "policy/v1" if server_minor(k8s) >= 21 else "policy/v1beta1"
+    assert pdbs and all(p["apiVersion"] == expected_pdb for p in pdbs)
     # Server-side dry run: full validation and defaulting, nothing persisted.
     for obj in objects:
         answer = kube.create(_api_path(obj, plain_namespace), obj, dryRun="All")

@@ -29,9 +29,17 @@ from tests.integration.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
+    server_minor,
     wait_for,
 )
-from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
+from tests.integration.manifests import (
+    configmap,
+    container,
+    deployment,
+    env_from,
+    env_key_ref,
+    pod_spec,
+)
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
 from webhook.kube.raw import Kube, path
 from webhook.kube.workloads import cronjob_prefix
@@ -170,6 +178,35 @@ def test_consumed_key_change_rolls_the_deployment(cp: Configpin, kube: Kube, ns:
         == restamped
     )
     assert cp.metric("configpin_change_to_patch_seconds_count") >= 1
+
+
+def test_sidecar_container_is_pinned_and_restamped(cp: Configpin, kube: Kube, ns: str) -> None:
+    """A sidecar (1.28+: an init container with restartPolicy Always) is a container like any
+    other: what it reads is pinned, and a change to it rolls the workload. 1.20 knows no
+    restartPolicy on a container and drops the field; the init container is pinned all the
+    same."""
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    kube.create(path("configmaps", ns), configmap("proxy-config", {"p": "1", "unused": "1"}))
+    spec = pod_spec()
+    sidecar = container(name="proxy", env=[env_key_ref("configmap", "proxy-config", "p", "P")])
+    sidecar["restartPolicy"] = "Always"
+    spec["initContainers"] = [sidecar]
+    created = kube.create(path("deployments", ns), deployment("web", spec, replicas=1))
+    [stored] = created["spec"]["template"]["spec"]["initContainers"]
+    assert ("restartPolicy" in stored) is (server_minor(kube.api) >= 28)
+    before = _sources(created)
+    assert set(before) == {"configmap/app-config", "configmap/proxy-config"}
+    wait_for(lambda: _replicasets(kube, ns, "web") == 1, what="the first ReplicaSet")
+
+    _set_cm(kube, ns, "proxy-config", {"data": {"unused": "2"}})
+    time.sleep(SETTLE)
+    assert _replicasets(kube, ns, "web") == 1, "a key the sidecar does not read rolls nothing"
+
+    _set_cm(kube, ns, "proxy-config", {"data": {"p": "2"}})
+    wait_for(lambda: _replicasets(kube, ns, "web") == 2, what="a second ReplicaSet")
+    after = _sources(kube.get(path("deployments", ns, "web")))
+    assert after["configmap/proxy-config"] != before["configmap/proxy-config"]
+    assert after["configmap/app-config"] == before["configmap/app-config"]
 
 
 @pytest.mark.parametrize("kind", ["StatefulSet", "DaemonSet"])

@@ -388,10 +388,25 @@ def test_dry_run_creates_no_copy(kube: Kube, namespace: str) -> None:
 
 def test_service_account_token_secret_is_refused(kube: Kube, namespace: str) -> None:
     create(kube, namespace, configmap("app-config", {"a": "1"}))
-    token = next(
-        s["metadata"]["name"]
-        for s in items(kube, "secrets", namespace)
-        if s["type"] == "kubernetes.io/service-account-token"
+    # Up to 1.23 the token controller makes one for every account; from 1.24 a user asks for
+    # one with a Secret of that type naming the account, and the controller fills it in.
+    token = "default-token-manual"
+    create(
+        kube,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": token,
+                "annotations": {"kubernetes.io/service-account.name": "default"},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
+    wait_for(
+        lambda: (get(kube, "secrets", namespace, token) or {}).get("data", {}).get("token"),
+        what="the token controller to fill in the token Secret",
     )
     resp = kube.open(
         "POST", path("deployments", namespace), body=deployment(spec=pod_spec(sec=token))

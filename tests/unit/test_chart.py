@@ -670,6 +670,27 @@ def test_object_selector_skips_configpins_own_objects(objects: list[Manifest]) -
     assert selects(selector, {})
 
 
+@pytest.mark.parametrize(
+    ("kube_version", "values", "expected"),
+    [
+        ("1.20.2", {}, False),
+        ("1.27.9", {}, False),
+        ("1.28.0", {}, True),
+        ("1.36.2", {}, True),
+        ("1.36.2", {"webhook": {"matchConditions": False}}, False),
+    ],
+)
+def test_match_conditions_by_capability(
+    kube_version: str, values: dict[str, Any], expected: bool
+) -> None:
+    hook = one(render(values, kube_version), "MutatingWebhookConfiguration")["webhooks"][0]
+    assert ("matchConditions" in hook) is expected
+    if expected:
+        [condition] = hook["matchConditions"]
+        assert condition["name"] == "not-owned-by-a-controller"
+        assert "ownerReferences" in condition["expression"]
+
+
 # --- PodDisruptionBudget -------------------------------------------------------------------
 
 

@@ -23,6 +23,10 @@ class NotFound(KubeError):
     pass
 
 
+class Forbidden(KubeError):
+    """403: RBAC, or an admission plugin (Pod Security, a policy) refused the request."""
+
+
 class Conflict(KubeError):
     """409: someone else wrote first (resourceVersion precondition), or it already exists."""
 
@@ -39,7 +43,13 @@ class Invalid(KubeError):
     pass
 
 
-_BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
+_BY_STATUS: dict[int, type[KubeError]] = {
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+}
 
 
 @contextlib.contextmanager

@@ -18,13 +18,22 @@ import urllib3
 from kubernetes import client
 
 from webhook.core.model import JSONObject
-from webhook.kube.errors import AlreadyExists, Conflict, Gone, Invalid, KubeError, NotFound
+from webhook.kube.errors import (
+    AlreadyExists,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    NotFound,
+)
 
 JSON: Final = "application/json"
 JSON_PATCH: Final = "application/json-patch+json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 
 _BY_STATUS: Final[dict[int, type[KubeError]]] = {
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     410: Gone,
@@ -37,6 +46,7 @@ RESOURCES: Final[Mapping[str, str]] = {
     "secrets": "/api/v1",
     "namespaces": "/api/v1",
     "pods": "/api/v1",
+    "serviceaccounts": "/api/v1",
     "replicationcontrollers": "/api/v1",
     "deployments": "/apis/apps/v1",
     "statefulsets": "/apis/apps/v1",

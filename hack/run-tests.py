@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Run the whole test suite: the unit tests once, the integration suite on every control plane.
+
+    make test                                  # what CI runs
+    .venv/bin/python hack/run-tests.py [PYTEST_ARGS...]
+
+Control planes: 1.20.2 (built from Debian's packages by hack/provision-control-plane.sh) and
+1.36.2 (unpacked from shared/k8s beside the checkout, or from $CONFIGPIN_SHARED_K8S). With
+``KUBEBUILDER_ASSETS`` set, the integration suite runs on that folder's binaries only.
+``CONFIGPIN_K8S_VERSIONS=1.36.2`` picks versions.
+
+A version that cannot be provided is named in the closing summary and fails the run, unless
+``CONFIGPIN_ALLOW_MISSING_VERSIONS=1`` (a laptop without shared/); a pytest run that collects
+no test (exit 5) fails it too. The last line counts every run: ``total: N passed, N failed``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROVISION = REPO / "hack" / "provision-control-plane.sh"
+VERSIONS = ("1.20.2", "1.36.2")
+
+
+@dataclass
+class Run:
+    name: str
+    exit_code: int | None = None  # None: never started
+    why: str = ""
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.counts.get("passed", 0) > 0
+
+
+def _counts(junit: Path) -> dict[str, int]:
+    """passed / failed / errors / skipped from pytest's junit XML."""
+    if not junit.exists():
+        return {}
+    root = ET.parse(junit).getroot()  # noqa: S314 - our own pytest's file
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for suite in suites:
+        for k in total:
+            total[k] += int(suite.get(k, "0"))
+    return {
+        "passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
+        "failed": total["failures"],
+        "errors": total["errors"],
+        "skipped": total["skipped"],
+    }
+
+
+def _pytest(run: Run, paths: list[str], extra: list[str], env: dict[str, str], out: Path) -> None:
+    junit = out / f"{run.name.replace(' ', '-')}.xml"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    print(f"\n==== {run.name} ====", flush=True)
+    started = time.monotonic()
+    run.exit_code = subprocess.call([*argv, *paths, *extra], cwd=REPO, env=env)
+    run.seconds = time.monotonic() - started
+    run.counts = _counts(junit)
+    if run.exit_code == 5:
+        run.why = "pytest collected no test"
+    elif run.exit_code != 0:
+        run.why = f"pytest exit code {run.exit_code}"
+
+
+def _provision(version: str) -> tuple[Path | None, str]:
+    proc = subprocess.run(
+        ["bash", str(PROVISION), version], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.splitlines() if line.strip()][-3:]
+        return None, "; ".join(last) or f"exit code {proc.returncode}"
+    return Path(proc.stdout.strip().splitlines()[-1]), ""
+
+
+def main(extra: list[str]) -> int:
+    env = dict(os.environ)
+    out = Path(tempfile.mkdtemp(prefix="configpin-test-"))
+    runs: list[Run] = []
+
+    unit = Run("unit")
+    runs.append(unit)
+    _pytest(unit, ["tests/unit"], extra, env, out)
+
+    planes: list[tuple[str, Path | None, str]] = []
+    if env.get("KUBEBUILDER_ASSETS"):
+        planes.append(("KUBEBUILDER_ASSETS", Path(env["KUBEBUILDER_ASSETS"]), ""))
+    else:
+        wanted = env.get("CONFIGPIN_K8S_VERSIONS", " ".join(VERSIONS)).replace(",", " ").split()
+        for version in wanted:
+            print(f"\n==== provisioning control plane {version} ====", flush=True)
+            assets, why = _provision(version)
+            planes.append((version, assets, why))
+
+    for label, assets, why in planes:
+        run = Run(f"integration {label}")
+        runs.append(run)
+        if assets is None:
+            run.why = f"control plane not provided: {why}"
+            continue
+        _pytest(run, ["tests/integration"], extra, {**env, "KUBEBUILDER_ASSETS": str(assets)}, out)
+
+    allow_missing = env.get("CONFIGPIN_ALLOW_MISSING_VERSIONS") == "1"
+    print("\n==== summary ====")
+    failed = False
+    for run in runs:
+        c = run.counts
+        if run.exit_code is None:
+            state = "NOT RUN" + (" (allowed)" if allow_missing else "")
+            failed = failed or not allow_missing
+        else:
+            state = "ok" if run.ok else "FAILED"
+            failed = failed or not run.ok
+        figures = (
+            f"{c.get('passed', 0)} passed, {c.get('failed', 0) + c.get('errors', 0)} failed, "
+            f"{c.get('skipped', 0)} skipped in {run.seconds:.0f}s"
+        )
+        print(f"{run.name:<28} {state:<8} {figures if c else ''} {run.why}".rstrip())
+    total = {k: sum(r.counts.get(k, 0) for r in runs) for k in ("passed", "failed", "errors")}
+    skipped = sum(r.counts.get("skipped", 0) for r in runs)
+    print(
+        f"total: {total['passed']} passed, {total['failed'] + total['errors']} failed, "
+        f"{skipped} skipped",
+        flush=True,
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
