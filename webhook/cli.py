@@ -8,14 +8,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import jsonpatch
 import yaml
+from pydantic import ValidationError
 
 from webhook import __version__
 from webhook.certs import generate, write_bundle
-from webhook.config import Settings
+from webhook.config import Settings, default_text, env_name, flag_name
 from webhook.core.constants import MODES
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.plan import plan_object
@@ -32,38 +33,48 @@ log = logging.getLogger("configpin")
 
 def _serve_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "serve", help="run the admission webhook (and, with a cluster, the controller)"
+        "serve",
+        help="run the admission webhook (and, with a cluster, the controller)",
+        description="Serve the admission webhook; with a cluster, also run the controller. "
+        "Every flag is also an environment variable; a flag wins over the environment.",
     )
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
-    p.add_argument("--tls-cert", type=Path)
-    p.add_argument("--tls-key", type=Path)
-    p.add_argument("--certs-dir", type=Path)
-    p.add_argument("--kubeconfig", type=Path)
-    p.add_argument(
-        "--manifests", type=Path, action="append", help="source manifests (no cluster); repeatable"
-    )
-    p.add_argument("--mode", choices=MODES)
-    p.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--digest-key-file", type=Path)
-    p.add_argument("--digest-key-secret")
-    p.add_argument("--namespace")
-    p.add_argument("--shutdown-delay", type=float)
-    p.add_argument("--drain-timeout", type=float)
-    p.add_argument("--log-level")
-    p.add_argument("--controller", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--namespace-selector")
-    p.add_argument("--lease-name")
-    p.add_argument("--lease-duration", type=float)
-    p.add_argument("--coalesce-window", type=float)
-    p.add_argument("--min-rollout-interval", type=float)
-    p.add_argument("--snapshot-grace-period", type=float)
-    p.add_argument("--catch-up-window", type=float)
-    p.add_argument("--webhook-config-name")
-    p.add_argument("--self-signed-certs", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--cert-secret")
-    p.add_argument("--service-name")
+    add_settings_flags(p)
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Settings field, its help made from the field: description, default and
+    environment variable. Values are handed to Settings as given, so a wrong one is refused
+    with the same rule whether it came from a flag or from the environment."""
+    for field, info in Settings.model_fields.items():
+        kwargs: dict[str, Any] = {
+            "dest": field,
+            "help": f"{info.description} [default: {default_text(field)}; env {env_name(field)}]",
+        }
+        annotation = info.annotation
+        if annotation is bool:
+            kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+        elif get_origin(annotation) is list:
+            kwargs.update(action="append", metavar=field.upper().removesuffix("S"))
+        elif get_origin(annotation) is Literal:
+            kwargs.update(choices=get_args(annotation))
+        else:
+            kwargs.update(metavar=field.upper())
+        parser.add_argument(flag_name(field), **kwargs)
+
+
+def _settings_error(command: str, error: ValidationError) -> str:
+    """`configpin serve: --port (CONFIGPIN_PORT): Input should be ... (got '70000')`."""
+    lines = []
+    for problem in error.errors():
+        loc = problem.get("loc") or ("?",)
+        field = str(loc[0])
+        name = (
+            f"{flag_name(field)} ({env_name(field)})" if field in Settings.model_fields else field
+        )
+        got = problem.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"configpin {command}: {name}: {problem['msg']}{shown}")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,7 +200,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        settings = _settings(args)
+        try:
+            settings = _settings(args)
+        except ValidationError as e:
+            print(_settings_error("serve", e), file=sys.stderr)
+            return 2
         _setup_logging(settings.log_level)
         return cmd_serve(settings)
     _setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))

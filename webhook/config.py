@@ -24,66 +24,187 @@ def _own_namespace() -> str:
 
 
 class Settings(BaseSettings):
+    """Every field is a `configpin serve` flag (`--tls-cert` for `tls_cert`) and an environment
+    variable (`CONFIGPIN_TLS_CERT`); a flag wins over the environment."""
+
     model_config = SettingsConfigDict(env_prefix="CONFIGPIN_", extra="forbid")
 
-    host: str = Field("0.0.0.0", description="address to listen on")  # noqa: S104 (a server in a pod)
-    port: int = Field(8443, ge=1, le=65535, description="HTTPS port")
+    host: str = Field("0.0.0.0", description="Address the HTTPS listener binds.")  # noqa: S104 (a server in a pod)
+    port: int = Field(8443, ge=1, le=65535, description="HTTPS port (TLS 1.2 or newer only).")
     tls_cert: Path | None = Field(
-        None, description="serving certificate (PEM); re-read when it changes"
+        None,
+        description=(
+            "Serving certificate (PEM); re-read when the file changes (a mounted Secret's symlink"
+            " swap), without a restart."
+        ),
+        json_schema_extra={"default_text": "dev certificates in --certs-dir"},
     )
-    tls_key: Path | None = Field(None, description="serving key (PEM)")
+    tls_key: Path | None = Field(
+        None,
+        description="Serving key (PEM).",
+        json_schema_extra={"default_text": "dev key in --certs-dir"},
+    )
     certs_dir: Path = Field(
-        Path("certs"), description="where dev certificates and the dev digest key go"
+        Path("certs"), description="Where dev certificates and the dev digest key are made."
     )
     kubeconfig: Path | None = Field(
-        None, description="kubeconfig file (else in-cluster, else KUBECONFIG)"
+        None,
+        description=(
+            "kubeconfig file of the cluster; with no cluster at all, the embedded default sources"
+            " are served."
+        ),
+        json_schema_extra={"default_text": "in-cluster, else KUBECONFIG, else none"},
     )
     manifests: list[Path] = Field(
-        default_factory=list, description="source manifests when no cluster"
+        default_factory=list,
+        description="Source manifests served when there is no cluster (repeatable).",
+        json_schema_extra={"default_text": "embedded"},
     )
-    mode: Mode = Field("checksum", description="default mode: checksum, snapshot or off")
+    mode: Mode = Field(
+        "checksum",
+        description=(
+            "Default mode: checksum (annotate the pod template with digests), snapshot (also pin "
+            "each revision to an immutable copy of its ConfigMaps and Secrets) or off. A workload"
+            " overrides it with the annotation configpin.io/mode."
+        ),
+    )
     strict: bool = Field(
-        False, description="deny instead of warn on missing sources and internal errors"
+        False,
+        description=(
+            "Deny the admission instead of admitting with a warning when a required source is "
+            "missing, a source cannot be read or an internal error happens."
+        ),
     )
-    digest_key_file: Path | None = Field(None, description="file holding the HMAC digest key")
+    digest_key_file: Path | None = Field(
+        None,
+        description="File holding the HMAC digest key (instead of the Secret).",
+        json_schema_extra={"default_text": "none"},
+    )
     digest_key_secret: str = Field(
-        "configpin-digest-key", description="Secret holding the digest key"
+        "configpin-digest-key",
+        description=(
+            "Secret in --namespace holding the HMAC digest key; made on first start when missing."
+        ),
     )
-    namespace: str = Field(default_factory=_own_namespace, description="configpin's own namespace")
+    namespace: str = Field(
+        default_factory=_own_namespace,
+        description="configpin's own namespace: its digest key, certificate and Lease live there.",
+        json_schema_extra={
+            "default_text": "POD_NAMESPACE, else the service account's, else configpin"
+        },
+    )
     shutdown_delay: float = Field(
-        5.0, ge=0, description="seconds /readyz fails before the listener closes"
+        5.0,
+        ge=0,
+        description=(
+            "On SIGTERM, configpin turns readiness off and keeps serving for this many seconds "
+            "before the listener closes, so that the API server stops sending it requests first."
+        ),
     )
     drain_timeout: float = Field(
-        30.0, ge=0, description="seconds in-flight requests may take to finish"
+        30.0,
+        ge=0,
+        description=(
+            "Then in-flight requests get up to this many seconds to finish before configpin exits."
+        ),
     )
-    log_level: str = Field("info", description="debug, info, warning or error")
-    controller: bool = Field(True, description="run the change controller beside the webhook")
-    leader_elect: bool = Field(True, description="elect one acting controller through a Lease")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level: debug, info, warning or error."
+    )
+    controller: bool = Field(
+        True, description="Run the change controller beside the webhook (needs a cluster)."
+    )
+    leader_elect: bool = Field(
+        True,
+        description="Elect one acting controller among the replicas through a coordination Lease.",
+    )
     namespace_selector: str = Field(
         "configpin.io/enabled=true",
-        description="label selector of the namespaces the controller acts in",
+        description="Label selector of the namespaces configpin acts in.",
     )
-    lease_name: str = Field("configpin-leader", description="the Lease used for leader election")
+    lease_name: str = Field(
+        "configpin-leader", description="Name of the Lease used for leader election."
+    )
     lease_duration: float = Field(
-        15.0, gt=0, description="seconds a leader holds the lease unrenewed"
+        15.0, gt=0, description="Seconds a leader holds the Lease without renewing it."
     )
     coalesce_window: float = Field(
-        2.0, ge=0, description="seconds changes to one workload's sources are folded"
+        2.0,
+        ge=0,
+        description="Changes to sources arriving within this many seconds are rolled out together.",
     )
     min_rollout_interval: float = Field(
-        30.0, ge=0, description="least seconds between two rollouts of a workload"
+        30.0,
+        ge=0,
+        description=(
+            "A workload is rolled at most once per this many seconds, whatever changes arrive."
+        ),
     )
     catch_up_window: float = Field(
-        600.0, ge=0, description="seconds a never-stamped workload counts as admitted while down"
+        600.0,
+        ge=0,
+        description=(
+            "A workload that carries no configpin annotations at all is stamped (and so rolled) "
+            "only when younger than this many seconds: it was admitted while configpin was "
+            "unreachable. Older ones get a baseline that restarts nothing."
+        ),
     )
     snapshot_grace_period: float = Field(
-        600.0, ge=0, description="seconds an unused snapshot lives"
+        600.0,
+        ge=0,
+        description=(
+            "Snapshot copies that no revision uses any more are deleted after this many seconds."
+        ),
     )
-    webhook_config_name: str = Field("configpin", description="its MutatingWebhookConfiguration")
+    webhook_config_name: str = Field(
+        "configpin",
+        description=(
+            "Its MutatingWebhookConfiguration, whose caBundle self-managed certificates keep."
+        ),
+    )
     self_signed_certs: bool = Field(
-        False, description="make and rotate its own CA and serving certificate"
+        False,
+        description="Make and rotate its own CA and serving certificate, kept in --cert-secret.",
     )
-    cert_secret: str = Field("configpin-tls", description="Secret for self-managed certificates")
+    cert_secret: str = Field(
+        "configpin-tls", description="Secret in --namespace for self-managed certificates."
+    )
     service_name: str = Field(
-        "configpin", description="its Service, for self-managed certificate names"
+        "configpin",
+        description="The Service whose DNS names the self-managed serving certificate carries.",
     )
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return "CONFIGPIN_" + field.upper()
+
+
+def default_text(field: str) -> str:
+    """The default of a setting as a user reads it (`--help`, README)."""
+    info = Settings.model_fields[field]
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if extra.get("default_text"):
+        return str(extra["default_text"])
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def settings_markdown() -> str:
+    """The README's settings table, made from the model (a test keeps the README equal)."""
+    rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+    for field, info in Settings.model_fields.items():
+        flag = flag_name(field)
+        if info.annotation is bool:
+            flag = f"{flag}/--no-{flag[2:]}"
+        rows.append(
+            f"| `{flag}` | `{env_name(field)}` | `{default_text(field)}` | {info.description} |"
+        )
+    return "\n".join(rows) + "\n"
