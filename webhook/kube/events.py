@@ -1,0 +1,298 @@
+"""Kubernetes Events (events.k8s.io/v1) about what configpin did and why, on the workload.
+
+Events are for people (`kubectl describe`, `kubectl events`), best effort and bounded, the way
+client-go's recorder does it:
+
+- Repeats of the same event (same object, reason, action, type and note) within
+  ``SERIES_WINDOW`` are folded into the first one's ``series`` (count, last observed time),
+  written back at most once per ``SERIES_FLUSH`` per event, instead of one object each.
+- A token bucket per regarding object (burst ``BURST``, one token per ``REFILL`` seconds) drops
+  what a hot loop would otherwise write into etcd; drops are counted.
+- One bounded queue and one sender thread: recording never blocks the caller or waits on the
+  API server, and a full queue drops (counted) instead of growing.
+
+A note never carries Secret content: callers name sources and keys, never values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.raw import MERGE_PATCH, Kube
+
+log = logging.getLogger(__name__)
+
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+
+SERIES_WINDOW: Final = 6 * 60.0  # client-go: isomorphic events within 6 minutes are a series
+SERIES_FLUSH: Final = 30.0  # at most one series update per event per this many seconds
+BURST: Final = 25  # client-go's spam filter: 25 events per object at once...
+REFILL: Final = 300.0 / 25  # ...then one more every 12 s (25 per 5 minutes)
+QUEUE_SIZE: Final = 1000
+CACHE_SIZE: Final = 4096
+NOTE_MAX: Final = 1024  # the API server refuses longer notes
+FIELD_MAX: Final = 128  # reason, action, reportingController, reportingInstance
+
+
+def _micro_time(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Regarding:
+    """The object an event is about."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Regarding:
+        meta = obj.get("metadata") or {}
+        return cls(
+            str(obj.get("apiVersion") or ""),
+            str(obj.get("kind") or ""),
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+        )
+
+    def ref(self) -> dict[str, str]:
+        ref = {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+        }
+        if self.uid:
+            ref["uid"] = self.uid
+        return ref
+
+
+@dataclass
+class _Series:
+    name: str  # the Event object's name
+    namespace: str
+    first: float
+    count: int = 1
+    last: float = 0.0
+    flushed_count: int = 1
+    flushed_at: float = 0.0
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+@dataclass
+class _Item:
+    key: tuple[Any, ...]
+    regarding: Regarding
+    type: str
+    reason: str
+    action: str
+    note: str
+    at: float
+
+
+@dataclass
+class EventRecorder:
+    """Records events through `kube`; start() the sender, stop() to flush and end it."""
+
+    kube: Kube
+    controller: str  # reportingController, e.g. configpin.io/controller
+    instance: str  # reportingInstance, e.g. the pod name
+    on_drop: Callable[[str], None] = lambda why: None
+    clock: Callable[[], float] = time.time
+    _queue: queue.Queue[_Item | None] = field(init=False)
+    _series: OrderedDict[tuple[Any, ...], _Series] = field(init=False)
+    _buckets: OrderedDict[tuple[str, str, str], _Bucket] = field(init=False)
+    _thread: threading.Thread | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._queue = queue.Queue(QUEUE_SIZE)
+        self._series = OrderedDict()
+        self._buckets = OrderedDict()
+        self.controller = _clip(self.controller, FIELD_MAX)
+        self.instance = _clip(self.instance or "configpin", FIELD_MAX)
+
+    # -- the caller's side: never blocks
+
+    def event(
+        self,
+        regarding: Regarding | Mapping[str, Any],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+    ) -> None:
+        """Queue an event about `regarding` (an object dict or a Regarding)."""
+        reg = regarding if isinstance(regarding, Regarding) else Regarding.of(regarding)
+        if not reg.name or not reg.namespace or not reg.kind:
+            return
+        note = _clip(note, NOTE_MAX)
+        key = (reg.namespace, reg.kind, reg.name, reg.uid, type_, reason, action, note)
+        item = _Item(
+            key, reg, type_, _clip(reason, FIELD_MAX), _clip(action, FIELD_MAX), note, self.clock()
+        )
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.on_drop("queue full")
+
+    def normal(
+        self, regarding: Regarding | Mapping[str, Any], reason: str, action: str, note: str
+    ) -> None:
+        self.event(regarding, NORMAL, reason, action, note)
+
+    def warning(
+        self, regarding: Regarding | Mapping[str, Any], reason: str, action: str, note: str
+    ) -> None:
+        self.event(regarding, WARNING, reason, action, note)
+
+    # -- the sender
+
+    def start(self) -> EventRecorder:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Send what is queued (within `timeout`), then end the sender."""
+        if self._thread is None:
+            return
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=timeout)
+        self._thread.join(timeout)
+        self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=SERIES_FLUSH)
+            except queue.Empty:
+                self._flush_series(self.clock(), force=False)
+                continue
+            if item is None:
+                self._flush_series(self.clock(), force=True)
+                return
+            try:
+                self._record(item)
+            except Exception:  # an event must never take the sender down
+                log.exception(
+                    "could not record event %s on %s/%s",
+                    item.reason,
+                    item.regarding.kind,
+                    item.regarding.name,
+                )
+
+    def _allowed(self, reg: Regarding, now: float) -> bool:
+        key = (reg.namespace, reg.kind, reg.name)
+        bucket = self._buckets.pop(key, None) or _Bucket(float(BURST), now)
+        bucket.tokens = min(float(BURST), bucket.tokens + (now - bucket.at) / REFILL)
+        bucket.at = now
+        self._buckets[key] = bucket
+        while len(self._buckets) > CACHE_SIZE:
+            self._buckets.popitem(last=False)
+        if bucket.tokens < 1:
+            return False
+        bucket.tokens -= 1
+        return True
+
+    def _record(self, item: _Item) -> None:
+        series = self._series.get(item.key)
+        if series is not None and item.at - series.last <= SERIES_WINDOW:
+            series.count += 1
+            series.last = item.at
+            self._series.move_to_end(item.key)
+            if item.at - series.flushed_at >= SERIES_FLUSH:
+                self._patch_series(series)
+            return
+        if not self._allowed(item.regarding, item.at):
+            self.on_drop("rate limited")
+            return
+        name = f"{item.regarding.name[:200]}.{int(item.at * 1e9):x}{secrets.token_hex(2)}"
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": item.regarding.namespace},
+            "eventTime": _micro_time(item.at),
+            "reportingController": self.controller,
+            "reportingInstance": self.instance,
+            "action": item.action,
+            "reason": item.reason,
+            "regarding": item.regarding.ref(),
+            "note": item.note,
+            "type": item.type,
+        }
+        try:
+            self.kube.create(
+                f"/apis/events.k8s.io/v1/namespaces/{item.regarding.namespace}/events", body
+            )
+        except KubeError as e:
+            log.info(
+                "event %s on %s/%s not recorded: %s",
+                item.reason,
+                item.regarding.kind,
+                item.regarding.name,
+                e,
+            )
+            self.on_drop("api error")
+            return
+        self._series[item.key] = _Series(
+            name, item.regarding.namespace, item.at, 1, item.at, 1, item.at
+        )
+        while len(self._series) > CACHE_SIZE:
+            self._series.popitem(last=False)
+
+    def _patch_series(self, series: _Series) -> None:
+        patch = {"series": {"count": series.count, "lastObservedTime": _micro_time(series.last)}}
+        try:
+            self.kube.patch(
+                f"/apis/events.k8s.io/v1/namespaces/{series.namespace}/events/{series.name}",
+                patch,
+                content_type=MERGE_PATCH,
+            )
+        except NotFound:
+            # the event expired (the API server keeps events an hour by default): the next
+            # repeat starts a new one
+            for key, value in list(self._series.items()):
+                if value is series:
+                    del self._series[key]
+            return
+        except KubeError as e:
+            log.info("event series %s not updated: %s", series.name, e)
+            return
+        series.flushed_count = series.count
+        series.flushed_at = self.clock()
+
+    def _flush_series(self, now: float, *, force: bool) -> None:
+        for series in list(self._series.values()):
+            if series.count != series.flushed_count and (
+                force or now - series.flushed_at >= SERIES_FLUSH
+            ):
+                self._patch_series(series)
+
+
+__all__ = ["NORMAL", "WARNING", "EventRecorder", "Regarding"]
