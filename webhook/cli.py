@@ -25,6 +25,7 @@ from webhook.digestkey import ensure_key_file, load_key_file, new_key_text
 from webhook.kube.client import connect
 from webhook.kube.raw import Kube
 from webhook.kube.webhookconfig import set_ca_bundle
+from webhook.logs import setup_logging
 from webhook.serve import serve
 from webhook.sources import EMBEDDED_MANIFESTS, FileSources, iter_manifests
 
@@ -129,14 +130,6 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**given)
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def cmd_serve(settings: Settings) -> int:
     return serve(settings)
 
@@ -205,9 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValidationError as e:
             print(_settings_error("serve", e), file=sys.stderr)
             return 2
-        _setup_logging(settings.log_level)
+        setup_logging(settings.log_level, settings.log_format)
         return cmd_serve(settings)
-    _setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
+    setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
     if args.command == "render":
         return cmd_render(args)
     if args.command == "certs":

@@ -111,6 +111,13 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Log level: debug, info, warning or error."
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description=(
+            "Log format: text, or json (one object a line: time, level, logger, message, and "
+            "the workload, source and reason of a decision as fields where it names them)."
+        ),
+    )
     controller: bool = Field(
         True, description="Run the change controller beside the webhook (needs a cluster)."
     )

@@ -138,3 +138,33 @@ def test_chart_values_say_what_their_flag_says() -> None:
         assert _words(description) in _words(_comment_above(values_text, value)), (
             f"values.yaml {value} sets {flag}: its comment must say {description!r}"
         )
+
+
+def test_json_logs_carry_decision_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import logging
+
+    from webhook.logs import setup_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging("info", "json")
+        logging.getLogger("configpin.test").info(
+            "rolled %s", "web", extra={"workload": "Deployment/team/web", "source": "configmap/a"}
+        )
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("configpin.test").exception("failed")
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    first, second = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert first["message"] == "rolled web"
+    assert first["level"] == "info"
+    assert first["logger"] == "configpin.test"
+    assert first["workload"] == "Deployment/team/web"
+    assert first["source"] == "configmap/a"
+    assert "time" in first
+    assert "ValueError: boom" in second["exception"]
