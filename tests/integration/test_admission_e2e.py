@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.configpin_proc import Configpin
-from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.controlplane import ControlPlane, server_minor, wait_for
 from tests.integration.manifests import (
     configmap,
     container,
@@ -108,7 +108,12 @@ def test_owned_pod_is_not_remutated(
     pod = core.list_namespaced_pod(namespace).items[0]
     tmpl = apps.read_namespaced_deployment("web", namespace).spec.template.metadata
     assert pod.metadata.annotations[SOURCES] == tmpl.annotations[SOURCES]
-    assert configpin.metric("configpin_admissions_total", kind="Pod", result="skipped") > before
+    skipped = configpin.metric("configpin_admissions_total", kind="Pod", result="skipped")
+    if server_minor(api) >= 28:
+        # the chart's matchConditions: the API server does not even ask about an owned pod
+        assert skipped == before
+    else:
+        assert skipped > before, "configpin was asked and left the owned pod alone"
 
 
 def test_server_side_dry_run_gives_the_same_result_and_writes_nothing(
