@@ -14,7 +14,7 @@ import jsonpatch
 import yaml
 from pydantic import ValidationError
 
-from webhook import __version__
+from webhook import __version__, status
 from webhook.certs import generate, write_bundle
 from webhook.config import Settings, default_text, env_name, flag_name
 from webhook.core.constants import MODES
@@ -118,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--kubeconfig", type=Path)
 
+    st = sub.add_parser(
+        "status",
+        help="is each workload pinned, to what, and is it stale? (also `kubectl configpin status`)",
+        description="Compare what each workload's pod template records with what admission "
+        "would record now (asked by a server-side dry run: no digest key, only your own "
+        "rights). Exit 0: all current; 1: something stale or a required source missing; "
+        "2: usage or connection error.",
+    )
+    status.add_arguments(st)
+
     sub.add_parser(
         "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
     )
@@ -190,6 +200,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def kubectl_plugin() -> int:
+    """`kubectl-configpin` on PATH: kubectl runs it for `kubectl configpin ...`."""
+    return main(sys.argv[1:])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
@@ -205,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_render(args)
     if args.command == "certs":
         return cmd_certs(args)
+    if args.command == "status":
+        return status.run(args)
     if args.command == "keygen":
         print(new_key_text().decode())
         return 0
@@ -212,4 +229,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["EMBEDDED_MANIFESTS", "main"]
+__all__ = ["EMBEDDED_MANIFESTS", "kubectl_plugin", "main"]

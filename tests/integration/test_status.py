@@ -1,0 +1,147 @@
+"""`configpin status` / `kubectl configpin status` against the real API server, with the webhook
+registered as the chart registers it: a workload is current, then stale after a consumed change
+(exit 1), then current again after its rollout (exit 0); a missing required source says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    wait_for,
+)
+from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from webhook.core.constants import ANN_SOURCES
+from webhook.kube.raw import MERGE_PATCH, Kube, path
+
+INSTANCE = "status"
+WINDOW = 20.0  # long enough for status to see the change before the controller rolls it
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def cp(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Configpin]:
+    with leading_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-status"),
+        instance=INSTANCE,
+        webhook_name="configpin-status",
+        args=["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"],
+    ) as proc:
+        yield proc
+
+
+@pytest.fixture
+def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
+    core = client.CoreV1Api(k8s)
+    name = f"status-{secrets.token_hex(4)}"
+    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
+    yield name
+    core.delete_namespace(name)
+
+
+def _status(plane: ControlPlane, *args: str, kubectl: bool = False) -> tuple[int, str, str]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(plane.kubeconfig),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    argv = (
+        ["kubectl", "configpin", "status", *args]
+        if kubectl
+        else [str(BIN / "kubectl-configpin"), "status", *args]
+    )
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _rows(out: str) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in json.loads(out)}
+
+
+def test_status_follows_a_change_through_its_rollout(
+    control_plane: ControlPlane, k8s: client.ApiClient, ns: str
+) -> None:
+    kube = Kube(k8s)
+    app = f"statusweb-{secrets.token_hex(3)}"
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1", "b": "1"}))
+    body = deployment(app, replicas=1)
+    body["metadata"]["labels"] = {"app": app}
+    created = kube.create(path("deployments", ns), body)
+    recorded = created["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES]
+
+    code, out, err = _status(control_plane, "-n", ns, "-o", "json")
+    assert code == 0, err
+    row = _rows(out)[app]
+    assert row["state"] == "current"
+    assert row["pinned"] is True
+    assert [(s["source"], s["state"]) for s in row["sources"]] == [
+        ("configmap/app-config", "current")
+    ]
+    assert row["sources"][0]["recorded"] == json.loads(recorded)["configmap/app-config"]
+
+    # an unused key: still current
+    kube.patch(path("configmaps", ns, "app-config"), {"data": {"b": "2"}}, MERGE_PATCH)
+    code, out, _ = _status(control_plane, "-n", ns, "-o", "json")
+    assert code == 0
+    assert _rows(out)[app]["state"] == "current"
+
+    kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "2"}}, MERGE_PATCH)
+    # as kubectl runs a plugin, where kubectl is installed
+    code, out, err = _status(
+        control_plane, "-A", "-l", f"app={app}", kubectl=shutil.which("kubectl") is not None
+    )
+    assert code == 1, out + err
+    [header, line] = out.splitlines()
+    assert header.split()[:4] == ["NAMESPACE", "KIND", "NAME", "MODE"]
+    assert line.split()[:5] == [ns, "Deployment", app, "default", "STALE"]
+    assert "configmap/app-config stale" in line
+
+    def rolled() -> bool:
+        dep = kube.get(path("deployments", ns, app))
+        return dep["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES] != recorded
+
+    wait_for(rolled, timeout=WINDOW + 30, what="the controller's rollout")
+    code, out, err = _status(control_plane, f"deployment/{app}", "-n", ns, "-o", "wide")
+    assert code == 0, out + err
+    assert "current: recorded" in out
+
+
+def test_status_names_a_missing_source_and_what_is_not_pinned(
+    control_plane: ControlPlane, k8s: client.ApiClient, ns: str
+) -> None:
+    kube = Kube(k8s)
+    spec = pod_spec(container(env=[env_key_ref("configmap", "nowhere", "k", "K")]))
+    kube.create(path("deployments", ns), deployment("broken", spec))
+    kube.create(
+        path("deployments", ns),
+        deployment("plain", pod_spec(container()), annotations={}),
+    )
+    code, out, _ = _status(control_plane, "-n", ns, "-o", "json")
+    assert code == 1
+    rows = _rows(out)
+    assert rows["broken"]["state"] == "missing"
+    assert "configmap/nowhere" in rows["broken"]["reason"]
+    assert rows["plain"]["state"] == "not-pinned"
+    assert rows["plain"]["pinned"] is False
+    code, _, err = _status(control_plane, "deployment/absent", "-n", ns)
+    assert code == 2
+    assert "absent" in err

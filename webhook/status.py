@@ -1,0 +1,418 @@
+"""`configpin status` (also `kubectl configpin status`): is this workload pinned, to what, and
+is it stale?
+
+It needs no digest key and no more rights than the user has. For each workload it reads what
+the pod template records (`configpin.io/sources`, and `configpin.io/observed` where a rollback is
+kept) and asks the API server what admission would record for the same workload now: a
+server-side dry-run create of a copy under a generated name, which runs configpin's webhook
+exactly as a real create would and persists nothing (the webhook has no side effects on dry
+runs). The two are compared digest by digest; digests are keyed, so nothing secret is shown.
+The user needs `get`/`list` on the workloads and `create` on their kind, as for `kubectl apply
+--dry-run=server`.
+
+Exit status: 0 all current; 1 something stale, or a required source missing; 2 usage or
+connection errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from kubernetes import client, config
+
+from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT
+from webhook.core.plan import is_controlled, parse_mapping
+from webhook.core.refs import find_sites, get_path, template_paths
+from webhook.kube.errors import Forbidden, KubeError, NotFound
+from webhook.kube.raw import Kube
+from webhook.kube.workloads import cronjob_prefix
+
+ANN_ROLLED_AT: Final = "configpin.io/rolled-at"
+
+# kind -> (resource, API prefix); CronJob's prefix is found at run time (batch/v1 or v1beta1)
+KINDS: Final[dict[str, tuple[str, str]]] = {
+    "Deployment": ("deployments", "/apis/apps/v1"),
+    "StatefulSet": ("statefulsets", "/apis/apps/v1"),
+    "DaemonSet": ("daemonsets", "/apis/apps/v1"),
+    "CronJob": ("cronjobs", ""),
+    "ReplicaSet": ("replicasets", "/apis/apps/v1"),
+    "ReplicationController": ("replicationcontrollers", "/api/v1"),
+    "Job": ("jobs", "/apis/batch/v1"),
+}
+_ALIASES: Final = {
+    **{k.lower(): k for k in KINDS},
+    **{r: k for k, (r, _) in KINDS.items()},
+    "deploy": "Deployment",
+    "sts": "StatefulSet",
+    "ds": "DaemonSet",
+    "cj": "CronJob",
+    "rs": "ReplicaSet",
+    "rc": "ReplicationController",
+}
+# The pod template of these never changes after creation: what they record is what they run.
+_FIXED_TEMPLATE: Final = frozenset({"Job"})
+
+
+@dataclass
+class SourceStatus:
+    source: str
+    recorded: str | None
+    current: str | None
+
+    @property
+    def state(self) -> str:
+        if self.recorded == self.current:
+            return "current"
+        if self.current is None:
+            return "gone"
+        if self.recorded is None:
+            return "new"
+        return "stale"
+
+
+@dataclass
+class WorkloadStatus:
+    namespace: str
+    kind: str
+    name: str
+    mode: str = ""
+    pinned: bool = False
+    state: str = "current"  # current, stale, missing, not-pinned, unknown
+    reason: str = ""
+    sources: list[SourceStatus] = field(default_factory=list)
+    copies: list[str] = field(default_factory=list)
+    rolled_at: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failing(self) -> bool:
+        return self.state in ("stale", "missing")
+
+    def as_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["sources"] = [{**asdict(s), "state": s.state} for s in self.sources]
+        return doc
+
+
+def _annotations(meta: Any) -> dict[str, Any]:
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _dry_run_copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """The workload as a new object under a generated name, its configpin record removed, so
+    that admission decides afresh what it would record now."""
+    body = copy.deepcopy(obj)
+    body.pop("status", None)
+    meta = body.setdefault("metadata", {})
+    for key in (
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "managedFields",
+        "selfLink",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "finalizers",
+    ):
+        meta.pop(key, None)
+    meta["generateName"] = str(meta.pop("name", "workload"))[:40] + "-status-"
+    return body
+
+
+def _template_meta(obj: dict[str, Any]) -> dict[str, Any]:
+    paths = template_paths(str(obj.get("kind", "")))
+    meta = get_path(obj, paths[0]) if paths else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _copies(obj: dict[str, Any], recorded: dict[str, str]) -> list[str]:
+    """The snapshot copies the pod template points at: referenced names that are not the
+    source names the record is keyed by (a copy is named `<source>-<suffix>`)."""
+    paths = template_paths(str(obj.get("kind", "")))
+    spec = get_path(obj, paths[1]) if paths else None
+    if not isinstance(spec, dict):
+        return []
+    sources = {key.split("/", 1)[1] for key in recorded}
+    return sorted(
+        {
+            f"{site.source.kind}/{site.source.name}"
+            for site in find_sites(spec)
+            if site.source.name not in sources
+            and any(site.source.name.startswith(f"{n}-") for n in sources)
+        }
+    )
+
+
+class StatusReader:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._cronjobs: str | None = None
+
+    def prefix(self, kind: str) -> str | None:
+        prefix = KINDS[kind][1]
+        if kind == "CronJob":
+            if self._cronjobs is None:
+                self._cronjobs = cronjob_prefix(self.kube) or ""
+            return self._cronjobs or None
+        return prefix
+
+    def _path(self, kind: str, namespace: str | None, name: str | None = None) -> str | None:
+        prefix = self.prefix(kind)
+        if prefix is None:
+            return None
+        resource = KINDS[kind][0]
+        parts = [prefix]
+        if namespace:
+            parts.append(f"/namespaces/{namespace}")
+        parts.append(f"/{resource}")
+        if name:
+            parts.append(f"/{name}")
+        return "".join(parts)
+
+    def workloads(
+        self, namespace: str | None, kinds: Iterable[str], selector: str | None
+    ) -> Iterator[dict[str, Any]]:
+        for kind in kinds:
+            path = self._path(kind, namespace)
+            if path is None:
+                continue
+            for page in self.kube.list_pages(path, labelSelector=selector):
+                for item in page.get("items") or ():
+                    item.setdefault("kind", kind)
+                    item.setdefault("apiVersion", self.api_version(kind))
+                    meta = item.get("metadata") or {}
+                    # owned objects (a Deployment's ReplicaSets, a CronJob's Jobs) follow
+                    # their owner's template; configpin's copies are not workloads
+                    if is_controlled(item) or (meta.get("labels") or {}).get(LABEL_SNAPSHOT):
+                        continue
+                    yield item
+
+    def one(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+        path = self._path(kind, namespace, name)
+        if path is None:
+            raise NotFound(f"{kind} {name}", 404, f"{kind} is not served")
+        obj = self.kube.get(path)
+        obj.setdefault("kind", kind)
+        obj.setdefault("apiVersion", self.api_version(kind))
+        return obj
+
+    def api_version(self, kind: str) -> str:
+        prefix = self.prefix(kind) or ""
+        return prefix.removeprefix("/apis/").removeprefix("/api/")
+
+    def status(self, obj: dict[str, Any]) -> WorkloadStatus:
+        meta = obj.get("metadata") or {}
+        kind = str(obj.get("kind"))
+        st = WorkloadStatus(str(meta.get("namespace") or ""), kind, str(meta.get("name") or ""))
+        own = _annotations(meta)
+        st.mode = str(own.get(ANN_MODE) or "default")
+        st.rolled_at = str(own.get(ANN_ROLLED_AT) or "")
+        recorded = parse_mapping(_annotations(_template_meta(obj)).get(ANN_SOURCES)) or {}
+        observed = parse_mapping(own.get(ANN_OBSERVED))
+        st.pinned = bool(recorded)
+        st.copies = _copies(obj, recorded)
+        if st.mode == "off":
+            st.state, st.reason = "not-pinned", "mode off (configpin.io/mode)"
+            return st
+        if kind in _FIXED_TEMPLATE:
+            st.sources = [SourceStatus(k, v, v) for k, v in sorted(recorded.items())]
+            st.state = "current" if recorded else "not-pinned"
+            st.reason = f"a {kind}'s pod template cannot change: it runs what it recorded"
+            return st
+        try:
+            now, warnings = self._admit_now(obj)
+        except Forbidden as e:
+            st.state, st.reason = "unknown", f"cannot ask the API server (dry run): {e.reason}"
+            return st
+        except KubeError as e:
+            st.state, st.reason = "unknown", f"dry run failed: {e}"
+            return st
+        st.warnings = warnings
+        current = parse_mapping(_annotations(_template_meta(now)).get(ANN_SOURCES)) or {}
+        # a kept rollback: the workload's own record says what it was brought up to date with
+        mine = observed if observed is not None else recorded
+        st.sources = [
+            SourceStatus(key, mine.get(key), current.get(key))
+            for key in sorted(set(mine) | set(current))
+        ]
+        missing = [w for w in warnings if "not found" in w or "could not be read" in w]
+        if missing:
+            st.state, st.reason = "missing", "; ".join(missing)[:300]
+        elif any(s.state != "current" for s in st.sources):
+            st.state = "stale"
+            st.reason = ", ".join(
+                f"{s.source} {s.state}" for s in st.sources if s.state != "current"
+            )
+        elif not recorded and not current:
+            st.state = "not-pinned"
+            st.reason = "; ".join(warnings)[:300] or (
+                "no ConfigMap or Secret referenced, or its namespace is not opted in"
+            )
+        if observed is not None and observed != recorded:
+            st.reason = (st.reason + "; " if st.reason else "") + "rollback kept"
+        return st
+
+    def _admit_now(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        kind = str(obj.get("kind"))
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        path = self._path(kind, namespace)
+        assert path is not None
+        resp = self.kube.open("POST", path, query={"dryRun": "All"}, body=_dry_run_copy(obj))
+        try:
+            warnings = [_warning_text(w) for w in resp.headers.getlist("Warning")]
+            data = resp.read()
+        finally:
+            resp.release_conn()
+        return json.loads(data), warnings
+
+
+def _warning_text(header: str) -> str:
+    # RFC 7234: 299 - "text"
+    text = header.split(" ", 2)[-1] if header.startswith("299") else header
+    return text.strip().strip('"')
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", nargs="?", help="KIND/NAME or NAME (any kind) to show one workload")
+    p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    p.add_argument("-l", "--selector", help="label selector of the workloads")
+    p.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--workers", type=int, default=8, help="dry runs at once (default 8)")
+
+
+def _connect(args: argparse.Namespace) -> tuple[client.ApiClient, str]:
+    cfg = client.Configuration()
+    kubeconfig = args.kubeconfig or (
+        os.environ["KUBECONFIG"].split(os.pathsep)[0] if os.environ.get("KUBECONFIG") else None
+    )
+    namespace = "default"
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)
+        sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        namespace = sa_ns.read_text().strip() if sa_ns.exists() else namespace
+    else:
+        path = str(kubeconfig or Path.home() / ".kube" / "config")
+        config.load_kube_config(config_file=path, context=args.context, client_configuration=cfg)
+        _, active = config.list_kube_config_contexts(config_file=path)
+        if args.context:
+            contexts, _ = config.list_kube_config_contexts(config_file=path)
+            active = next((c for c in contexts if c["name"] == args.context), active)
+        namespace = (active or {}).get("context", {}).get("namespace") or namespace
+    return client.ApiClient(cfg), namespace
+
+
+def _age(stamp: str) -> str:
+    try:
+        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    seconds = int((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{max(seconds, 0)}s ago"
+
+
+def _table(rows: Sequence[WorkloadStatus], wide: bool, all_ns: bool) -> str:
+    head = ["KIND", "NAME", "MODE", "STATE", "SOURCES", "LAST ROLLOUT", "WHY"]
+    if all_ns:
+        head.insert(0, "NAMESPACE")
+    lines = [head]
+    for st in rows:
+        line = [
+            st.kind,
+            st.name,
+            st.mode,
+            st.state.upper() if st.failing else st.state,
+            str(len(st.sources)),
+            _age(st.rolled_at) if st.rolled_at else "-",
+            st.reason or "-",
+        ]
+        if all_ns:
+            line.insert(0, st.namespace)
+        lines.append(line)
+        if wide:
+            for s in st.sources:
+                detail = (
+                    f"{s.state}: recorded {(s.recorded or '-')[:12]} now {(s.current or '-')[:12]}"
+                )
+                lines.append(
+                    ["", "  " + s.source, "", "", "", "", detail] + ([""] if all_ns else [])
+                )
+            for c in st.copies:
+                lines.append(["", "  copy " + c, "", "", "", "", ""] + ([""] if all_ns else []))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    return (
+        "\n".join(
+            "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+            for r in lines
+        )
+        + "\n"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        api, default_ns = _connect(args)
+    except (config.ConfigException, OSError) as e:
+        print(f"configpin status: no cluster: {e}", file=sys.stderr)
+        return 2
+    with api:
+        reader = StatusReader(Kube(api))
+        namespace = None if args.all_namespaces else (args.namespace or default_ns)
+        try:
+            if args.target:
+                kind_text, _, name = args.target.rpartition("/")
+                if kind_text:
+                    kind = _ALIASES.get(kind_text.lower().split(".")[0])
+                    if kind is None:
+                        print(f"configpin status: unknown kind {kind_text!r}", file=sys.stderr)
+                        return 2
+                    objects = [reader.one(namespace or default_ns, kind, name)]
+                else:
+                    objects = [
+                        o
+                        for o in reader.workloads(namespace, KINDS, None)
+                        if o["metadata"]["name"] == name
+                    ]
+                    if not objects:
+                        raise NotFound(name, 404, "no workload of that name")
+            else:
+                objects = list(reader.workloads(namespace, KINDS, args.selector))
+        except KubeError as e:
+            print(f"configpin status: {e}", file=sys.stderr)
+            return 2
+        with ThreadPoolExecutor(max(1, args.workers)) as pool:
+            rows = list(pool.map(reader.status, objects))
+    rows.sort(key=lambda s: (s.namespace, s.kind, s.name))
+    if args.output == "json":
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump([r.as_dict() for r in rows], sort_keys=False), end="")
+    elif rows:
+        print(_table(rows, args.output == "wide", namespace is None), end="")
+    else:
+        print("No workloads found.", file=sys.stderr)
+    return 1 if any(r.failing for r in rows) else 0
+
+
+__all__ = ["StatusReader", "WorkloadStatus", "add_arguments", "run"]
