@@ -852,3 +852,71 @@ def test_tests_run_what_the_image_runs() -> None:
         if installed != wanted:
             mismatched[name] = (wanted, installed)
     assert not mismatched, f"(locked, installed) differ, re-lock or reinstall: {mismatched}"
+
+
+# --- monitoring ----------------------------------------------------------------------------
+
+MONITORING = {
+    "metrics": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "prometheusRule": {"enabled": True},
+        "dashboard": {"enabled": True},
+    }
+}
+
+
+def _registered_metrics() -> set[str]:
+    from webhook.metrics import Metrics
+
+    names = set()
+    for family in Metrics().registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+        if family.type == "histogram":
+            names |= {f"{family.name}_{suffix}" for suffix in ("bucket", "count", "sum")}
+    return names
+
+
+def test_monitoring_objects_only_when_asked() -> None:
+    kinds = {o["kind"] for o in render({})}
+    assert not {"ServiceMonitor", "PrometheusRule"} & kinds
+    objects = render(MONITORING)
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert selects(monitor["spec"]["selector"], service["metadata"]["labels"])
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"]["key"] == "ca.crt"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    dashboard = next(
+        o for o in select(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")
+    )
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["configpin.json"])["uid"] == "configpin"
+    report = lint(MONITORING)
+    assert not [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"], report["errors"]
+
+
+def test_alerts_and_dashboard_name_only_metrics_configpin_serves() -> None:
+    """A renamed metric would leave an alert that never fires: every configpin_* name the
+    rules and the dashboard use is one that webhook/metrics.py registers."""
+    objects = render(MONITORING)
+    rules = one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    exprs = [r["expr"] for r in rules]
+    dashboard = next(
+        o for o in select(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")
+    )
+    panels = json.loads(dashboard["data"]["configpin.json"])["panels"]
+    exprs += [t["expr"] for p in panels for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"configpin_[a-z_]+", e)}
+    assert used, "no configpin metric used"
+    missing = used - _registered_metrics()
+    assert not missing, f"not served by configpin: {sorted(missing)}"
+    names = {r["alert"] for r in rules}
+    assert {"ConfigpinDown", "ConfigpinNoLeader", "ConfigpinAdmissionErrors"} <= names
+    no_leader = render({**MONITORING, "controller": {"leaderElect": False}})
+    rules = one(no_leader, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert "ConfigpinNoLeader" not in {r["alert"] for r in rules}
