@@ -142,7 +142,7 @@ def run(admissions: int, sources: int) -> None:
             kube.create(path("configmaps", NAMESPACE), configmap(i, 0))
         metrics = Metrics()
         cache = SourceCache(kube, HKEY, metrics)
-        index = SnapshotIndex(metrics)
+        index = SnapshotIndex(metrics, HKEY)
         index.attach(cache)
         writer = SnapshotWriter(kube, cache, index, HKEY, metrics)
         admitter = Admitter(

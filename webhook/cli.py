@@ -18,6 +18,7 @@ from webhook import __version__, status
 from webhook.certs import generate, write_bundle
 from webhook.config import Settings, default_text, env_name, flag_name
 from webhook.core.constants import MODES
+from webhook.core.digest import copy_signature
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.plan import plan_object
 from webhook.core.snapshot import snapshot_object
@@ -160,7 +161,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         def lookup(sid: SourceId, namespace: str = namespace) -> Any:
             return sources.get(namespace, sid)
 
-        plan = plan_object(obj, hkey=hkey, lookup=lookup, default_mode=args.mode)
+        plan = plan_object(
+            obj, hkey=hkey, lookup=lookup, default_mode=args.mode, namespace=namespace
+        )
         name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
         for warning in plan.warnings:
             print(f"Warning: {name}: {warning}", file=sys.stderr)
@@ -170,8 +173,14 @@ def cmd_render(args: argparse.Namespace) -> int:
         for req in plan.snapshots:
             source = sources.get_object(namespace, req.source)
             if source is not None:
-                snap = snapshot_object(req.source.kind, source, req.snapshot_name)
-                snap["metadata"].setdefault("namespace", namespace)
+                signature = copy_signature(hkey, namespace, req.snapshot_name, req.content_digest)
+                snap = snapshot_object(
+                    req.source.kind,
+                    source,
+                    req.snapshot_name,
+                    signature=signature,
+                    namespace=namespace,
+                )
                 snapshots[(namespace, req.snapshot_name)] = snap
     docs = [*snapshots.values(), *out]
     try:

@@ -44,6 +44,14 @@ class Settings(BaseSettings):
         description="Serving key (PEM).",
         json_schema_extra={"default_text": "dev key in --certs-dir"},
     )
+    client_ca: Path | None = Field(
+        None,
+        description=(
+            "CA (PEM) that callers' client certificates must be signed by: a caller without such"
+            " a certificate cannot complete the TLS handshake (see README, Security model)."
+        ),
+        json_schema_extra={"default_text": "none: any caller that reaches the port is answered"},
+    )
     certs_dir: Path = Field(
         Path("certs"), description="Where dev certificates and the dev digest key are made."
     )
@@ -79,6 +87,30 @@ class Settings(BaseSettings):
         None,
         description="File holding the HMAC digest key (instead of the Secret).",
         json_schema_extra={"default_text": "none"},
+    )
+    max_sources: int = Field(
+        100,
+        ge=1,
+        description=(
+            "Most distinct ConfigMaps/Secrets one object may consume and still be pinned; beyond"
+            " it the object is admitted unpinned with a warning."
+        ),
+    )
+    read_deadline: float = Field(
+        3.0,
+        gt=0,
+        description=(
+            "Seconds admission may spend reading sources past the cache; keep it below the "
+            "webhook's timeoutSeconds (the chart passes timeoutSeconds - 2)."
+        ),
+    )
+    read_workers: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Threads that read sources past the cache; a review that would queue behind four "
+            "times as many is answered at once, unchanged, with a warning."
+        ),
     )
     digest_key_secret: str = Field(
         "configpin-digest-key",
@@ -127,7 +159,18 @@ class Settings(BaseSettings):
     )
     namespace_selector: str = Field(
         "configpin.io/enabled=true",
-        description="Label selector of the namespaces configpin acts in.",
+        description=(
+            "Label selector of the namespaces configpin acts in: admission enforces it too, "
+            "whatever a review claims."
+        ),
+    )
+    exclude_namespaces: list[str] = Field(
+        default_factory=list,
+        description=(
+            "A namespace never acted in, whatever its labels, besides kube-system and "
+            "--namespace (repeatable; the variable takes a JSON list)."
+        ),
+        json_schema_extra={"default_text": "none"},
     )
     lease_name: str = Field(
         "configpin-leader", description="Name of the Lease used for leader election."

@@ -24,6 +24,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.out_of_scope = Counter(
+            "configpin_admissions_out_of_scope_total",
+            "Reviews for namespaces configpin does not act in (not selected, excluded, or a "
+            "request that contradicts itself): answered allowed, unchanged, with no lookup.",
+            registry=r,
+        )
         self.admission_warnings = Counter(
             "configpin_admission_warnings_total", "Warnings returned to clients.", registry=r
         )
@@ -100,6 +106,13 @@ class Metrics:
         self.snapshots_swept = Counter(
             "configpin_snapshots_swept_total",
             "Unused snapshot copies deleted by the sweep.",
+            registry=r,
+        )
+        self.snapshot_lookalikes = Gauge(
+            "configpin_snapshot_lookalikes",
+            "Objects that carry the snapshot label without proving they are configpin's "
+            "copies (signature, immutability, name): never adopted, reused or deleted.",
+            ["kind"],
             registry=r,
         )
         self.snapshots_current = Gauge(

@@ -15,6 +15,7 @@ from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
+from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.kube.selfcerts import SelfManagedCerts
 from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
@@ -49,14 +50,18 @@ def _tls(
             settings.namespace,
             settings.cert_secret,
         )
-        return ReloadingTLSContext(certs.cert_file, certs.key_file)
+        return ReloadingTLSContext(
+            certs.cert_file, certs.key_file, client_ca_file=settings.client_ca
+        )
     if settings.tls_cert and settings.tls_key:
-        return ReloadingTLSContext(settings.tls_cert, settings.tls_key)
+        return ReloadingTLSContext(
+            settings.tls_cert, settings.tls_key, client_ca_file=settings.client_ca
+        )
     cert, key, _ca = ensure_dev_certs(
         settings.certs_dir, service=settings.service_name, namespace=settings.namespace
     )
     log.info("serving with development certificates from %s/", settings.certs_dir)
-    return ReloadingTLSContext(cert, key)
+    return ReloadingTLSContext(cert, key, client_ca_file=settings.client_ca)
 
 
 def _snapshot_writer(
@@ -64,7 +69,7 @@ def _snapshot_writer(
 ) -> tuple[SnapshotIndex, SnapshotWriter]:
     """Snapshot mode: the writer that admission and the change controller make copies with.
     Before `cache.start()`: the copies are found on the cache's watches."""
-    index = SnapshotIndex(metrics)
+    index = SnapshotIndex(metrics, hkey)
     index.attach(cache)
     return index, SnapshotWriter(kube, cache, index, hkey, metrics)
 
@@ -96,12 +101,18 @@ def _snapshot_lifetime(
     return lifetime
 
 
+def excluded_namespaces(settings: Settings) -> frozenset[str]:
+    """Never acted in, whatever their labels: kube-system, configpin's own, and the list."""
+    return frozenset({"kube-system", settings.namespace, *settings.exclude_namespaces})
+
+
 def _rollout_controller(
     settings: Settings,
     kube: Kube,
     hkey: bytes,
     cache: SourceCache,
     metrics: Metrics,
+    namespaces: NamespaceSet,
     *,
     snapshots: SnapshotEnsurer | None = None,
 ) -> RolloutController:
@@ -122,8 +133,10 @@ def _rollout_controller(
             lease_name=settings.lease_name,
             lease_duration=settings.lease_duration,
             catch_up_window=settings.catch_up_window,
+            max_sources=settings.max_sources,
         ),
         snapshots=snapshots,
+        namespaces=namespaces,
     )
     controller.start()
     return controller
@@ -138,6 +151,9 @@ def serve(settings: Settings) -> int:
     kube: Kube | None = None
     sources: SourceReader
     snapshots: SnapshotWriter | None = None
+    excluded = excluded_namespaces(settings)
+    in_scope: Callable[[str], bool] = lambda namespace: namespace not in excluded  # noqa: E731
+
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
         paths: list[Path] = settings.manifests or [EMBEDDED_MANIFESTS]
@@ -154,6 +170,15 @@ def serve(settings: Settings) -> int:
             hkey = load_key_file(settings.digest_key_file)
         else:
             hkey = ensure_digest_key(kube, settings.namespace, settings.digest_key_secret)
+        # The namespaces configpin acts in: one watch, shared by admission (which enforces
+        # the selection itself, whatever a request claims) and the controller.
+        namespaces = NamespaceSet(
+            kube, metrics, label_selector=settings.namespace_selector, excluded=excluded
+        )
+        namespaces.start()
+        stoppers.append(namespaces.stop)
+        ready_checks.append(namespaces.synced)
+        in_scope = namespaces.__contains__
         cache = SourceCache(kube, hkey, metrics)
         snapshot_index, snapshots = _snapshot_writer(kube, cache, hkey, metrics)
         cache.start()
@@ -163,7 +188,7 @@ def serve(settings: Settings) -> int:
         log.info("reading sources from the cluster at %s", api.configuration.host)
         if settings.controller:
             controller = _rollout_controller(
-                settings, kube, hkey, cache, metrics, snapshots=snapshots
+                settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots
             )
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
             lifetime = _snapshot_lifetime(
@@ -177,7 +202,12 @@ def serve(settings: Settings) -> int:
         default_mode=settings.mode,
         strict=settings.strict,
         snapshots=snapshots,
+        in_scope=in_scope,
+        max_sources=settings.max_sources,
+        read_deadline=settings.read_deadline,
+        read_workers=settings.read_workers,
     )
+    stoppers.append(admitter.close)
     app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks)
     try:
         runner.run(

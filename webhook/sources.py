@@ -31,8 +31,11 @@ class SourceReader(Protocol):
         """The answer from memory, or MISS. Never blocks."""
         ...
 
-    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
-        """The answer, reading through on a miss (may block). Raises SourceUnavailable."""
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
+        """The answer, reading through on a miss (may block, at most `timeout` seconds when
+        given). Raises SourceUnavailable."""
         ...
 
     def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
@@ -100,7 +103,9 @@ class FileSources:
     def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
         return self.get(namespace, sid)
 
-    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
         key = self._find(namespace, sid)
         if key is None:
             return None

@@ -239,6 +239,8 @@ def test_deployment_points_at_immutable_labelled_copies(
             "configpin.io/snapshot": "true",
             "configpin.io/source": source,
         }
+        assert obj["metadata"]["annotations"]["configpin.io/source"] == source
+        assert len(obj["metadata"]["annotations"]["configpin.io/signature"]) == 64
     assert cm["data"] == {"a": "1"}
     assert sec["type"] == "Opaque"
     with pytest.raises(Invalid, match="immutable"):
@@ -562,3 +564,28 @@ def test_the_controller_points_a_changed_source_at_a_new_copy_and_keeps_a_rollba
     dep = kube.get(path("deployments", namespace, "web"))
     assert copies_in(template_spec(dep))["app-config"] == old
     assert len(revisions(kube, namespace, dep)) == 2
+
+
+def test_a_source_with_a_100_character_name_is_pinned_to_a_copy(kube: Kube, namespace: str) -> None:
+    """A ConfigMap name may be 253 characters, a label value only 63: the copy names its
+    source in an annotation, labels it only when the name fits, and the workload is pinned."""
+    long_cm, long_secret = "c" * 100, "s" * 240
+    create(kube, namespace, configmap(long_cm, {"a": "1"}))
+    create(kube, namespace, secret(long_secret, {"token": "t0"}))
+    dep = create(kube, namespace, deployment(spec=pod_spec(long_cm, long_secret)))
+    pinned = copies_in(template_spec(dep))
+    assert set(pinned) == {long_cm, long_secret}, "both references point at copies"
+    recorded = json.loads(dep["spec"]["template"]["metadata"]["annotations"][SOURCES])
+    assert recorded.keys() == {f"configmap/{long_cm}", f"secret/{long_secret}"}
+    for resource, source in (("configmaps", long_cm), ("secrets", long_secret)):
+        made = kube.get(path(resource, namespace, pinned[source]))
+        meta = made["metadata"]
+        assert len(meta["name"]) <= 253 and made["immutable"] is True
+        assert meta["labels"] == {"configpin.io/snapshot": "true"}  # no 100-char label value
+        assert meta["annotations"]["configpin.io/source"] == source
+    # Stable: admitting the output again changes nothing.
+    again = copy.deepcopy(dep)
+    again["metadata"] = {"name": "again", "annotations": dep["metadata"]["annotations"]}
+    again.pop("status", None)
+    dry = kube.create(path("deployments", namespace), again, dryRun="All")
+    assert template_spec(dry) == template_spec(dep)

@@ -138,6 +138,58 @@ def test_a_copy_reused_after_its_mark_is_kept(kube: Kube, ns: str) -> None:
     assert ANN_UNUSED not in annotations()
 
 
+def test_objects_that_only_look_like_copies_are_never_swept_or_adopted(
+    kube: Kube, ns: str, cp: Configpin
+) -> None:
+    """The label marks, it does not prove: a user's Secret that carries it (the name pattern
+    too), or an immutable look-alike with a made-up signature, survives sweep after sweep, and
+    a Pod that uses one does not become its owner (the garbage collector would delete it with
+    the Pod). A real copy in the same namespace is swept meanwhile: the sweep does run here."""
+    precious = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "precious-0123456789",
+            "labels": {"configpin.io/snapshot": "true", "configpin.io/source": "precious"},
+        },
+        "stringData": {"password": "irreplaceable"},
+    }
+    kube.create(path("secrets", ns), precious)
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    real = rejected_admission(kube, ns)
+    forged = configmap(
+        "app-config-abcdef0123",
+        {"a": "1"},
+        labels={"configpin.io/snapshot": "true", "configpin.io/source": "app-config"},
+        annotations={"configpin.io/source": "app-config", "configpin.io/signature": "0" * 64},
+    )
+    forged["immutable"] = True
+    kube.create(path("configmaps", ns), forged)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "user"},
+        "spec": pod_spec(
+            container(env_from=[env_from("secret", "precious-0123456789")]),
+        ),
+    }
+    pod = kube.create(path("pods", ns), pod)
+    wait_for(lambda: cp.metric("configpin_snapshot_lookalikes") >= 2, what="look-alikes counted")
+
+    wait_for(lambda: get(kube, "configmaps", ns, real) is None, what="the real copy swept")
+    time.sleep(3 * GRACE)  # and several sweep periods more
+    for resource, name in (
+        ("secrets", "precious-0123456789"),
+        ("configmaps", forged["metadata"]["name"]),
+    ):
+        obj = get(kube, resource, ns, name)
+        assert obj is not None, f"{resource}/{name} was deleted"
+        assert ANN_UNUSED not in (obj["metadata"].get("annotations") or {}), "marked for deletion"
+        assert not obj["metadata"].get("ownerReferences"), "adopted by the Pod that uses it"
+    assert cp.metric("configpin_snapshot_lookalikes", kind="secret") >= 1
+    assert "carries the snapshot label but is not a copy configpin made" in cp.log()
+
+
 # --- in process: the race itself, on the real API server's preconditions
 
 
@@ -160,7 +212,7 @@ def in_process(control_plane: ControlPlane) -> Iterator[tuple[Kube, SnapshotInde
         kube = Kube(api)
         metrics = Metrics()
         cache = SourceCache(kube, HKEY, metrics)
-        index = SnapshotIndex(metrics)
+        index = SnapshotIndex(metrics, HKEY)
         index.attach(cache)
         writer = SnapshotWriter(kube, cache, index, HKEY, metrics)
         cache.start()
@@ -178,7 +230,8 @@ def test_a_delete_that_races_a_reuse_loses(
     ns = plain_namespace  # no configpin serves it: this test plays every part itself
     source = kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
     content = digest.source_digest(
-        HKEY, digest.record_from_object(HKEY, SourceKind.CONFIGMAP, source)
+        digest.namespace_key(HKEY, ns),
+        digest.record_from_object(HKEY, SourceKind.CONFIGMAP, source),
     )
     name = snapshot_name("app-config", content)
     req = SnapshotRequest(SourceId(SourceKind.CONFIGMAP, "app-config"), name, content)

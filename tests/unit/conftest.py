@@ -130,6 +130,11 @@ def secret(
 _KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
 
 
+WORKLOAD_NAMESPACE: Final = "team-a"
+NSKEY: Final = digest.namespace_key(HKEY, WORKLOAD_NAMESPACE)
+"""The key of the digests in the namespace `workload` puts its objects in."""
+
+
 def source_id(obj: Mapping[str, Any]) -> SourceId:
     return SourceId(_KINDS[obj["kind"]], obj["metadata"]["name"])
 
@@ -166,11 +171,20 @@ class Store:
         obj = self.objects.get(sid)
         return None if obj is None else digest.record_from_object(self.hkey, sid.kind, obj)
 
-    def create_snapshots(self, plan: Plan) -> list[JSONObject]:
+    def create_snapshots(self, plan: Plan, namespace: str = WORKLOAD_NAMESPACE) -> list[JSONObject]:
         """Make the copies a snapshot-mode plan asks for, as the snapshot writer would."""
         made = []
         for req in plan.snapshots:
-            snap = snapshot_object(req.source.kind, self.objects[req.source], req.snapshot_name)
+            signature = digest.copy_signature(
+                self.hkey, namespace, req.snapshot_name, req.content_digest
+            )
+            snap = snapshot_object(
+                req.source.kind,
+                self.objects[req.source],
+                req.snapshot_name,
+                signature=signature,
+                namespace=namespace,
+            )
             self.put(snap)
             made.append(snap)
         return made
@@ -306,7 +320,7 @@ def workload(
     spec: JSONObject,
     *,
     name: str = "app",
-    namespace: str = "team-a",
+    namespace: str = WORKLOAD_NAMESPACE,
     annotations: Mapping[str, str] | None = None,
     template_annotations: Mapping[str, str] | None = None,
     template_meta: bool = True,

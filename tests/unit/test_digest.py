@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 
@@ -9,8 +10,9 @@ import pytest
 
 from tests.unit.conftest import HKEY, OTHER_KEY, b64, configmap, record, secret
 from webhook.core import digest
-from webhook.core.constants import ANN_IGNORE, LABEL_SNAPSHOT, LABEL_SOURCE
+from webhook.core.constants import ANN_IGNORE, ANN_SOURCE, LABEL_SNAPSHOT, LABEL_SOURCE
 from webhook.core.model import JSONObject, SourceKind
+from webhook.core.names import snapshot_name
 from webhook.core.snapshot import snapshot_object
 
 GOLDEN_CM = configmap(
@@ -56,6 +58,40 @@ def test_golden_source_digests() -> None:
     assert _source_digest(configmap("empty")) == (
         "eaac7c443bc488060d8ca6d4361277d944d835c632ec05e6111b56b16a4f6d38"
     )
+
+
+def test_golden_namespace_key() -> None:
+    msg = b"configpin/namespace/v1" + (6).to_bytes(8, "big") + b"team-a"
+    assert digest.namespace_key(HKEY, "team-a") == hmac.digest(HKEY, msg, "sha256")
+    assert digest.namespace_key(HKEY, "team-a").hex() == (
+        "fc0a2edc743c244a882428c45ad905903075e42a3cb1762a50e1bf231dcc0ac1"
+    )
+
+
+def test_golden_digests_as_written_in_a_namespace() -> None:
+    """What admission writes into `configpin.io/sources` and `configpin.io/checksum` for a
+    workload in namespace team-a."""
+    nskey = digest.namespace_key(HKEY, "team-a")
+    sources = {
+        "configmap/app-config": digest.source_digest(nskey, record(GOLDEN_CM)),
+        "secret/app-secret": digest.source_digest(nskey, record(GOLDEN_SECRET)),
+    }
+    assert sources == {
+        "configmap/app-config": "b839b376730093a39a04426738fafe2e9013ce34858ced15f2c1c77152a478a5",
+        "secret/app-secret": "9b6208426e953caeeda9239a2012c255d381aa71162fc964ac698a6c246b8d16",
+    }
+    assert digest.checksum(nskey, sources) == (
+        "b59a6aa5598128fe841dbc862795b4659979524349a41b13bde6e230aec00bbb"
+    )
+
+
+def test_equal_content_in_two_namespaces_gives_unrelated_digests() -> None:
+    rec = record(GOLDEN_SECRET)
+    a = digest.source_digest(digest.namespace_key(HKEY, "team-a"), rec)
+    b = digest.source_digest(digest.namespace_key(HKEY, "team-b"), rec)
+    assert a != b
+    # no namespace pair can be made to collide by moving bytes between name boundaries
+    assert digest.namespace_key(HKEY, "ab") != digest.namespace_key(HKEY, "a") + b"b"
 
 
 def test_golden_checksum() -> None:
@@ -175,7 +211,7 @@ def test_same_content_same_digest_whatever_the_metadata() -> None:
 
 def test_a_snapshot_digests_like_its_source() -> None:
     for kind, obj in ((SourceKind.CONFIGMAP, GOLDEN_CM), (SourceKind.SECRET, GOLDEN_SECRET)):
-        snap = snapshot_object(kind, obj, "copy-0123456789")
+        snap = snapshot_object(kind, obj, "copy-0123456789", signature="s", namespace="ns")
         assert _source_digest(snap) == _source_digest(obj)
 
 
@@ -292,11 +328,50 @@ def test_only_the_string_true_ignores(value: str) -> None:
     assert record(configmap("c", annotations={ANN_IGNORE: value})).ignored is False
 
 
-def test_snapshot_records_name_their_source() -> None:
-    snap = configmap("c-0123456789", labels={LABEL_SNAPSHOT: "true", LABEL_SOURCE: "c"})
-    assert record(snap).snapshot_of == "c"
+def _signed_copy(source: JSONObject, namespace: str = "team-a") -> JSONObject:
+    kind = SourceKind.CONFIGMAP if source["kind"] == "ConfigMap" else SourceKind.SECRET
+    content = digest.source_digest(digest.namespace_key(HKEY, namespace), record(source))
+    name = snapshot_name(source["metadata"]["name"], content)
+    signature = digest.copy_signature(HKEY, namespace, name, content)
+    return snapshot_object(kind, source, name, signature=signature, namespace=namespace)
+
+
+def test_a_signed_copy_records_its_source() -> None:
+    assert record(_signed_copy(configmap("c", {"k": "v"}))).snapshot_of == "c"
+    assert record(_signed_copy(secret("s", {"k": "v"}))).snapshot_of == "s"
+
+
+def test_a_label_alone_proves_nothing() -> None:
+    real = _signed_copy(configmap("c", {"k": "v"}))
+    labels = {LABEL_SNAPSHOT: "true", LABEL_SOURCE: "c"}
+    forged = configmap(real["metadata"]["name"], {"k": "v"}, namespace="team-a", labels=labels)
+    forged["immutable"] = True
+    assert record(forged).snapshot_of is None  # no signature
+    mutable = copy.deepcopy(real)
+    del mutable["immutable"]
+    assert record(mutable).snapshot_of is None  # its content could change under its name
+    other_content = copy.deepcopy(real)
+    other_content["data"] = {"k": "evil"}
+    assert record(other_content).snapshot_of is None  # the name does not match the content
+    renamed = copy.deepcopy(real)
+    renamed["metadata"]["name"] = "precious-0123456789"
+    assert record(renamed).snapshot_of is None  # the signature covers the name
+    moved = copy.deepcopy(real)
+    moved["metadata"]["namespace"] = "team-b"
+    assert record(moved).snapshot_of is None  # and the namespace
+    other_key = _signed_copy(configmap("c", {"k": "v"}))
+    assert digest.record_from_object(OTHER_KEY, SourceKind.CONFIGMAP, other_key).snapshot_of is None
     # the source label alone does not make a snapshot
     assert record(configmap("x", labels={LABEL_SOURCE: "c"})).snapshot_of is None
+
+
+def test_a_long_source_name_is_in_the_annotation_not_the_label() -> None:
+    long_name = "a" * 100
+    snap = _signed_copy(configmap(long_name, {"k": "v"}))
+    assert LABEL_SOURCE not in snap["metadata"]["labels"]
+    assert snap["metadata"]["annotations"][ANN_SOURCE] == long_name
+    assert len(snap["metadata"]["name"]) <= 253
+    assert record(snap).snapshot_of == long_name
 
 
 def test_record_holds_no_values() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.core.digest import record_from_object, source_digest
+from webhook.core.digest import namespace_key, record_from_object, source_digest
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
 from webhook.metrics import Metrics
 from webhook.server.admission import parse_review
@@ -39,7 +39,9 @@ class LaggingReader:
     def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
         return self.memory if sid.name == "cfg" else None
 
-    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
         found = self.peek(namespace, sid)
         assert not isinstance(found, Miss)
         return found
@@ -63,7 +65,7 @@ class CheckingWriter:
     ) -> list[str]:
         current = record_from_object(KEY, SourceKind.CONFIGMAP, self.reader.server)
         for req in requests:
-            if source_digest(KEY, current) != req.content_digest:
+            if source_digest(namespace_key(KEY, namespace), current) != req.content_digest:
                 raise RuntimeError(f"{req.source} changed while the admission was being decided")
             self.made.append(req.snapshot_name)
         return []
@@ -108,4 +110,4 @@ def test_a_stale_cache_is_corrected_by_fresh_reads_not_admitted_unchanged() -> N
     ]
     assert writer.made == [name]  # the copy of v2, the content the API server has now
     v2 = record_from_object(KEY, SourceKind.CONFIGMAP, _cm("v2"))
-    assert name == f"cfg-{source_digest(KEY, v2)[:10]}"
+    assert name == f"cfg-{source_digest(namespace_key(KEY, 'ns'), v2)[:10]}"

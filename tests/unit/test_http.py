@@ -7,8 +7,11 @@ been read whole.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import copy
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +22,7 @@ import pytest
 
 from tests.unit.conftest import (
     HKEY,
+    NSKEY,
     Store,
     configmap,
     container,
@@ -37,7 +41,13 @@ from tests.unit.conftest import (
 )
 from webhook.core import digest
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES
-from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceRecord
+from webhook.core.model import (
+    JSONObject,
+    SnapshotRequest,
+    SourceId,
+    SourceRecord,
+    SourceUnavailable,
+)
 from webhook.metrics import Metrics
 from webhook.server.admission import MAX_WARNING
 from webhook.server.app import MAX_BODY, create_app
@@ -101,6 +111,7 @@ def _server(
     sources: Any = None,
     snapshots: Any = None,
     ready_checks: Sequence[Callable[[], bool]] = (),
+    in_scope: Callable[[str], bool] = lambda _ns: True,
 ) -> Server:
     metrics = Metrics()
     lifecycle = Lifecycle()
@@ -111,6 +122,7 @@ def _server(
         default_mode=mode,
         strict=strict,
         snapshots=snapshots,
+        in_scope=in_scope,
     )
     app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks, max_body=max_body)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
@@ -154,8 +166,8 @@ async def test_patch_is_base64_jsonpatch_and_applies(server: Server) -> None:
     assert "warnings" not in resp and "status" not in resp
     mutated = jsonpatch.apply_patch(obj, _patch(resp))
     assert recorded_sources(mutated) == {
-        "configmap/cfg": digest.source_digest(HKEY, record(SOURCES[0]), ["a"]),
-        "secret/creds": digest.source_digest(HKEY, record(SOURCES[1])),
+        "configmap/cfg": digest.source_digest(NSKEY, record(SOURCES[0]), ["a"]),
+        "secret/creds": digest.source_digest(NSKEY, record(SOURCES[1])),
     }
     assert spec_of(mutated) == spec_of(obj)
 
@@ -233,8 +245,57 @@ async def test_sources_are_looked_up_in_the_request_namespace(server: Server) ->
     obj = _deployment(env_cm("elsewhere", "k"))
     here = await server.admit(review(obj, namespace="team-a"))
     assert any("configmap/elsewhere" in w for w in here["response"]["warnings"])
-    there = await server.admit(review(obj, namespace="other-team"))
+    moved = copy.deepcopy(obj)
+    moved["metadata"]["namespace"] = "other-team"
+    there = await server.admit(review(moved, namespace="other-team"))
     assert "warnings" not in there["response"] and _patch(there["response"])
+
+
+# ---- scope: what the webhook configuration selects, enforced on the server too ----
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "not-selected",  # a namespace that never opted in
+        "contradicting",  # the request names one namespace, the object another
+        "none",  # no namespace at all
+    ],
+)
+async def test_out_of_scope_reviews_get_nothing(where: str) -> None:
+    writer = _Writer()
+    s = _server(mode="snapshot", snapshots=writer, in_scope=lambda ns: ns == "team-a")
+    async with s.client:
+        obj = _deployment(env_cm("cfg", "a"), env_secret("no-such-secret", "k"))
+        ns = {"not-selected": "other-team", "contradicting": "team-a", "none": ""}[where]
+        if where == "contradicting":
+            obj["metadata"]["namespace"] = "other-team"
+        out = await s.admit(review(obj, namespace=ns, uid="u-out"))
+        assert out["response"] == {"uid": "u-out", "allowed": True}  # no patch, no warning
+        assert s.metrics.registry.get_sample_value("configpin_admissions_out_of_scope_total") == 1.0
+        assert (
+            s.metrics.registry.get_sample_value(
+                "configpin_admissions_total",
+                {"kind": "Deployment", "operation": "CREATE", "result": "out-of-scope"},
+            )
+            == 1.0
+        )
+    assert writer.calls == []  # no side effect
+
+
+async def test_metric_labels_come_from_fixed_sets(server: Server) -> None:
+    obj = _deployment(env_cm("cfg", "a"))
+    body = review(obj, uid="u-odd")
+    body["request"]["kind"]["kind"] = "Evil" + "x" * 100
+    body["request"]["operation"] = "WHATEVER-" + "y" * 100
+    await server.admit(body)
+    samples = [
+        s.labels
+        for family in server.metrics.registry.collect()
+        for s in family.samples
+        if s.name == "configpin_admissions_total"
+    ]
+    assert samples == [{"kind": "other", "operation": "other", "result": "ignored"}]
 
 
 # ---- warnings and strict mode ----
@@ -296,7 +357,9 @@ class _Exploding:
     def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
         raise RuntimeError("boom")
 
-    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
         raise RuntimeError("boom")
 
     def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
@@ -330,7 +393,9 @@ class _SlowReader:
     def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
         return Miss()
 
-    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
         self.reads += 1
         return self.files.get(namespace, sid)
 
@@ -626,3 +691,54 @@ def test_review_builder_matches_the_wire_format() -> None:
 def test_annotation_names() -> None:
     # the names the chart and the docs use
     assert (ANN_CHECKSUM, ANN_SOURCES) == ("configpin.io/checksum", "configpin.io/sources")
+
+
+class _HangingReader(_SlowReader):
+    """An API server that answers every read after `delay` seconds, honouring the timeout."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.timeouts: list[float | None] = []
+
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
+        self.timeouts.append(timeout)
+        if timeout is not None and timeout < self.delay:
+            time.sleep(timeout)
+            raise SourceUnavailable("timed out")
+        time.sleep(self.delay)
+        return super().get(namespace, sid, timeout=timeout)
+
+
+@pytest.mark.parametrize("is_strict", [False, True])
+async def test_reads_past_the_cache_end_at_the_deadline(is_strict: bool) -> None:
+    reader = _HangingReader(delay=5.0)
+    s = _server(sources=reader, strict=is_strict)
+    s.admitter.read_deadline = 0.3
+    obj = _deployment(env_cm("cfg", "a"), env_secret("creds", "pass"))
+    async with s.client:
+        start = time.monotonic()
+        resp = (await s.admit(review(obj, uid="slow")))["response"]
+        took = time.monotonic() - start
+    assert took < 1.5, "answered while the API server still waits"
+    assert "patch" not in resp
+    if is_strict:
+        assert resp["allowed"] is False
+    else:
+        assert resp["allowed"] and "not read within 0.3s" in resp["warnings"][0]
+    assert all(t is not None and t <= 0.3 for t in reader.timeouts), "each read is bounded"
+
+
+async def test_reads_past_the_cache_have_a_bounded_queue() -> None:
+    reader = _HangingReader(delay=0.5)
+    s = _server(sources=reader)
+    s.admitter.read_deadline = 1.0
+    obj = _deployment(env_cm("cfg", "a"))
+    async with s.client:
+        answers = await asyncio.gather(
+            *(s.admit(review(obj, uid=f"q{i}")) for i in range(s.admitter._read_slots + 4))
+        )
+    busy = [a for a in answers if "busy" in " ".join(a["response"].get("warnings", []))]
+    assert len(busy) >= 4

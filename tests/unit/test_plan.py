@@ -12,6 +12,7 @@ import pytest
 from tests.unit.conftest import (
     HKEY,
     MUTABLE_TEMPLATE_KINDS,
+    NSKEY,
     WORKLOAD_KINDS,
     Store,
     apply,
@@ -67,7 +68,7 @@ SECRET = SourceKind.SECRET
 
 
 def _digest(obj: JSONObject, keys: list[str] | None = None) -> str:
-    return digest.source_digest(HKEY, record(obj), keys)
+    return digest.source_digest(NSKEY, record(obj), keys)
 
 
 def _store() -> Store:
@@ -101,7 +102,7 @@ def test_every_workload_kind_is_stamped(kind: str) -> None:
     }
     assert p.sources == expected
     assert recorded_sources(out) == expected
-    assert recorded_checksum(out) == digest.checksum(HKEY, expected)
+    assert recorded_checksum(out) == digest.checksum(NSKEY, expected)
     # the sources annotation is canonical JSON
     assert template_annotations(out)[ANN_SOURCES] == json.dumps(
         expected, sort_keys=True, separators=(",", ":")
@@ -486,7 +487,7 @@ def test_annotation_keys_are_escaped_in_the_patch_paths() -> None:
     out = jsonpatch.apply_patch(obj, p.patch)
     expected = copy.deepcopy(obj)
     expected["spec"]["template"]["metadata"]["annotations"].update(
-        {ANN_CHECKSUM: digest.checksum(HKEY, p.sources), ANN_SOURCES: dumps_mapping(p.sources)}
+        {ANN_CHECKSUM: digest.checksum(NSKEY, p.sources), ANN_SOURCES: dumps_mapping(p.sources)}
     )
     assert out == expected
 
@@ -879,7 +880,7 @@ def test_snapshot_object_of_a_configmap() -> None:
         labels={"app": "x"},
     )
     src["metadata"]["ownerReferences"] = [{"kind": "X", "name": "y", "uid": "z"}]
-    snap = snapshot_object(CM, src, "cfg-0123456789")
+    snap = snapshot_object(CM, src, "cfg-0123456789", signature="sig")
     assert snap == {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -887,6 +888,7 @@ def test_snapshot_object_of_a_configmap() -> None:
             "name": "cfg-0123456789",
             "namespace": "team-a",
             "labels": {LABEL_SNAPSHOT: "true", LABEL_SOURCE: "cfg"},
+            "annotations": {"configpin.io/source": "cfg", "configpin.io/signature": "sig"},
         },
         "immutable": True,
         "data": {"a": "1"},
@@ -898,10 +900,10 @@ def test_snapshot_object_of_a_configmap() -> None:
 
 def test_snapshot_object_of_a_secret_keeps_its_type() -> None:
     src = secret("tls", {"tls.crt": "c"}, string_data={"tls.key": "k"}, type_="kubernetes.io/tls")
-    snap = snapshot_object(SECRET, src, "tls-0123456789")
+    snap = snapshot_object(SECRET, src, "tls-0123456789", signature="sig")
     assert snap["type"] == "kubernetes.io/tls"
     assert snap["immutable"] is True
     assert snap["data"] == src["data"] and snap["stringData"] == src["stringData"]
     assert "namespace" not in snap["metadata"]
-    assert record(snap).snapshot_of == "tls"
+    assert digest.copy_source_name(snap) == "tls"
     assert get_path(snap, ("metadata", "labels", LABEL_SOURCE)) == "tls"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests.unit.conftest import (
     HKEY,
+    NSKEY,
     WORKLOAD_KINDS,
     Store,
     apply,
@@ -262,7 +263,7 @@ def test_after_a_change_one_plan_reaches_a_fixed_point(
         live = store.lookup(sid)
         assert live is not None
         assert second.sources[str(sid)] in {
-            digest.source_digest(HKEY, live, k) for k in _consumed_keys(out2, sid)
+            digest.source_digest(NSKEY, live, k) for k in _consumed_keys(out2, sid)
         }
 
 

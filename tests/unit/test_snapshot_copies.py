@@ -205,7 +205,7 @@ class Cluster:
         self.api = cast(Kube, self.kube)  # what the code under test is given
         self.metrics = Metrics()
         self.cache = SourceCache(self.api, HKEY, self.metrics)
-        self.index = SnapshotIndex(self.metrics)
+        self.index = SnapshotIndex(self.metrics, HKEY)
         self.index.attach(self.cache)
         self.now = 0.0
         self.writer = SnapshotWriter(
@@ -228,7 +228,8 @@ class Cluster:
     def request(self, source: JSONObject) -> SnapshotRequest:
         """What a plan asks for when it sees `source` as it is here."""
         kind = SourceKind.CONFIGMAP if source["kind"] == "ConfigMap" else SourceKind.SECRET
-        content = digest.source_digest(HKEY, digest.record_from_object(HKEY, kind, source))
+        nskey = digest.namespace_key(HKEY, NS)
+        content = digest.source_digest(nskey, digest.record_from_object(HKEY, kind, source))
         sid = SourceId(kind, source["metadata"]["name"])
         return SnapshotRequest(sid, snapshot_name(sid.name, content), content)
 
@@ -348,7 +349,11 @@ def test_a_copy_another_replica_made_is_verified_and_accepted(cluster: Cluster) 
     assert other is not None
     from webhook.core.snapshot import snapshot_object
 
-    cluster.kube.put("configmaps", snapshot_object(SourceKind.CONFIGMAP, other, req.snapshot_name))
+    signature = digest.copy_signature(HKEY, NS, req.snapshot_name, req.content_digest)
+    squatter = snapshot_object(
+        SourceKind.CONFIGMAP, other, req.snapshot_name, signature=signature, namespace=NS
+    )
+    cluster.kube.put("configmaps", squatter)
     cluster.writer.ensure(NS, [req])
     assert [m for m, _ in cluster.kube.requests] == ["GET", "POST", "GET"]
 
@@ -362,7 +367,8 @@ def test_an_object_squatting_the_name_with_other_content_is_an_error(cluster: Cl
         labels={"configpin.io/snapshot": "true", "configpin.io/source": "app-config"},
     )
     cluster.kube.put("configmaps", squatter)
-    with pytest.raises(SnapshotError, match="other content"):
+    # The label is not proof: neither signed nor named after its content, it is not ours.
+    with pytest.raises(SnapshotError, match="not configpin's copy"):
         cluster.writer.ensure(NS, [req])
     cluster.kube.delete(f"/api/v1/namespaces/{NS}/configmaps/{req.snapshot_name}")
     cluster.kube.put("configmaps", configmap(req.snapshot_name, {"a": "1"}))  # not labelled
@@ -624,7 +630,7 @@ def test_a_copy_reused_between_mark_and_delete_is_kept(cluster: Cluster) -> None
     # The sweep acts on what it saw; an admission re-uses the copy after that.
     seen = copy.deepcopy(cluster.kube.obj("configmaps", req.snapshot_name))
     assert seen is not None
-    stale = SnapshotIndex(Metrics())
+    stale = SnapshotIndex(Metrics(), HKEY)
     stale.relisted(SourceKind.CONFIGMAP, [seen])
     late = _sweeper(cluster, clocks, index=stale)
     late.run_once()  # first sight of the mark for this sweeper

@@ -21,7 +21,7 @@ from typing import Any, Final
 from webhook.core import digest
 from webhook.core.constants import ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT, MODE_OFF
 from webhook.core.model import JSONObject, SourceId, SourceRecord
-from webhook.core.plan import effective_mode, is_controlled, parse_mapping
+from webhook.core.plan import MAX_SOURCES, effective_mode, is_controlled, parse_mapping
 from webhook.core.refs import consumption, find_sites, get_path, template_paths
 
 # Kinds the controller re-stamps. Pods and Jobs are absent: their templates are immutable
@@ -84,7 +84,9 @@ def _intern_keys(keys: frozenset[str] | None) -> frozenset[str] | None:
     return None if keys is None else frozenset(sys.intern(k) for k in keys)
 
 
-def entry_from_object(obj: JSONObject, default_mode: str) -> WorkloadEntry:
+def entry_from_object(
+    obj: JSONObject, default_mode: str, max_sources: int = MAX_SOURCES
+) -> WorkloadEntry:
     """The index entry of a workload; raises NotIndexed (with the reason) for one the
     controller leaves alone."""
     kind = str(obj.get("kind", ""))
@@ -109,6 +111,8 @@ def entry_from_object(obj: JSONObject, default_mode: str) -> WorkloadEntry:
     )
     if not consumes:
         raise NotIndexed("consumes no ConfigMap or Secret")
+    if len(consumes) > max_sources:
+        raise NotIndexed("too many sources")  # admission left it unpinned too
     recorded = parse_mapping(_annotations(meta).get(ANN_OBSERVED))
     if recorded is None:
         recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES)) or {}
@@ -129,6 +133,7 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
     to an older snapshot is current as long as the source is what the workload observed.
     """
     stale: set[SourceId] = set()
+    hkey = digest.namespace_key(hkey, entry.ref.namespace)
     for c in entry.consumes:
         record = lookup(c.source)
         key = c.source

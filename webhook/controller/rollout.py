@@ -46,7 +46,7 @@ from webhook.controller.leader import (
 from webhook.controller.queue import RolloutQueue
 from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
 from webhook.core.names import pointer
-from webhook.core.plan import dumps_mapping, observed_ops, plan_object
+from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object
 from webhook.core.refs import template_paths
 from webhook.kube.cache import SourceCache
 from webhook.kube.informer import Informer
@@ -94,6 +94,7 @@ class ControllerOptions:
     # Older ones, found when a namespace is opted in or at first install, get only the
     # `configpin.io/observed` baseline: no restart storm; their next change rolls them.
     catch_up_window: float = 600.0
+    max_sources: int = MAX_SOURCES
 
 
 def _age(obj: JSONObject) -> float:
@@ -112,7 +113,7 @@ def _skip_reason(reason: str) -> str:
         return "not-managed"
     if reason.startswith("mode off"):
         return "mode-off"
-    if reason.startswith(("kind ", "no pod spec", "consumes no")):
+    if reason.startswith(("kind ", "no pod spec", "consumes no", "too many")):
         return "not-managed"
     return reason
 
@@ -134,7 +135,8 @@ class _KindHandler:
     def _entry(self, obj: JSONObject) -> WorkloadEntry | None:
         obj.setdefault("kind", self.kind)  # list items carry no kind
         try:
-            return entry_from_object(obj, self.controller.options.default_mode)
+            options = self.controller.options
+            return entry_from_object(obj, options.default_mode, options.max_sources)
         except NotIndexed:
             return None
         except Exception:
@@ -180,6 +182,7 @@ class RolloutController:
         snapshots: SnapshotEnsurer | None = None,
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        namespaces: NamespaceSet | None = None,
     ) -> None:
         self.kube = kube
         self.hkey = hkey
@@ -195,13 +198,18 @@ class RolloutController:
             min_interval=options.min_rollout_interval,
             clock=clock,
         )
-        self.namespaces = NamespaceSet(
-            kube,
-            metrics,
-            label_selector=options.namespace_selector,
-            excluded=(options.own_namespace, *_NEVER_ACT_IN),
-        )
-        self.namespaces.informer.watch_timeout = options.watch_timeout
+        # The selection admission enforces too (`configpin serve` shares one); started and
+        # stopped here only when it is the controller's own.
+        self._own_namespaces = namespaces is None
+        if namespaces is None:
+            namespaces = NamespaceSet(
+                kube,
+                metrics,
+                label_selector=options.namespace_selector,
+                excluded=(options.own_namespace, *_NEVER_ACT_IN),
+            )
+            namespaces.informer.watch_timeout = options.watch_timeout
+        self.namespaces = namespaces
         self.kinds: dict[str, WorkloadKind] = {}
         self.informers: dict[str, Informer] = {}
         self.elector: Elector | None = None
@@ -241,7 +249,8 @@ class RolloutController:
         if not self.informers:
             self.cache.listeners.append(self.source_changed)
             self.namespaces.listeners.append(self.namespace_selected)
-            self.namespaces.start()
+            if self._own_namespaces:
+                self.namespaces.start()
             for kind in self.kinds.values():
                 informer = Informer(
                     self.kube,
@@ -299,7 +308,8 @@ class RolloutController:
             t.join(max(0.0, deadline - time.monotonic()))
         if self.elector is not None:
             self.elector.stop()
-        self.namespaces.stop()
+        if self._own_namespaces:
+            self.namespaces.stop()
         for informer in self.informers.values():
             informer.stop()
         if self.source_changed in self.cache.listeners:
@@ -429,7 +439,7 @@ class RolloutController:
         def decide(obj: JSONObject) -> Decision:
             obj.setdefault("kind", ref.kind)
             try:
-                entry = entry_from_object(obj, self.options.default_mode)
+                entry = entry_from_object(obj, self.options.default_mode, self.options.max_sources)
             except NotIndexed as e:
                 return Decision.leave(_skip_reason(str(e)))
             stale = stale_sources(entry, lookup, self.hkey)
@@ -443,6 +453,8 @@ class RolloutController:
                 operation="UPDATE",
                 old=obj,
                 refresh=stale,
+                namespace=namespace,
+                max_sources=self.options.max_sources,
             )
             if plan.skipped is not None:
                 return Decision.leave(_skip_reason(plan.skipped))
@@ -490,6 +502,6 @@ class RolloutController:
 
     def _entry_or_none(self, obj: JSONObject) -> WorkloadEntry | None:
         try:
-            return entry_from_object(obj, self.options.default_mode)
+            return entry_from_object(obj, self.options.default_mode, self.options.max_sources)
         except NotIndexed:
             return None

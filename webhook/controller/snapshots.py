@@ -369,7 +369,7 @@ class SnapshotAdopter:
             record: SourceRecord | None = self.cache.get(namespace, sid)
             if record is None or record.ignored or record.snapshot_of is not None:
                 continue
-            content = digest.source_digest(self.hkey, record)
+            content = digest.source_digest(digest.namespace_key(self.hkey, namespace), record)
             if snapshot_name(sid.name, content) != name:
                 continue
             self.writer.ensure(namespace, [SnapshotRequest(sid, name, content)])

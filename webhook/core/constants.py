@@ -11,7 +11,10 @@ ANN_IGNORE: Final = "configpin.io/ignore"
 
 LABEL_ENABLED: Final = "configpin.io/enabled"
 LABEL_SNAPSHOT: Final = "configpin.io/snapshot"
-LABEL_SOURCE: Final = "configpin.io/source"
+LABEL_SOURCE: Final = "configpin.io/source"  # on a copy, only where the name fits a label value
+ANN_SOURCE: Final = "configpin.io/source"  # on a copy: the source's full name, always
+ANN_SIGNATURE: Final = "configpin.io/signature"  # on a copy: proof that configpin made it
+MAX_LABEL_VALUE: Final = 63
 
 MODE_CHECKSUM: Final = "checksum"
 MODE_SNAPSHOT: Final = "snapshot"

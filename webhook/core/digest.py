@@ -10,12 +10,23 @@ Layers:
 - source digest: one object as a workload consumes it: kind, Secret type and the consumed
   keys (a consumed key that is missing is encoded as absent); hex.
 - checksum: over the whole `configpin.io/sources` mapping, as its canonical JSON text; hex.
+
+Source digests and checksums are taken under a key derived from the digest key and the
+namespace (`namespace_key`), so equal content in two namespaces gives unrelated digests: a
+tenant who can write a Secret in one namespace and read annotations in another learns
+nothing by comparing them. Copies live in their source's namespace, so a copy and its source
+still digest alike.
+
+A snapshot copy proves it is configpin's by a signature (`copy_signature`): an HMAC under
+the digest key over its namespace, name and content digest, which only the holder of the key
+can make. The label alone proves nothing (`proven_source`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
@@ -23,8 +34,15 @@ from typing import Any, Final
 
 import orjson
 
-from webhook.core.constants import ANN_IGNORE, LABEL_SNAPSHOT, LABEL_SOURCE
+from webhook.core.constants import (
+    ANN_IGNORE,
+    ANN_SIGNATURE,
+    ANN_SOURCE,
+    LABEL_SNAPSHOT,
+    LABEL_SOURCE,
+)
 from webhook.core.model import SourceKind, SourceRecord
+from webhook.core.names import snapshot_name
 
 KEY_DIGEST_SIZE: Final = 16
 ABSENT: Final = "absent"  # the sources annotation value of an optional source that does not exist
@@ -32,6 +50,8 @@ ABSENT: Final = "absent"  # the sources annotation value of an optional source t
 _KEY_DOMAIN: Final = b"configpin/key/v1"
 _SOURCE_DOMAIN: Final = b"configpin/source/v1"
 _CHECKSUM_DOMAIN: Final = b"configpin/checksum/v1"
+_NAMESPACE_DOMAIN: Final = b"configpin/namespace/v1"
+_COPY_DOMAIN: Final = b"configpin/copy/v1"
 
 
 # HMACs of recent messages. The same sources are digested on every admission that uses
@@ -49,6 +69,61 @@ def _hmac_hex(hkey: bytes, msg: bytes) -> str:
             _memo.clear()
         value = _memo[memo_key] = hmac.digest(hkey, msg, "sha256").hex()
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def namespace_key(hkey: bytes, namespace: str) -> bytes:
+    """The key source digests and checksums of `namespace` are taken under.
+
+    Derived (HMAC of the namespace under the digest key), so one secret covers every
+    namespace, and a digest from one namespace says nothing about content in another.
+    Least-recently-used entries are evicted one at a time: never all at once."""
+    return hmac.digest(hkey, _NAMESPACE_DOMAIN + _lp(namespace.encode()), "sha256")
+
+
+def copy_signature(hkey: bytes, namespace: str, name: str, content_digest: str) -> str:
+    """The signature a snapshot copy carries (annotation `configpin.io/signature`): an HMAC
+    under the digest key over its namespace, its name and its content digest."""
+    msg = _COPY_DOMAIN + _lp(namespace.encode()) + _lp(name.encode()) + _lp(content_digest.encode())
+    return hmac.digest(hkey, msg, "sha256").hex()
+
+
+def copy_source_name(obj: Mapping[str, Any]) -> str | None:
+    """The source a labelled object claims to copy (annotation, else the short label)."""
+    meta = obj.get("metadata") or {}
+    if ((meta.get("labels") or {}).get(LABEL_SNAPSHOT)) != "true":
+        return None
+    claimed = (meta.get("annotations") or {}).get(ANN_SOURCE)
+    if not isinstance(claimed, str) or not claimed:
+        claimed = (meta.get("labels") or {}).get(LABEL_SOURCE)
+    return claimed if isinstance(claimed, str) and claimed else None
+
+
+def proven_source(
+    hkey: bytes, kind: SourceKind, obj: Mapping[str, Any], key_digests: Mapping[str, bytes]
+) -> str | None:
+    """The source of a snapshot copy that proves it is configpin's, else None.
+
+    Proven: labelled, immutable, its name is the name configpin gives that content of that
+    source, and it carries the signature over namespace, name and content digest. An object
+    that only carries the label (anyone with write access to a namespace can add one) is
+    never deleted, adopted or reused as a copy."""
+    source = copy_source_name(obj)
+    if source is None or obj.get("immutable") is not True:
+        return None
+    meta = obj.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    signature = (meta.get("annotations") or {}).get(ANN_SIGNATURE)
+    if not isinstance(signature, str) or not namespace:
+        return None
+    secret_type = (obj.get("type") or "Opaque") if kind is SourceKind.SECRET else None
+    probe = SourceRecord(kind=kind, name=name, key_digests=key_digests, secret_type=secret_type)
+    content = source_digest(namespace_key(hkey, namespace), probe)
+    if snapshot_name(source, content) != name:
+        return None
+    if not hmac.compare_digest(signature, copy_signature(hkey, namespace, name, content)):
+        return None
+    return source
 
 
 class BadSource(ValueError):
@@ -102,18 +177,20 @@ def key_digests(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> dict[s
 
 
 def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> SourceRecord:
-    """The record (digests and the little metadata admission needs) of a ConfigMap/Secret."""
+    """The record (digests and the little metadata admission needs) of a ConfigMap/Secret.
+
+    `snapshot_of` is set only for a proven copy (`proven_source`); an object that merely
+    carries the snapshot label is recorded as the ordinary object it is."""
     meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    is_snapshot = labels.get(LABEL_SNAPSHOT) == "true"
+    digests = key_digests(hkey, kind, obj)
     return SourceRecord(
         kind=kind,
         name=meta.get("name", ""),
-        key_digests=key_digests(hkey, kind, obj),
+        key_digests=digests,
         secret_type=(obj.get("type") or "Opaque") if kind is SourceKind.SECRET else None,
         ignored=annotations.get(ANN_IGNORE) == "true",
-        snapshot_of=labels.get(LABEL_SOURCE) if is_snapshot else None,
+        snapshot_of=proven_source(hkey, kind, obj, digests),
         uid=meta.get("uid"),
         resource_version=meta.get("resourceVersion"),
     )

@@ -40,6 +40,11 @@ from webhook.core.refs import Consumption, Path, consumption, find_sites, get_pa
 Lookup = Callable[[SourceId], SourceRecord | None]
 """Returns the record of a source, None when it does not exist; raises SourceUnavailable."""
 
+MAX_SOURCES: Final = 100
+"""Default limit of distinct ConfigMaps/Secrets one object may consume and still be pinned:
+beyond it the object is admitted unpinned with a warning, so that one hostile object cannot
+cost every replica lookups, digests and memory in proportion to its size."""
+
 # Kinds whose pod template cannot change after creation: only CREATE is mutated.
 _IMMUTABLE_TEMPLATE: Final = frozenset({"Pod", "Job"})
 
@@ -164,8 +169,13 @@ def plan_object(
     operation: str = "CREATE",
     old: JSONObject | None = None,
     refresh: Collection[SourceId] = (),
+    namespace: str | None = None,
+    max_sources: int = MAX_SOURCES,
 ) -> Plan:
     """Decide how `obj` must change so that it pins and records the sources it consumes.
+
+    `namespace`: where the object lives (default: its metadata's, else "default"). Digests
+    are keyed for that namespace (`digest.namespace_key`).
 
     `refresh` (controller): sources whose change the workload must now follow even where its
     template points at a snapshot of older content (a rollback is kept otherwise).
@@ -186,6 +196,9 @@ def plan_object(
     if mode == MODE_OFF:
         return Plan(warnings=warnings, mode=mode, skipped="mode off")
     meta_path, spec_path = paths
+    if namespace is None:
+        namespace = str(meta.get("namespace") or "default")
+    hkey = digest.namespace_key(hkey, namespace)
     pod_spec = get_path(obj, spec_path)
     if not isinstance(pod_spec, dict):
         return Plan(warnings=warnings, mode=mode, skipped="no pod spec")
@@ -196,7 +209,14 @@ def plan_object(
     b = _Builder(spec_path=spec_path, warnings=warnings)
     refresh_set = frozenset(refresh)
 
-    for sid, cons in consumption(find_sites(pod_spec)).items():
+    consumed = consumption(find_sites(pod_spec))
+    if len(consumed) > max_sources:
+        warnings.append(
+            f"consumes {len(consumed)} ConfigMaps/Secrets, more than configpin pins per "
+            f"object ({max_sources}): admitted without pinning any"
+        )
+        return Plan(warnings=warnings, mode=mode, skipped="too many sources")
+    for sid, cons in consumed.items():
         record: SourceRecord | None = None
         try:
             record = lookup(sid)

@@ -31,7 +31,16 @@ log = logging.getLogger(__name__)
 _RESOURCE: Final = {SourceKind.CONFIGMAP: "configmaps", SourceKind.SECRET: "secrets"}
 _RECENT_TTL: Final = 10.0
 _RECENT_MAX: Final = 10_000
-_RECORDS_MAX: Final = 4096  # records handed to admission, kept for their memoized digests
+_RECORDS_MAX: Final = 4096
+# Secret types no pod consumes, filtered out by the API server itself (a field selector), so
+# they are neither sent nor parsed: Helm keeps every release revision as a Secret of 100 KB
+# to 1 MB, often the largest objects in a cluster. A pod that names one anyway is answered by
+# a read-through, like any object the watch has not delivered.
+UNWATCHED_SECRET_TYPES: Final = ("helm.sh/release.v1",)
+_FIELD_SELECTOR: Final = {
+    SourceKind.CONFIGMAP: None,
+    SourceKind.SECRET: ",".join(f"type!={t}" for t in UNWATCHED_SECRET_TYPES),
+}  # records handed to admission, kept for their memoized digests
 
 ChangeListener = Callable[[str, SourceId], None]
 """Called (namespace, source) from a watch thread when a source's content or presence changed."""
@@ -171,7 +180,13 @@ class SourceCache:
         self._records: dict[int, tuple[_Entry, SourceRecord]] = {}
         self.indexes = {kind: _KindIndex(self, kind) for kind in SourceKind}
         self.informers = {
-            kind: Informer(kube, _RESOURCE[kind], self.indexes[kind], metrics)
+            kind: Informer(
+                kube,
+                _RESOURCE[kind],
+                self.indexes[kind],
+                metrics,
+                field_selector=_FIELD_SELECTOR[kind],
+            )
             for kind in SourceKind
         }
 
@@ -247,27 +262,35 @@ class SourceCache:
             return recent[1]
         return MISS
 
-    def get(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
         found = self.peek(namespace, sid)
         if not isinstance(found, Miss):
             return found
         try:
-            obj = self.get_object(namespace, sid)
+            obj = self.get_object(namespace, sid, timeout=timeout)
             record = None if obj is None else digest.record_from_object(self.hkey, sid.kind, obj)
         except digest.BadSource as e:
             raise SourceUnavailable(str(e)) from e
+        key = (sid.kind, namespace, sid.name)
         with self._recent_lock:
-            if len(self._recent) >= _RECENT_MAX:
-                now = time.monotonic()
-                self._recent = {k: v for k, v in self._recent.items() if v[0] > now}
-                if len(self._recent) >= _RECENT_MAX:
-                    self._recent.clear()
-            self._recent[(sid.kind, namespace, sid.name)] = (time.monotonic() + _RECENT_TTL, record)
+            # Bounded, and never emptied at once (a flood of lookups of names that do not
+            # exist would otherwise evict every answer and turn each lookup into a GET):
+            # the oldest answers go first, one at a time.
+            self._recent.pop(key, None)
+            while len(self._recent) >= _RECENT_MAX:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = (time.monotonic() + _RECENT_TTL, record)
         return record
 
-    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+    def get_object(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> JSONObject | None:
+        if timeout is not None and timeout <= 0:
+            raise SourceUnavailable(f"reading {sid}: no time left")
         try:
-            return self.kube.get(path(_RESOURCE[sid.kind], namespace, sid.name))
+            return self.kube.get(path(_RESOURCE[sid.kind], namespace, sid.name), timeout=timeout)
         except NotFound:
             return None
         except KubeError as e:

@@ -162,8 +162,8 @@ class Kube:
         doc = orjson.loads(data) if data else {}
         return doc if isinstance(doc, dict) else {}
 
-    def get(self, api_path: str, **query: Any) -> JSONObject:
-        return self.request("GET", api_path, query=query or None)
+    def get(self, api_path: str, *, timeout: float | None = None, **query: Any) -> JSONObject:
+        return self.request("GET", api_path, query=query or None, timeout=timeout)
 
     def create(self, api_path: str, body: JSONObject, **query: Any) -> JSONObject:
         return self.request("POST", api_path, body=body, query=query or None)
@@ -188,7 +188,9 @@ class Kube:
         list's resourceVersion. A continue token that expired (410) raises Gone."""
         token: str | None = None
         while True:
-            page = self.get(api_path, limit=page_size, **{"continue": token}, **query)
+            page = self.request(
+                "GET", api_path, query={"limit": page_size, "continue": token, **query}
+            )
             yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, TypeAlias
 
 from webhook.core import digest
-from webhook.core.constants import LABEL_SOURCE, SERVICE_ACCOUNT_TOKEN_TYPE
+from webhook.core.constants import SERVICE_ACCOUNT_TOKEN_TYPE
 from webhook.core.model import (
     JSONObject,
     SnapshotRequest,
@@ -87,7 +87,7 @@ class Copy:
         return (self.kind, self.namespace, self.name)
 
     @classmethod
-    def from_object(cls, kind: SourceKind, obj: JSONObject) -> Copy:
+    def from_object(cls, kind: SourceKind, obj: JSONObject, source: str | None = None) -> Copy:
         meta = obj.get("metadata") or {}
         owners = frozenset(
             str(r["uid"])
@@ -98,7 +98,7 @@ class Copy:
             kind=kind,
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            source=str((meta.get("labels") or {}).get(LABEL_SOURCE, "")),
+            source=source or digest.copy_source_name(obj) or "",
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
             created=_epoch(meta.get("creationTimestamp")),
@@ -112,22 +112,78 @@ CopyListener: TypeAlias = Callable[[CopyKey, Copy | None], None]
 
 
 class SnapshotIndex:
-    """configpin's copies, from the source cache's watches (a SnapshotObserver)."""
+    """configpin's copies, from the source cache's watches (a SnapshotObserver).
 
-    def __init__(self, metrics: Metrics) -> None:
+    Only proven copies (webhook.core.digest.proven_source: immutable, named after their
+    content, signed with the digest key) are indexed, so only they are ever adopted, swept
+    or reused. Objects that carry the label without the proof are look-alikes: logged once
+    and counted (`configpin_snapshot_lookalikes`), and otherwise left alone."""
+
+    def __init__(self, metrics: Metrics, hkey: bytes) -> None:
         self.metrics = metrics
+        self.hkey = hkey
         self.listeners: list[CopyListener] = []
         self._lock = threading.Lock()
         self._copies: dict[CopyKey, Copy] = {}
         self._per_namespace: dict[str, int] = {}
+        self._lookalikes: dict[CopyKey, str] = {}  # key -> uid
 
     def attach(self, cache: SourceCache) -> None:
         """Observe the cache's watches; before `cache.start()`."""
         cache.snapshot_observers.append(self)
 
+    def _proven(self, kind: SourceKind, obj: JSONObject) -> Copy | None:
+        """The Copy of a labelled object that proves it is configpin's, else None (and the
+        object is remembered as a look-alike)."""
+        meta = obj.get("metadata") or {}
+        key: CopyKey = (kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
+        try:
+            source = digest.proven_source(
+                self.hkey, kind, obj, digest.key_digests(self.hkey, kind, obj)
+            )
+        except digest.BadSource:
+            source = None
+        if source is not None:
+            self._forget_lookalike(key)
+            return Copy.from_object(kind, obj, source)
+        uid = str(meta.get("uid", ""))
+        with self._lock:
+            known = self._lookalikes.get(key)
+            self._lookalikes[key] = uid
+            self._count_lookalikes(kind)
+        if known != uid:
+            log.warning(
+                "%s/%s in %s carries the snapshot label but is not a copy configpin made "
+                "(no valid signature, not immutable, or a name that does not match its "
+                "content): never adopted, reused or deleted",
+                kind.value,
+                key[2],
+                key[1],
+            )
+        return None
+
+    def _forget_lookalike(self, key: CopyKey) -> None:
+        if key in self._lookalikes:
+            with self._lock:
+                if self._lookalikes.pop(key, None) is not None:
+                    self._count_lookalikes(key[0])
+
+    def _count_lookalikes(self, kind: SourceKind) -> None:
+        """With the lock held."""
+        self.metrics.snapshot_lookalikes.labels(kind.value).set(
+            sum(1 for k in self._lookalikes if k[0] is kind)
+        )
+
     # --- SnapshotObserver
     def relisted(self, kind: SourceKind, copies: Sequence[JSONObject]) -> None:
-        fresh = {c.key: c for c in (Copy.from_object(kind, obj) for obj in copies)}
+        proven = [self._proven(kind, obj) for obj in copies]
+        fresh = {c.key: c for c in proven if c is not None}
+        listed = {
+            (kind, str(m.get("namespace", "")), str(m.get("name", "")))
+            for m in (obj.get("metadata") or {} for obj in copies)
+        }
+        for key in [k for k in self._lookalikes if k[0] is kind and k not in listed]:
+            self._forget_lookalike(key)
         with self._lock:
             old = {k: v for k, v in self._copies.items() if k[0] is kind}
             for key in old.keys() - fresh.keys():
@@ -143,7 +199,10 @@ class SnapshotIndex:
     def event(self, kind: SourceKind, event: str, obj: JSONObject) -> None:
         meta = obj.get("metadata") or {}
         key: CopyKey = (kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
-        copy = Copy.from_object(kind, obj) if event != "DELETED" and is_snapshot(obj) else None
+        labelled = event != "DELETED" and is_snapshot(obj)
+        copy = self._proven(kind, obj) if labelled else None
+        if not labelled:
+            self._forget_lookalike(key)
         with self._lock:
             before = self._copies.get(key)
             if before is None and copy is None:
@@ -299,7 +358,9 @@ class SnapshotWriter:
         found = self.cache.peek(namespace, SourceId(kind, req.snapshot_name))
         if not isinstance(found, SourceRecord) or found.snapshot_of != req.source.name:
             return False
-        if digest.source_digest(self.hkey, found) != req.content_digest:
+        if digest.source_digest(digest.namespace_key(self.hkey, namespace), found) != (
+            req.content_digest
+        ):
             return False
         copy = self.index.get((kind, namespace, req.snapshot_name))
         return copy is None or copy.unused_since is None
@@ -311,7 +372,7 @@ class SnapshotWriter:
         key: CopyKey = (kind, namespace, req.snapshot_name)
         found = self.cache.peek(namespace, SourceId(kind, req.snapshot_name))
         if isinstance(found, SourceRecord):
-            self._check(found, req)  # raises: the settled case was answered above
+            self._check(namespace, found, req)  # raises: the settled case was answered above
             try:
                 unmark(self.kube, key)
                 log.info("%s/%s in %s marked unused is in use again", kind, key[2], namespace)
@@ -345,11 +406,15 @@ class SnapshotWriter:
                 self._recent = {k: v for k, v in self._recent.items() if v[0] > now}
             self._recent[key] = (now + _RECENT_TTL, content_digest)
 
-    def _check(self, record: SourceRecord, req: SnapshotRequest) -> None:
+    def _check(self, namespace: str, record: SourceRecord, req: SnapshotRequest) -> None:
         what = f"{req.source.kind.value}/{req.snapshot_name}"
         if record.snapshot_of != req.source.name:
+            # Not proven (webhook.core.digest.proven_source): whatever it is, it is not ours
+            # to reuse, and the workload must not point at it.
             raise SnapshotError(f"{what} exists and is not configpin's copy of {req.source}")
-        if digest.source_digest(self.hkey, record) != req.content_digest:
+        if digest.source_digest(digest.namespace_key(self.hkey, namespace), record) != (
+            req.content_digest
+        ):
             raise SnapshotError(f"{what} exists with other content than {req.source}'s")
 
     def _create(self, namespace: str, req: SnapshotRequest) -> None:
@@ -358,8 +423,12 @@ class SnapshotWriter:
         api_path = path(RESOURCE[kind], namespace)
         for _ in range(3):
             source = self._read_source(namespace, req)
-            body = snapshot_object(kind, source, req.snapshot_name)
-            body["metadata"]["namespace"] = namespace
+            signature = digest.copy_signature(
+                self.hkey, namespace, req.snapshot_name, req.content_digest
+            )
+            body = snapshot_object(
+                kind, source, req.snapshot_name, signature=signature, namespace=namespace
+            )
             try:
                 self.kube.create(api_path, body)
             except AlreadyExists:
@@ -391,7 +460,9 @@ class SnapshotWriter:
             raise SnapshotError(f"{sid} has undecodable content ({e})") from e
         if record.secret_type == SERVICE_ACCOUNT_TOKEN_TYPE:
             raise SnapshotError(f"{sid} is a service-account token and is never copied")
-        if digest.source_digest(self.hkey, record) != req.content_digest:
+        if digest.source_digest(digest.namespace_key(self.hkey, namespace), record) != (
+            req.content_digest
+        ):
             # The name of the copy is derived from the content the plan saw: copying what the
             # source holds now would make a copy whose name lies about its content.
             raise SnapshotError(f"{sid} changed while the admission was being decided; retry")
@@ -416,7 +487,7 @@ class SnapshotWriter:
             record = digest.record_from_object(self.hkey, kind, existing)
         except digest.BadSource as e:
             raise SnapshotError(f"{kind.value}/{req.snapshot_name} is undecodable") from e
-        self._check(record, req)
+        self._check(namespace, record, req)
         if (meta.get("annotations") or {}).get(ANN_UNUSED) is not None:
             try:
                 unmark(self.kube, key)

@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, Protocol
 
 from prometheus_client import Counter
 
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceRecord, SourceUnavailable
-from webhook.core.plan import plan_object
+from webhook.core.plan import MAX_SOURCES, plan_object
 from webhook.metrics import Metrics
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, denied, patched
 from webhook.sources import Miss, SourceReader
@@ -43,6 +44,31 @@ class _NeedsRead(Exception):
     pass
 
 
+# Metric label values come from these sets only: a request's fields are whatever its sender
+# wrote, and every distinct label value is a time series kept for the life of the process.
+_KINDS: Final = frozenset(
+    {
+        "Pod",
+        "Deployment",
+        "StatefulSet",
+        "DaemonSet",
+        "ReplicaSet",
+        "Job",
+        "CronJob",
+        "ReplicationController",
+    }
+)
+_OPERATIONS: Final = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+
+
+def _label(value: str, allowed: frozenset[str]) -> str:
+    return value if value in allowed else "other"
+
+
+def _everywhere(_namespace: str) -> bool:
+    return True
+
+
 class Admitter:
     def __init__(
         self,
@@ -53,8 +79,27 @@ class Admitter:
         default_mode: str = "checksum",
         strict: bool = False,
         snapshots: SnapshotWriter | None = None,
+        in_scope: Callable[[str], bool] = _everywhere,
+        max_sources: int = MAX_SOURCES,
+        read_deadline: float = 3.0,
+        read_workers: int = 4,
     ) -> None:
+        """`in_scope(namespace)`: whether configpin acts in a namespace (the selection the
+        webhook configuration makes, enforced here whatever a request claims)."""
         self.hkey = hkey
+        self.in_scope = in_scope
+        self.max_sources = max_sources
+        # Reads past the cache run on their own few threads, never the loop's default
+        # executor, and within a deadline below the webhook's timeout: the answer (unchanged,
+        # with a warning) reaches the API server while it still waits for one, and a slow API
+        # server or a review naming many missing sources holds at most these threads, each
+        # of which gives up at the deadline. Beyond a short queue, a review is answered at
+        # once instead of waiting for a thread.
+        self.read_deadline = read_deadline
+        self._reader = ThreadPoolExecutor(max_workers=read_workers, thread_name_prefix="read")
+        self._read_slots = read_workers * 4
+        self._reads_pending = 0
+        self._out_of_scope = metrics.out_of_scope
         self.sources = sources
         self.metrics = metrics
         self.default_mode = default_mode
@@ -65,8 +110,17 @@ class Admitter:
         self._read_through = metrics.source_reads.labels("read_through")
         self._counts: dict[tuple[str, str, str], Counter] = {}
 
+    def close(self) -> None:
+        self._reader.shutdown(wait=False, cancel_futures=True)
+
     def _plan(
-        self, review: Review, namespace: str, *, read_through: bool, fresh: bool = False
+        self,
+        review: Review,
+        namespace: str,
+        *,
+        read_through: bool,
+        fresh: bool = False,
+        deadline: float | None = None,
     ) -> Plan:
         sources = self.sources
         hkey = self.hkey
@@ -79,7 +133,10 @@ class Admitter:
                 except BadSource as e:
                     raise SourceUnavailable(str(e)) from e
             if read_through:
-                return sources.get(namespace, sid)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise SourceUnavailable("not read in time")
+                return sources.get(namespace, sid, timeout=left)
             found = sources.peek(namespace, sid)
             if isinstance(found, Miss):
                 raise _NeedsRead
@@ -93,6 +150,8 @@ class Admitter:
             default_mode=self.default_mode,
             operation=review.operation,
             old=review.old,
+            namespace=namespace,
+            max_sources=self.max_sources,
         )
         (self._read_through if read_through else self._read_from_cache).inc()
         return plan
@@ -109,7 +168,7 @@ class Admitter:
                 out, result = denied(review, msg, code=500), "error"
             else:
                 out, result = allowed(review, [f"{msg}: admitted unchanged"]), "error"
-        key = (kind, review.operation, result)
+        key = (_label(kind, _KINDS), _label(review.operation, _OPERATIONS), result)
         counter = self._counts.get(key)
         if counter is None:
             counter = self._counts[key] = self.metrics.admissions.labels(*key)
@@ -127,11 +186,22 @@ class Admitter:
             or review.request.get("subResource")
         ):
             return allowed(review), "ignored"
-        namespace = review.namespace or str((obj.get("metadata") or {}).get("namespace") or "")
+        namespace = review.namespace
+        claimed = (obj.get("metadata") or {}).get("namespace")
+        if not namespace or (claimed and claimed != namespace) or not self.in_scope(namespace):
+            # Not a namespace configpin acts in (or a request that contradicts itself, which
+            # the API server never sends): nothing is looked up, written or said.
+            self._out_of_scope.inc()
+            return allowed(review), "out-of-scope"
         try:
             plan = self._plan(review, namespace, read_through=False)
         except _NeedsRead:
-            plan = await asyncio.to_thread(self._plan, review, namespace, read_through=True)
+            read = await self._plan_reading(review, namespace)
+            if isinstance(read, str):
+                if self.strict:
+                    return denied(review, read, code=500), "denied"
+                return allowed(review, [f"{read}: admitted unchanged"]), "error"
+            plan = read
         if plan.skipped is not None:
             return allowed(review, plan.warnings), "skipped"
         if plan.problems and self.strict:
@@ -174,6 +244,25 @@ class Admitter:
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    async def _plan_reading(self, review: Review, namespace: str) -> Plan | str:
+        """Plan with reads past the cache, on the reader threads, within the deadline.
+        A string says why there is no plan."""
+        if self._reads_pending >= self._read_slots:
+            return "configpin is busy reading sources"
+        self._reads_pending += 1
+        try:
+            deadline = time.monotonic() + self.read_deadline
+            future = self._reader.submit(
+                self._plan, review, namespace, read_through=True, deadline=deadline
+            )
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(future), self.read_deadline)
+            except TimeoutError:
+                future.cancel()  # still queued: never runs; running: gives up at the deadline
+                return f"sources not read within {self.read_deadline:g}s"
+        finally:
+            self._reads_pending -= 1
 
 
 def kind_name(review: Review) -> str:
