@@ -22,6 +22,7 @@ from tests.unit.conftest import (
     envfrom_secret,
     plan,
     pod_spec,
+    record,
     recorded_sources,
     secret,
     spec_of,
@@ -36,7 +37,8 @@ from webhook.controller.index import (
     entry_from_object,
     stale_sources,
 )
-from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, LABEL_SNAPSHOT
+from webhook.core import digest
+from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import plan_object
 
@@ -99,6 +101,21 @@ def test_admitted_workload_is_current_and_a_consumed_change_makes_it_stale(kind:
     # The webhook sees the controller's patch as an UPDATE: it must have nothing to add.
     again = plan(rolled, store, operation="UPDATE", old=obj)
     assert again.patch == []
+
+
+def test_digests_recorded_before_they_were_bound_to_the_namespace_are_current() -> None:
+    """An upgrade rolls nothing: a workload stamped by a version whose digests were not
+    keyed by namespace is current while its content is what it recorded; a change rolls it."""
+    store = _store()
+    obj = _admitted("Deployment", store)
+    legacy = {
+        "configmap/app-config": digest.source_digest(HKEY, record(store.objects[CM]), ["a"]),
+        "secret/app-secret": digest.source_digest(HKEY, record(store.objects[SEC])),
+    }
+    obj["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES] = json.dumps(legacy)
+    assert _stale(obj, store) == set()
+    store.put(configmap("app-config", {"a": "2", "b": "1"}))
+    assert _stale(obj, store) == {CM}
 
 
 def test_unused_key_label_and_annotation_changes_are_not_stale() -> None:

@@ -133,7 +133,7 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
     to an older snapshot is current as long as the source is what the workload observed.
     """
     stale: set[SourceId] = set()
-    hkey = digest.namespace_key(hkey, entry.ref.namespace)
+    root, hkey = hkey, digest.namespace_key(hkey, entry.ref.namespace)
     for c in entry.consumes:
         record = lookup(c.source)
         key = c.source
@@ -150,8 +150,15 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
             continue
         else:
             current = digest.source_digest(hkey, record, c.keys)
-        if entry.recorded.get(str(key)) != current:
-            stale.add(key)
+        recorded = entry.recorded.get(str(key))
+        if recorded == current:
+            continue
+        if record is not None and recorded == digest.source_digest(root, record, c.keys):
+            # Recorded by a version whose digests were not bound to the namespace, for the
+            # content there is now: current. Upgrading rolls nothing; the next change
+            # records the new digest.
+            continue
+        stale.add(key)
     return stale
 
 
