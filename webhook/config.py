@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Mode = Literal["checksum", "snapshot", "off"]
@@ -74,6 +74,15 @@ class Settings(BaseSettings):
             "Default mode: checksum (annotate the pod template with digests), snapshot (also pin "
             "each revision to an immutable copy of its ConfigMaps and Secrets) or off. A workload"
             " overrides it with the annotation configpin.io/mode."
+        ),
+    )
+    snapshots: bool = Field(
+        True,
+        description=(
+            "Allow snapshot mode, which writes ConfigMaps and Secrets (its copies). Off, a "
+            "workload asking for it gets checksum mode and a warning, and configpin writes, "
+            "adopts and sweeps no copy; --mode snapshot needs it on. The chart sets it from "
+            "snapshots.enabled and mode."
         ),
     )
     strict: bool = Field(
@@ -223,6 +232,12 @@ class Settings(BaseSettings):
         "configpin",
         description="The Service whose DNS names the self-managed serving certificate carries.",
     )
+
+    @model_validator(mode="after")
+    def _snapshot_mode_needs_snapshots(self) -> Settings:
+        if self.mode == "snapshot" and not self.snapshots:
+            raise ValueError("--mode snapshot needs snapshots allowed (--snapshots)")
+        return self
 
 
 def flag_name(field: str) -> str:

@@ -134,6 +134,7 @@ def _rollout_controller(
             lease_duration=settings.lease_duration,
             catch_up_window=settings.catch_up_window,
             max_sources=settings.max_sources,
+            allow_snapshots=settings.snapshots,
         ),
         snapshots=snapshots,
         namespaces=namespaces,
@@ -180,7 +181,10 @@ def serve(settings: Settings) -> int:
         ready_checks.append(namespaces.synced)
         in_scope = namespaces.__contains__
         cache = SourceCache(kube, hkey, metrics)
-        snapshot_index, snapshots = _snapshot_writer(kube, cache, hkey, metrics)
+        snapshot_index, writer = _snapshot_writer(kube, cache, hkey, metrics)
+        # Without snapshot mode configpin writes no ConfigMap or Secret (and the chart grants
+        # it no such write): no writer, no adoption, no sweep.
+        snapshots = writer if settings.snapshots else None
         cache.start()
         stoppers.append(cache.stop)
         ready_checks.append(cache.synced)
@@ -191,10 +195,11 @@ def serve(settings: Settings) -> int:
                 settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots
             )
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
-            lifetime = _snapshot_lifetime(
-                settings, kube, cache, snapshot_index, snapshots, hkey, metrics, controller
-            )
-            stoppers.insert(0, lifetime.stop)
+            if snapshots is not None:
+                lifetime = _snapshot_lifetime(
+                    settings, kube, cache, snapshot_index, snapshots, hkey, metrics, controller
+                )
+                stoppers.insert(0, lifetime.stop)
     admitter = Admitter(
         hkey=hkey,
         sources=sources,
@@ -206,6 +211,7 @@ def serve(settings: Settings) -> int:
         max_sources=settings.max_sources,
         read_deadline=settings.read_deadline,
         read_workers=settings.read_workers,
+        allow_snapshots=settings.snapshots,
     )
     stoppers.append(admitter.close)
     app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks)

@@ -564,17 +564,66 @@ def test_cluster_role_is_exactly_least_privilege(
     default: list[Manifest], custom: list[Manifest]
 ) -> None:
     webhook = one(default, "MutatingWebhookConfiguration")["metadata"]["name"]
+    # Checksum mode (the default) never writes a ConfigMap or Secret: no such grant.
     assert rbac_grants(one(default, "ClusterRole")) == expected_cluster_grants(
-        snapshots=True, webhook=webhook
+        snapshots=False, webhook=webhook
     )
-    # With cert-manager, configpin never touches its webhook configuration.
+    assert flags(default)["--no-snapshots"] is None
+    # mode: snapshot implies the writes. With cert-manager, configpin never touches its
+    # webhook configuration.
     assert rbac_grants(one(custom, "ClusterRole")) == expected_cluster_grants(
         snapshots=True, webhook=None
     )
-    no_snapshots = render({"rbac": {"snapshots": False}})
-    assert rbac_grants(one(no_snapshots, "ClusterRole")) == expected_cluster_grants(
-        snapshots=False, webhook=webhook
+    assert flags(custom)["--snapshots"] is None
+    allowed = render({"snapshots": {"enabled": True}})
+    assert rbac_grants(one(allowed, "ClusterRole")) == expected_cluster_grants(
+        snapshots=True, webhook=webhook
     )
+    assert flags(allowed)["--snapshots"] is None
+
+
+def test_the_policy_is_rendered_only_where_served() -> None:
+    vap = ["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+    for kube_version, api_versions, expected in (
+        ("1.36.2", vap, True),
+        ("1.30.0", vap, True),
+        ("1.29.0", vap, False),  # offline rendering assumes every API Helm knows
+        ("1.20.2", [], False),
+    ):
+        kinds = {o["kind"] for o in render({}, kube_version, api_versions)}
+        assert ("ValidatingAdmissionPolicy" in kinds) is expected, kube_version
+        assert ("ValidatingAdmissionPolicyBinding" in kinds) is expected, kube_version
+    off = render({"validatingAdmissionPolicy": {"enabled": False}}, "1.36.2", vap)
+    assert "ValidatingAdmissionPolicy" not in {o["kind"] for o in off}
+    [policy] = select(render({}, "1.36.2", vap), "ValidatingAdmissionPolicy")
+    [condition] = policy["spec"]["matchConditions"]
+    assert f"system:serviceaccount:{RELEASE_NAMESPACE}:" in condition["expression"]
+
+
+def test_client_auth_and_network_policy() -> None:
+    objects = render(
+        {
+            "clientAuth": {"caConfigMap": "apiserver-client-ca"},
+            "networkPolicy": {
+                "enabled": True,
+                "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+            },
+        }
+    )
+    assert flags(objects)["--client-ca"] == "/client-ca/ca.crt"
+    c = container(objects)
+    assert "tcpSocket" in c["readinessProbe"] and "tcpSocket" in c["livenessProbe"]
+    policy = one(objects, "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    assert "--client-ca" not in flags(render({}))
+
+
+def test_excluded_namespaces_and_the_read_deadline_reach_the_server() -> None:
+    objects = render({"webhook": {"excludeNamespaces": ["a", "b"], "timeoutSeconds": 10}})
+    args = container(objects)["args"]
+    assert "--exclude-namespaces=a" in args and "--exclude-namespaces=b" in args
+    assert "--read-deadline=8" in args
+    assert flags(render({"webhook": {"timeoutSeconds": 2}}))["--read-deadline"] == "0.5"
 
 
 def test_cluster_role_explains_cluster_wide_snapshot_writes() -> None:

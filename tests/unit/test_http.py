@@ -727,7 +727,10 @@ async def test_reads_past_the_cache_end_at_the_deadline(is_strict: bool) -> None
     if is_strict:
         assert resp["allowed"] is False
     else:
-        assert resp["allowed"] and "not read within 0.3s" in resp["warnings"][0]
+        # Whichever comes first, the deadline of the whole read or of the GET it bounds:
+        # admitted unchanged, with a warning that says why.
+        assert resp["allowed"] and resp["warnings"]
+        assert all("not read" in w or "could not be read" in w for w in resp["warnings"])
     assert all(t is not None and t <= 0.3 for t in reader.timeouts), "each read is bounded"
 
 

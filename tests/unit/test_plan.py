@@ -907,3 +907,28 @@ def test_snapshot_object_of_a_secret_keeps_its_type() -> None:
     assert "namespace" not in snap["metadata"]
     assert digest.copy_source_name(snap) == "tls"
     assert get_path(snap, ("metadata", "labels", LABEL_SOURCE)) == "tls"
+
+
+def test_snapshot_mode_not_allowed_gives_checksum_mode_with_a_warning() -> None:
+    store = _store()
+    obj = workload(
+        "Deployment",
+        pod_spec(container(env_from=[envfrom_cm("cfg")])),
+        annotations={ANN_MODE: "snapshot"},
+    )
+    p = plan_object(obj, hkey=HKEY, lookup=store.lookup, allow_snapshots=False)
+    assert p.mode == "checksum" and p.snapshots == []
+    assert any("snapshot mode is not enabled" in w for w in p.warnings)
+    assert spec_of(apply(obj, p)) == spec_of(obj)  # no reference rewritten
+
+
+def test_too_many_sources_are_admitted_unpinned_with_a_warning() -> None:
+    env = [env_cm(f"cfg-{i}", "k", optional=True, var=f"V{i}") for i in range(4)]
+    obj = workload("Deployment", pod_spec(container(env=env)))
+    p = plan_object(obj, hkey=HKEY, lookup=_store().lookup, max_sources=3)
+    assert p.patch == [] and p.skipped == "too many sources"
+    assert p.warnings == [
+        "consumes 4 ConfigMaps/Secrets, more than configpin pins per object (3): "
+        "admitted without pinning any"
+    ]
+    assert plan_object(obj, hkey=HKEY, lookup=_store().lookup, max_sources=4).patch

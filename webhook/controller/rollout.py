@@ -95,6 +95,7 @@ class ControllerOptions:
     # `configpin.io/observed` baseline: no restart storm; their next change rolls them.
     catch_up_window: float = 600.0
     max_sources: int = MAX_SOURCES
+    allow_snapshots: bool = True
 
 
 def _age(obj: JSONObject) -> float:
@@ -455,6 +456,7 @@ class RolloutController:
                 refresh=stale,
                 namespace=namespace,
                 max_sources=self.options.max_sources,
+                allow_snapshots=self.options.allow_snapshots,
             )
             if plan.skipped is not None:
                 return Decision.leave(_skip_reason(plan.skipped))

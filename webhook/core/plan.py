@@ -171,9 +171,12 @@ def plan_object(
     refresh: Collection[SourceId] = (),
     namespace: str | None = None,
     max_sources: int = MAX_SOURCES,
+    allow_snapshots: bool = True,
 ) -> Plan:
     """Decide how `obj` must change so that it pins and records the sources it consumes.
 
+    `allow_snapshots` False: a workload that asks for snapshot mode gets checksum mode and
+    a warning (the server may not write copies).
     `namespace`: where the object lives (default: its metadata's, else "default"). Digests
     are keyed for that namespace (`digest.namespace_key`).
 
@@ -193,6 +196,12 @@ def plan_object(
         return Plan(skipped=f"the pod template of a {kind} cannot change after creation")
     mode, mode_warning = effective_mode(obj, default_mode)
     warnings = [mode_warning] if mode_warning else []
+    if mode == MODE_SNAPSHOT and not allow_snapshots:
+        warnings.append(
+            f"{ANN_MODE}: snapshot mode is not enabled on this configpin (it may not write "
+            "ConfigMaps or Secrets): checksum mode used"
+        )
+        mode = MODE_CHECKSUM
     if mode == MODE_OFF:
         return Plan(warnings=warnings, mode=mode, skipped="mode off")
     meta_path, spec_path = paths

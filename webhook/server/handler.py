@@ -83,12 +83,14 @@ class Admitter:
         max_sources: int = MAX_SOURCES,
         read_deadline: float = 3.0,
         read_workers: int = 4,
+        allow_snapshots: bool = True,
     ) -> None:
         """`in_scope(namespace)`: whether configpin acts in a namespace (the selection the
         webhook configuration makes, enforced here whatever a request claims)."""
         self.hkey = hkey
         self.in_scope = in_scope
         self.max_sources = max_sources
+        self.allow_snapshots = allow_snapshots
         # Reads past the cache run on their own few threads, never the loop's default
         # executor, and within a deadline below the webhook's timeout: the answer (unchanged,
         # with a warning) reaches the API server while it still waits for one, and a slow API
@@ -152,6 +154,7 @@ class Admitter:
             old=review.old,
             namespace=namespace,
             max_sources=self.max_sources,
+            allow_snapshots=self.allow_snapshots,
         )
         (self._read_through if read_through else self._read_from_cache).inc()
         return plan

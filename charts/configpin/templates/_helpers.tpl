@@ -107,3 +107,20 @@ policy/v1beta1
 {{- $excluded := include "configpin.excludedNamespaceList" . | fromJsonArray }}
 {{- printf "configpin.io/enabled=true,kubernetes.io/metadata.name notin (%s)" (join "," $excluded) }}
 {{- end }}
+
+{{/* Whether snapshot mode may be used: asked for, or the default mode. */}}
+{{- define "configpin.snapshots" -}}
+{{- if or .Values.snapshots.enabled (eq .Values.mode "snapshot") -}}
+true
+{{- end }}
+{{- end }}
+
+{{/*
+ValidatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from 1.30. As for the PDB,
+the kube version check keeps offline rendering (which assumes every API Helm knows) right.
+*/}}
+{{- define "configpin.vap" -}}
+{{- if and .Values.validatingAdmissionPolicy.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end }}
+{{- end }}

@@ -1,0 +1,304 @@
+"""Least privilege, live: the chart's RBAC per mode, and (1.30+) its ValidatingAdmissionPolicy.
+
+The chart is rendered for the capabilities of the running API server, as `helm install`
+would, and its ServiceAccount, roles, bindings and policy are created there. Then the test
+acts as that ServiceAccount (impersonation) and tries what configpin does and what it must
+never be able to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.controlplane import ControlPlane, server_minor, wait_for
+from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
+from tests.unit._chart import cluster_capabilities, render
+from webhook.kube.errors import Forbidden, Invalid, NotFound
+from webhook.kube.raw import JSON_PATCH, Kube, path
+
+KINDS = {
+    "ServiceAccount": ("serviceaccounts", "/api/v1", True),
+    "Role": ("roles", "/apis/rbac.authorization.k8s.io/v1", True),
+    "RoleBinding": ("rolebindings", "/apis/rbac.authorization.k8s.io/v1", True),
+    "ClusterRole": ("clusterroles", "/apis/rbac.authorization.k8s.io/v1", False),
+    "ClusterRoleBinding": ("clusterrolebindings", "/apis/rbac.authorization.k8s.io/v1", False),
+    "ValidatingAdmissionPolicy": (
+        "validatingadmissionpolicies",
+        "/apis/admissionregistration.k8s.io/v1",
+        False,
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybindings",
+        "/apis/admissionregistration.k8s.io/v1",
+        False,
+    ),
+}
+
+
+class Impersonating(Kube):
+    """Requests made as `user` (the admin token may impersonate)."""
+
+    def __init__(self, api: client.ApiClient, user: str) -> None:
+        super().__init__(api)
+        self.user = user
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = super()._headers(content_type)
+        headers["Impersonate-User"] = self.user
+        return headers
+
+
+@pytest.fixture
+def admin(control_plane: ControlPlane) -> Iterator[Kube]:
+    with control_plane.api_client() as api:
+        yield Kube(api)
+
+
+class Install:
+    """The chart's access objects for one release, created on the API server."""
+
+    def __init__(self, api: client.ApiClient, admin: Kube, values: dict[str, Any]) -> None:
+        self.admin = admin
+        self.release = f"lp-{secrets.token_hex(3)}"
+        self.namespace = self.release
+        self.created: list[str] = []
+        admin.create(
+            path("namespaces"),
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}},
+        )
+        version, api_versions = cluster_capabilities(api)
+        objects = render(
+            values, version, api_versions, release=self.release, namespace=self.namespace
+        )
+        self.kinds = {o["kind"] for o in objects}
+        for obj in objects:
+            if obj["kind"] not in KINDS:
+                continue
+            resource, prefix, namespaced = KINDS[obj["kind"]]
+            ns = self.namespace if namespaced else None
+            admin.create(path(resource, ns, prefix=prefix), obj)
+            if not namespaced:
+                self.created.append(path(resource, name=obj["metadata"]["name"], prefix=prefix))
+        [sa] = [o for o in objects if o["kind"] == "ServiceAccount"]
+        self.user = f"system:serviceaccount:{self.namespace}:{sa['metadata']['name']}"
+        self.kube = Impersonating(api, self.user)
+
+    def remove(self) -> None:
+        for api_path in self.created:
+            with contextlib.suppress(NotFound):
+                self.admin.delete(api_path)
+        self.admin.delete(path("namespaces", name=self.namespace))
+
+
+@pytest.fixture
+def install(k8s: client.ApiClient, admin: Kube) -> Iterator[Any]:
+    made: list[Install] = []
+
+    def make(values: dict[str, Any]) -> Install:
+        made.append(Install(k8s, admin, values))
+        return made[-1]
+
+    yield make
+    for inst in made:
+        inst.remove()
+
+
+def copy_like(name: str, *, signed: bool = True) -> dict[str, Any]:
+    obj = configmap(
+        name,
+        {"a": "1"},
+        labels={"configpin.io/snapshot": "true"},
+        annotations={"configpin.io/source": "app-config"}
+        | ({"configpin.io/signature": "0" * 64} if signed else {}),
+    )
+    obj["immutable"] = True
+    return obj
+
+
+def denied(fn: Any) -> bool:
+    try:
+        fn()
+    except (Forbidden, Invalid):
+        return True
+    return False
+
+
+def test_checksum_mode_grants_no_write_on_configmaps_or_secrets(
+    install: Any, admin: Kube, plain_namespace: str
+) -> None:
+    inst = install({})  # mode: checksum, snapshots not enabled
+    assert "create" not in str(
+        [
+            r
+            for r in admin.get(
+                path(
+                    "clusterroles",
+                    name=f"{inst.release}-configpin",
+                    prefix="/apis/rbac.authorization.k8s.io/v1",
+                )
+            )["rules"]
+            if "configmaps" in r["resources"] and "get" not in r["verbs"]
+        ]
+    )
+    as_configpin = inst.kube
+    # what it needs: read sources (wait for RBAC's informer to see the new bindings)
+    wait_for(
+        lambda: not denied(lambda: as_configpin.get(path("configmaps", plain_namespace))),
+        what="RBAC to grant the read",
+    )
+    # what it must not be able to do in checksum mode: write any ConfigMap or Secret
+    with pytest.raises(Forbidden):
+        as_configpin.create(path("configmaps", plain_namespace), copy_like("x-0123456789"))
+    admin.create(path("configmaps", plain_namespace), configmap("users", {"a": "1"}))
+    with pytest.raises(Forbidden):
+        as_configpin.delete(path("configmaps", plain_namespace, "users"))
+    with pytest.raises(Forbidden):
+        as_configpin.create(
+            path("secrets", plain_namespace), copy_like("y-0123456789") | {"kind": "Secret"}
+        )
+
+
+def test_snapshot_mode_grants_writes_and_the_policy_confines_them(
+    install: Any, admin: Kube, k8s: client.ApiClient, plain_namespace: str
+) -> None:
+    inst = install({"snapshots": {"enabled": True}})
+    as_configpin = inst.kube
+    ns = plain_namespace
+    admin.create(path("configmaps", ns), configmap("users", {"a": "1"}))
+    spec = pod_spec(container(env_from=[env_from("configmap", "users")]))
+    admin.create(path("deployments", ns), deployment("web", spec))
+
+    # A signed copy may be created and deleted (RBAC grants it; the policy lets it through).
+    wait_for(
+        lambda: (
+            not denied(
+                lambda: as_configpin.create(
+                    path("configmaps", ns), copy_like("probe-0123456789"), dryRun="All"
+                )
+            )
+        ),
+        what="RBAC to grant the copy's creation",
+    )
+    as_configpin.create(path("configmaps", ns), copy_like("users-0123456789"))
+    annotate = [
+        {
+            "op": "add",
+            "path": "/spec/template/metadata/annotations",
+            "value": {"configpin.io/checksum": "x"},
+        }
+    ]
+    as_configpin.patch(path("deployments", ns, "web"), annotate, JSON_PATCH)
+    repoint = [
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/envFrom/0/configMapRef/name",
+            "value": "users-0123456789",
+        }
+    ]
+    as_configpin.patch(path("deployments", ns, "web"), repoint, JSON_PATCH, dryRun="All")
+
+    image = [
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/image",
+            "value": "registry.invalid/evil:1",
+        }
+    ]
+    host = [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/volumes",
+            "value": [{"name": "root", "hostPath": {"path": "/"}}],
+        }
+    ]
+    replicas = [{"op": "replace", "path": "/spec/replicas", "value": 50}]
+
+    def forbidden_writes() -> dict[str, bool]:
+        return {
+            "unlabelled ConfigMap": denied(
+                lambda: as_configpin.create(
+                    path("configmaps", ns), configmap("plain", {"a": "1"}), dryRun="All"
+                )
+            ),
+            "unsigned look-alike": denied(
+                lambda: as_configpin.create(
+                    path("configmaps", ns), copy_like("u-0123456789", signed=False), dryRun="All"
+                )
+            ),
+            "delete a user's ConfigMap": denied(
+                lambda: as_configpin.delete(path("configmaps", ns, "users") + "?dryRun=All")
+            ),
+            "change an image": denied(
+                lambda: as_configpin.patch(
+                    path("deployments", ns, "web"), image, JSON_PATCH, dryRun="All"
+                )
+            ),
+            "mount the host": denied(
+                lambda: as_configpin.patch(
+                    path("deployments", ns, "web"), host, JSON_PATCH, dryRun="All"
+                )
+            ),
+            "scale": denied(
+                lambda: as_configpin.patch(
+                    path("deployments", ns, "web"), replicas, JSON_PATCH, dryRun="All"
+                )
+            ),
+        }
+
+    if server_minor(k8s) >= 30:
+        assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= inst.kinds
+        wait_for(
+            lambda: all(forbidden_writes().values()),
+            timeout=30,
+            what="the policy to deny every forbidden write",
+        )
+        # and still allows what configpin does
+        as_configpin.patch(path("deployments", ns, "web"), repoint, JSON_PATCH, dryRun="All")
+        as_configpin.delete(path("configmaps", ns, "users-0123456789"))
+        assert admin.get(path("configmaps", ns, "users"))  # untouched
+    else:
+        # No ValidatingAdmissionPolicy API before 1.30: RBAC alone, as the chart says.
+        assert "ValidatingAdmissionPolicy" not in inst.kinds
+        assert not forbidden_writes()["unlabelled ConfigMap"]
+
+
+def test_checksum_mode_policy_forbids_any_pod_spec_change(
+    install: Any, admin: Kube, k8s: client.ApiClient, plain_namespace: str
+) -> None:
+    if server_minor(k8s) < 30:
+        pytest.skip("ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) is 1.30+")
+    inst = install({})
+    as_configpin = inst.kube
+    ns = plain_namespace
+    spec = pod_spec(container(env_from=[env_from("configmap", "users")]))
+    admin.create(path("deployments", ns), deployment("web", spec))
+    repoint = [
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/envFrom/0/configMapRef/name",
+            "value": "other",
+        }
+    ]
+    annotate = [
+        {
+            "op": "add",
+            "path": "/spec/template/metadata/annotations",
+            "value": {"configpin.io/checksum": "x"},
+        }
+    ]
+    wait_for(
+        lambda: denied(
+            lambda: as_configpin.patch(
+                path("deployments", ns, "web"), repoint, JSON_PATCH, dryRun="All"
+            )
+        ),
+        timeout=30,
+        what="the policy to deny a reference change in checksum mode",
+    )
+    as_configpin.patch(path("deployments", ns, "web"), annotate, JSON_PATCH)
