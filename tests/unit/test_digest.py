@@ -365,6 +365,19 @@ def test_a_label_alone_proves_nothing() -> None:
     assert record(configmap("x", labels={LABEL_SOURCE: "c"})).snapshot_of is None
 
 
+def test_a_copy_made_before_signatures_is_proven_by_its_keyed_name() -> None:
+    source = configmap("c", {"k": "v"})
+    legacy_name = snapshot_name("c", digest.source_digest(HKEY, record(source)))
+    labels = {LABEL_SNAPSHOT: "true", LABEL_SOURCE: "c"}
+    old = configmap(legacy_name, {"k": "v"}, namespace="team-a", labels=labels)
+    old["immutable"] = True
+    assert record(old).snapshot_of == "c"
+    guessed = copy.deepcopy(old)
+    guessed["metadata"]["name"] = "c-0123456789"  # a name the key did not make
+    assert record(guessed).snapshot_of is None
+    assert digest.record_from_object(OTHER_KEY, SourceKind.CONFIGMAP, old).snapshot_of is None
+
+
 def test_a_long_source_name_is_in_the_annotation_not_the_label() -> None:
     long_name = "a" * 100
     snap = _signed_copy(configmap(long_name, {"k": "v"}))

@@ -114,10 +114,18 @@ def proven_source(
     meta = obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     signature = (meta.get("annotations") or {}).get(ANN_SIGNATURE)
-    if not isinstance(signature, str) or not namespace:
+    if not namespace:
         return None
     secret_type = (obj.get("type") or "Opaque") if kind is SourceKind.SECRET else None
     probe = SourceRecord(kind=kind, name=name, key_digests=key_digests, secret_type=secret_type)
+    if signature is None:
+        # Made by a version before signatures: its name carries 40 bits of an HMAC under the
+        # digest key over its content, which nobody without the key can make match. Such
+        # copies stay proven until the revisions that own them are gone.
+        legacy = source_digest(hkey, probe)
+        return source if snapshot_name(source, legacy) == name else None
+    if not isinstance(signature, str):
+        return None
     content = source_digest(namespace_key(hkey, namespace), probe)
     if snapshot_name(source, content) != name:
         return None
