@@ -47,6 +47,7 @@ class Configpin:
     log_path: Path
     webhook_name: str | None = None
     verify: bool = True
+    client_cert: tuple[Path, Path] | None = None  # presented when it runs with --client-ca
     _ctx: ssl.SSLContext | None = field(default=None, repr=False)
 
     @property
@@ -60,6 +61,8 @@ class Configpin:
                 # configpin serves a certificate of its own making (--self-signed-certs)
                 self._ctx.check_hostname = False
                 self._ctx.verify_mode = ssl.CERT_NONE
+            if self.client_cert is not None:
+                self._ctx.load_cert_chain(*self.client_cert)
         return self._ctx
 
     def get(self, route: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -125,6 +128,7 @@ def start_configpin(
     ready_timeout: float = 60.0,
     env: dict[str, str] | None = None,
     verify: bool = True,
+    client_cert: tuple[Path, Path] | None = None,
 ) -> Configpin:
     """Start one configpin process; wait until /readyz says ready; register its webhook."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +157,13 @@ def start_configpin(
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env)
     cp = Configpin(
-        proc, port, (certs / "ca.crt").read_bytes(), certs / "ca.crt", log_path, verify=verify
+        proc,
+        port,
+        (certs / "ca.crt").read_bytes(),
+        certs / "ca.crt",
+        log_path,
+        verify=verify,
+        client_cert=client_cert,
     )
     deadline = time.monotonic() + ready_timeout
     while True:

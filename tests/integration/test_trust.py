@@ -8,22 +8,36 @@ server with the webhook registered as the chart registers it.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import secrets
 import ssl
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
-from tests.integration.configpin_proc import CONFIGPIN_NAMESPACE, Configpin
+from tests.integration.configpin_proc import (
+    CONFIGPIN_NAMESPACE,
+    Configpin,
+    ensure_namespace,
+    start_configpin,
+)
 from tests.integration.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
+    KeyPair,
     default_service_account_ready,
+    new_ca,
     wait_for,
 )
 from tests.integration.manifests import (
@@ -245,3 +259,77 @@ def test_helm_release_secrets_are_not_watched(kube: Kube, namespace: str) -> Non
         assert record is not None and record.secret_type == "helm.sh/release.v1"
     finally:
         cache.stop()
+
+
+# --- optional authentication of the caller (--client-ca)
+
+
+def _client_cert(ca: KeyPair, common_name: str) -> KeyPair:
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+def test_with_a_client_ca_only_callers_with_its_certificates_are_answered(
+    control_plane: ControlPlane, tmp_path: Path, namespace: str
+) -> None:
+    ca = new_ca("apiserver-client-ca")
+    (tmp_path / "client-ca.crt").write_bytes(ca.cert_pem)
+    good = _client_cert(ca, "kube-apiserver")
+    (tmp_path / "good.crt").write_bytes(good.cert_pem)
+    (tmp_path / "good.key").write_bytes(good.key_pem)
+    stranger = _client_cert(new_ca("someone-else"), "a-pod")
+    (tmp_path / "stranger.crt").write_bytes(stranger.cert_pem)
+    (tmp_path / "stranger.key").write_bytes(stranger.key_pem)
+
+    with control_plane.api_client() as api:
+        ensure_namespace(api)
+    cp = start_configpin(
+        control_plane,
+        tmp_path / "cp",
+        args=["--client-ca", str(tmp_path / "client-ca.crt"), "--no-controller"],
+        client_cert=(tmp_path / "good.crt", tmp_path / "good.key"),
+    )
+    try:
+        request = review_of(deployment("web"), namespace)
+        body = json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        ).encode()
+
+        def post(cert: tuple[Path, Path] | None) -> int:
+            ctx = ssl.create_default_context(cafile=str(cp.ca_file))
+            if cert is not None:
+                ctx.load_cert_chain(*cert)
+            req = urllib.request.Request(
+                cp.url + "/mutate", data=body, headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                return int(resp.status)
+
+        assert post((tmp_path / "good.crt", tmp_path / "good.key")) == 200
+        for cert in (None, (tmp_path / "stranger.crt", tmp_path / "stranger.key")):
+            with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+                post(cert)
+    finally:
+        cp.stop()
