@@ -12,13 +12,21 @@ from tests.integration.controlplane import server_minor
 from tests.unit._chart import cluster_capabilities, render
 from webhook.kube.raw import Kube
 
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "Namespace"}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+PLURALS = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies"}
 
 
 def _api_path(obj: dict[str, Any], namespace: str) -> str:
     group_version = obj["apiVersion"]
     base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
-    plural = obj["kind"].lower() + "s"
+    plural = PLURALS.get(obj["kind"], obj["kind"].lower() + "s")
     if obj["kind"] in CLUSTER_SCOPED:
         return f"{base}/{plural}"
     return f"{base}/namespaces/{obj['metadata'].get('namespace') or namespace}/{plural}"
@@ -45,6 +53,8 @@ def test_rendered_chart_is_accepted_by_the_api_server(
     # 1.20 serves no policy/v1; 1.25+ serves no policy/v1beta1
     expected_pdb = "policy/v1" if server_minor(k8s) >= 21 else "policy/v1beta1"
     assert pdbs and all(p["apiVersion"] == expected_pdb for p in pdbs)
+    # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is served from 1.30
+    assert ("ValidatingAdmissionPolicy" in kinds) is (server_minor(k8s) >= 30)
     # Server-side dry run: full validation and defaulting, nothing persisted.
     for obj in objects:
         answer = kube.create(_api_path(obj, plain_namespace), obj, dryRun="All")
