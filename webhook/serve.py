@@ -154,6 +154,7 @@ def serve(settings: Settings) -> int:
     snapshots: SnapshotWriter | None = None
     excluded = excluded_namespaces(settings)
     in_scope: Callable[[str], bool] = lambda namespace: namespace not in excluded  # noqa: E731
+    confirm_scope: Callable[[str, float], bool] | None = None
 
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
@@ -180,6 +181,7 @@ def serve(settings: Settings) -> int:
         stoppers.append(namespaces.stop)
         ready_checks.append(namespaces.synced)
         in_scope = namespaces.__contains__
+        confirm_scope = namespaces.confirm
         cache = SourceCache(kube, hkey, metrics)
         snapshot_index, writer = _snapshot_writer(kube, cache, hkey, metrics)
         # Without snapshot mode configpin writes no ConfigMap or Secret (and the chart grants
@@ -208,6 +210,7 @@ def serve(settings: Settings) -> int:
         strict=settings.strict,
         snapshots=snapshots,
         in_scope=in_scope,
+        confirm_scope=confirm_scope,
         max_sources=settings.max_sources,
         read_deadline=settings.read_deadline,
         read_workers=settings.read_workers,

@@ -333,3 +333,26 @@ def test_with_a_client_ca_only_callers_with_its_certificates_are_answered(
                 post(cert)
     finally:
         cp.stop()
+
+
+def test_a_namespace_the_watch_has_not_shown_yet_is_confirmed_by_the_api_server(
+    kube: Kube, namespace: str, plain_namespace: str
+) -> None:
+    """A namespace labelled a moment ago may reach admission before its watch event: the
+    selector is then evaluated by the API server (one read, kept a few seconds)."""
+    from webhook.kube.namespaces import NamespaceSet
+
+    selection = NamespaceSet(
+        kube,
+        Metrics(),
+        label_selector=f"{ENABLED_LABEL}=true",
+        excluded=("kube-system", CONFIGPIN_NAMESPACE),
+    )  # never started: its watch has shown nothing
+    assert namespace not in selection
+    assert selection.confirm(namespace, timeout=5.0)
+    assert not selection.confirm(plain_namespace, timeout=5.0)
+    assert not selection.confirm("no-such-namespace", timeout=5.0)
+    assert not selection.confirm("kube-system", timeout=5.0)
+    calls = kube.calls
+    assert selection.confirm(plain_namespace, timeout=5.0) is False
+    assert kube.calls == calls, "the answer is kept"

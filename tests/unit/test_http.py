@@ -745,3 +745,21 @@ async def test_reads_past_the_cache_have_a_bounded_queue() -> None:
         )
     busy = [a for a in answers if "busy" in " ".join(a["response"].get("warnings", []))]
     assert len(busy) >= 4
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+async def test_a_namespace_memory_does_not_know_is_confirmed_off_the_loop(
+    confirmed: bool,
+) -> None:
+    asked: list[tuple[str, float]] = []
+
+    def confirm(namespace: str, timeout: float) -> bool:
+        asked.append((namespace, timeout))
+        return confirmed
+
+    s = _server(in_scope=lambda _ns: False)
+    s.admitter.confirm_scope = confirm
+    async with s.client:
+        resp = (await s.admit(review(_deployment(env_cm("cfg", "a")))))["response"]
+    assert asked == [("team-a", s.admitter.read_deadline)]
+    assert ("patch" in resp) is confirmed

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable
+from typing import Final
 
 from webhook.core.model import JSONObject
+from webhook.kube.errors import KubeError
 from webhook.kube.informer import Informer
-from webhook.kube.raw import Kube
+from webhook.kube.raw import Kube, path
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+_CONFIRMED_TTL: Final = 5.0
+_CONFIRMED_MAX: Final = 1024
 
 NamespaceListener = Callable[[str], None]
 """Called (namespace) from the watch thread when a namespace became selected."""
@@ -41,6 +47,9 @@ class NamespaceSet:
         excluded: Collection[str] = (),
     ) -> None:
         self.excluded = frozenset(excluded)
+        self.kube = kube
+        self.label_selector = label_selector
+        self._confirmed: dict[str, tuple[float, bool]] = {}
         self.listeners: list[NamespaceListener] = []
         self._names: frozenset[str] = frozenset()
         self._lock = threading.Lock()
@@ -53,6 +62,38 @@ class NamespaceSet:
 
     def names(self) -> frozenset[str]:
         return self._names
+
+    def confirm(self, namespace: str, timeout: float) -> bool:
+        """Whether `namespace` is selected, asked of the API server (the selector evaluated
+        there). For a namespace the watch has not shown as selected: one labelled a moment
+        ago, whose workloads the API server already sends. Answers are kept a few seconds, at
+        most a thousand, the oldest evicted first, so a stream of reviews naming namespaces
+        that are not selected costs at most one read per name and period. Blocks."""
+        if not namespace or namespace in self.excluded:
+            return False
+        if namespace in self._names:
+            return True
+        now = time.monotonic()
+        known = self._confirmed.get(namespace)
+        if known is not None and known[0] > now:
+            return known[1]
+        try:
+            listed = self.kube.get(
+                path("namespaces"),
+                timeout=timeout,
+                fieldSelector=f"metadata.name={namespace}",
+                labelSelector=self.label_selector or None,
+            )
+            selected = any(_active(obj) for obj in listed.get("items") or ())
+        except KubeError as e:
+            log.debug("cannot confirm namespace %s: %s", namespace, e)
+            return False  # not kept: the next review asks again
+        with self._lock:
+            self._confirmed.pop(namespace, None)
+            while len(self._confirmed) >= _CONFIRMED_MAX:
+                del self._confirmed[next(iter(self._confirmed))]
+            self._confirmed[namespace] = (now + _CONFIRMED_TTL, selected)
+        return selected
 
     def _keep(self, obj: JSONObject) -> str | None:
         name = str((obj.get("metadata") or {}).get("name") or "")

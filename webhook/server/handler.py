@@ -80,15 +80,19 @@ class Admitter:
         strict: bool = False,
         snapshots: SnapshotWriter | None = None,
         in_scope: Callable[[str], bool] = _everywhere,
+        confirm_scope: Callable[[str, float], bool] | None = None,
         max_sources: int = MAX_SOURCES,
         read_deadline: float = 3.0,
         read_workers: int = 4,
         allow_snapshots: bool = True,
     ) -> None:
         """`in_scope(namespace)`: whether configpin acts in a namespace (the selection the
-        webhook configuration makes, enforced here whatever a request claims)."""
+        webhook configuration makes, enforced here whatever a request claims), from memory.
+        `confirm_scope(namespace, timeout)`: asked (blocking, on the reader threads) when
+        memory says no, for a namespace selected a moment ago."""
         self.hkey = hkey
         self.in_scope = in_scope
+        self.confirm_scope = confirm_scope
         self.max_sources = max_sources
         self.allow_snapshots = allow_snapshots
         # Reads past the cache run on their own few threads, never the loop's default
@@ -191,7 +195,11 @@ class Admitter:
             return allowed(review), "ignored"
         namespace = review.namespace
         claimed = (obj.get("metadata") or {}).get("namespace")
-        if not namespace or (claimed and claimed != namespace) or not self.in_scope(namespace):
+        if (
+            not namespace
+            or (claimed and claimed != namespace)
+            or not (self.in_scope(namespace) or await self._confirmed_in_scope(namespace))
+        ):
             # Not a namespace configpin acts in (or a request that contradicts itself, which
             # the API server never sends): nothing is looked up, written or said.
             self._out_of_scope.inc()
@@ -247,6 +255,21 @@ class Admitter:
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    async def _confirmed_in_scope(self, namespace: str) -> bool:
+        confirm = self.confirm_scope
+        if confirm is None or self._reads_pending >= self._read_slots:
+            return False
+        self._reads_pending += 1
+        try:
+            future = self._reader.submit(confirm, namespace, self.read_deadline)
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(future), self.read_deadline)
+            except TimeoutError:
+                future.cancel()
+                return False
+        finally:
+            self._reads_pending -= 1
 
     async def _plan_reading(self, review: Review, namespace: str) -> Plan | str:
         """Plan with reads past the cache, on the reader threads, within the deadline.
