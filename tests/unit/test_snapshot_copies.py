@@ -713,3 +713,18 @@ def test_cronjobs_are_listed_on_servers_without_batch_v1(cluster: Cluster) -> No
     lists = [p for m, p in cluster.kube.requests if m == "LIST" and p.endswith("/cronjobs")]
     assert lists[-1] == f"/apis/batch/v1beta1/namespaces/{NS}/cronjobs", "remembered"
     assert len(lists) == 3
+
+
+def test_read_through_answers_are_evicted_oldest_first_never_all_at_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webhook.kube import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "_RECENT_MAX", 3)
+    for i in range(5):
+        assert cluster.cache.get(NS, SourceId(SourceKind.CONFIGMAP, f"missing-{i}")) is None
+    kept = [name for (_kind, _ns, name) in cluster.cache._recent]
+    assert kept == ["missing-2", "missing-3", "missing-4"]
+    calls = cluster.kube.calls
+    assert cluster.cache.get(NS, SourceId(SourceKind.CONFIGMAP, "missing-4")) is None
+    assert cluster.kube.calls == calls  # answered from what was kept
