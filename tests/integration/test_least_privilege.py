@@ -8,15 +8,25 @@ never be able to do.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
-from tests.integration.controlplane import ControlPlane, server_minor, wait_for
+from tests.integration.configpin_proc import INSTANCE_LABEL, running_configpin
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    server_minor,
+    wait_for,
+)
 from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
 from tests.unit._chart import cluster_capabilities, render
 from webhook.kube.errors import Forbidden, Invalid, NotFound
@@ -302,3 +312,159 @@ def test_checksum_mode_policy_forbids_any_pod_spec_change(
         what="the policy to deny a reference change in checksum mode",
     )
     as_configpin.patch(path("deployments", ns, "web"), annotate, JSON_PATCH)
+
+
+def _kubeconfig_for(plane: ControlPlane, admin: Kube, namespace: str, sa: str, out: Path) -> Path:
+    """A kubeconfig holding a token of ServiceAccount `sa` (TokenRequest), as a pod has."""
+    answer = admin.create(
+        path("serviceaccounts", namespace, sa) + "/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    token = answer["status"]["token"]
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": plane.host,
+                    "certificate-authority-data": base64.b64encode(plane.ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "c",
+    }
+    out.write_text(yaml.safe_dump(doc))
+    out.chmod(0o600)
+    return out
+
+
+def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
+    install: Any,
+    admin: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """configpin itself, running as the chart's ServiceAccount with only the chart's RBAC (and,
+    on 1.30+, under its ValidatingAdmissionPolicy), in snapshot mode: it makes copies, points
+    workloads at them, re-points them when the source changes, adopts and sweeps copies."""
+    inst = install({"snapshots": {"enabled": True}})
+    objects = {
+        o["kind"]: o
+        for o in render(
+            {"snapshots": {"enabled": True}},
+            *cluster_capabilities(k8s),
+            release=inst.release,
+            namespace=inst.namespace,
+        )
+    }
+    args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    given = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+    sa = objects["ServiceAccount"]["metadata"]["name"]
+    kubeconfig = _kubeconfig_for(
+        control_plane, admin, inst.namespace, sa, tmp_path / "sa.kubeconfig"
+    )
+    instance = inst.release
+    ns = f"{inst.release}-app"
+    admin.create(
+        path("namespaces"),
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {ENABLED_LABEL: "true", INSTANCE_LABEL: instance}},
+        },
+    )
+    wait_for(lambda: default_service_account_ready(k8s, ns), what="the default ServiceAccount")
+    if server_minor(k8s) >= 30:
+        # the policy is live before configpin writes anything
+        wait_for(
+            lambda: denied(
+                lambda: inst.kube.create(
+                    path("configmaps", ns), configmap("plain", {"a": "1"}), dryRun="All"
+                )
+            ),
+            timeout=30,
+            what="the policy in force",
+        )
+    try:
+        with running_configpin(
+            control_plane,
+            tmp_path / "cp",
+            instance=instance,
+            webhook_name=f"{inst.release}-webhook",
+            args=[
+                "--kubeconfig",
+                str(kubeconfig),
+                "--namespace",
+                inst.namespace,
+                "--lease-name",
+                given["--lease-name"],
+                "--digest-key-secret",
+                given["--digest-key-secret"],
+                "--snapshots",
+                "--snapshot-grace-period",
+                "2",
+                "--min-rollout-interval",
+                "0",
+                "--coalesce-window",
+                "0",
+            ],
+        ) as cp:
+            wait_for(lambda: cp.metric("configpin_leader") == 1, what="configpin leading")
+            admin.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+            spec = pod_spec(container(env_from=[env_from("configmap", "app-config")]))
+            dep = admin.create(
+                path("deployments", ns),
+                deployment("web", spec, replicas=1, annotations={"configpin.io/mode": "snapshot"}),
+            )
+            first = dep["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMapRef"][
+                "name"
+            ]
+            assert first.startswith("app-config-"), "pointed at a copy made by configpin's SA"
+            copy_obj = admin.get(path("configmaps", ns, first))
+            assert copy_obj["metadata"]["annotations"]["configpin.io/signature"]
+            # adoption: the ReplicaSet becomes the copy's owner (a patch under the policy)
+            wait_for(
+                lambda: admin.get(path("configmaps", ns, first))["metadata"].get("ownerReferences"),
+                what="the copy adopted by its ReplicaSet",
+            )
+            # a change: the controller makes a new copy and re-points the template
+            admin.patch(
+                path("configmaps", ns, "app-config"),
+                {"data": {"a": "2"}},
+                "application/merge-patch+json",
+            )
+
+            def repointed() -> str | None:
+                d = admin.get(path("deployments", ns, "web"))
+                name = d["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMapRef"][
+                    "name"
+                ]
+                return name if name != first else None
+
+            second = wait_for(repointed, timeout=30, what="the template re-pointed")
+            assert second.startswith("app-config-")
+            # the sweep: a copy nothing uses is marked, then deleted (under the policy)
+            admin.create(path("configmaps", ns), configmap("orphan-src", {"o": "1"}))
+            orphan_spec = pod_spec(container(env_from=[env_from("configmap", "orphan-src")]))
+            bad = deployment("bad", orphan_spec, annotations={"configpin.io/mode": "snapshot"})
+            bad["spec"]["selector"] = {"matchLabels": {"app": "other"}}
+            with pytest.raises(Invalid):
+                admin.create(path("deployments", ns), bad)
+            before = cp.metric("configpin_snapshots_swept_total")
+            wait_for(
+                lambda: cp.metric("configpin_snapshots_swept_total") > before,
+                timeout=60,
+                what="an unused copy swept",
+            )
+            assert "Forbidden" not in cp.log() and "forbidden" not in cp.log()
+    finally:
+        admin.delete(path("namespaces", name=ns))
