@@ -10,25 +10,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-import jsonpatch
-import yaml
 from pydantic import ValidationError
 
 from webhook import __version__, status
 from webhook.certs import generate, write_bundle
 from webhook.config import Settings, default_text, env_name, flag_name
 from webhook.core.constants import MODES
-from webhook.core.digest import copy_signature
-from webhook.core.model import JSONObject, SourceId
-from webhook.core.plan import plan_object
-from webhook.core.snapshot import snapshot_object
-from webhook.digestkey import ensure_key_file, load_key_file, new_key_text
+from webhook.digestkey import BadDigestKey, load_key_file, new_key_text
 from webhook.kube.client import connect
+from webhook.kube.digestkey import read_digest_key
+from webhook.kube.errors import KubeError
 from webhook.kube.raw import Kube
 from webhook.kube.webhookconfig import set_ca_bundle
 from webhook.logs import setup_logging
+from webhook.manifests import STDIN
+from webhook.render import (
+    EXIT_UNUSABLE,
+    check_allow_missing,
+    read_inputs,
+    render,
+    stdin_is_terminal,
+)
+from webhook.render import Options as RenderOptions
 from webhook.serve import serve
-from webhook.sources import EMBEDDED_MANIFESTS, FileSources, iter_manifests
+from webhook.sources import EMBEDDED_MANIFESTS
 
 log = logging.getLogger("configpin")
 
@@ -89,21 +94,52 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
 
-    r = sub.add_parser("render", help="offline: mutate workload manifests as admission would")
+    r = sub.add_parser(
+        "render",
+        help="offline: print manifests as admission would make them",
+        description=(
+            "Read workloads and their ConfigMaps/Secrets from files (or standard input) and "
+            "print every document, with the pod templates as admission would make them. "
+            "Exit status: 0 all pinned; 1 findings (a required source missing, a source the "
+            "API server would refuse), output still printed; 2 unusable input, nothing printed."
+        ),
+    )
     r.add_argument(
         "-f",
         "--filename",
-        type=Path,
         action="append",
-        required=True,
-        help="file or folder; repeatable",
+        help="file or folder (*.yaml, *.yml, *.json, recursively); '-' or none: standard input",
     )
     r.add_argument("--mode", choices=MODES, default="checksum")
-    r.add_argument(
-        "--digest-key-file", type=Path, help="default: the dev key in certs/ (made if missing)"
+    keys = r.add_mutually_exclusive_group()
+    keys.add_argument("--digest-key-file", type=Path, help="the key file the server uses")
+    keys.add_argument(
+        "--digest-key-secret",
+        metavar="[NAMESPACE/]NAME",
+        help="read the cluster's key from this Secret (read-only; default namespace configpin)",
     )
-    r.add_argument("--certs-dir", type=Path, default=Path("certs"))
-    r.add_argument("--namespace", default="default", help="namespace of objects that name none")
+    r.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="for --digest-key-secret (default: KUBECONFIG, ~/.kube/config)",
+    )
+    r.add_argument(
+        "--namespace",
+        default="default",
+        help="namespace of objects that name none, as kubectl -n would (default: default)",
+    )
+    r.add_argument(
+        "--allow-missing",
+        action="append",
+        default=[],
+        metavar="KIND/NAME",
+        help="a source made elsewhere: no finding when missing (glob: 'secret/db-*'); repeatable",
+    )
+    r.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out what cannot be read or is not an object (said on stderr) instead of exit 2",
+    )
 
     c = sub.add_parser("certs", help="certificates for the webhook")
     csub = c.add_subparsers(dest="certs_command", required=True)
@@ -145,50 +181,72 @@ def cmd_serve(settings: Settings) -> int:
     return serve(settings)
 
 
+def _render_key(args: argparse.Namespace) -> bytes:
+    """The digest key: a file, the cluster's Secret (one GET), else a one-off key, said so."""
+    if args.digest_key_file is not None:
+        return load_key_file(args.digest_key_file)
+    if args.digest_key_secret:
+        namespace, _, name = args.digest_key_secret.rpartition("/")
+        namespace = namespace or "configpin"
+        kubeconfig = args.kubeconfig
+        default = Path.home() / ".kube" / "config"
+        if kubeconfig is None and not os.environ.get("KUBECONFIG") and default.is_file():
+            kubeconfig = default
+        where = f"the digest key Secret {namespace}/{name}"
+        try:
+            api = connect(kubeconfig)
+            if api is None:
+                raise BadDigestKey(f"{where}: no cluster configured (--kubeconfig)")
+            with api:
+                return read_digest_key(Kube(api), namespace, name)
+        except BadDigestKey:
+            raise
+        except KubeError as e:
+            raise BadDigestKey(f"cannot read {where}: {e}") from e
+        except Exception as e:  # kubeconfig, TLS, network: say what and stop
+            raise BadDigestKey(f"cannot read {where}: {type(e).__name__}: {e}") from e
+    print(
+        "configpin render: no --digest-key-file or --digest-key-secret: digests use a one-off "
+        "key and match no cluster",
+        file=sys.stderr,
+    )
+    return new_key_text()
+
+
 def cmd_render(args: argparse.Namespace) -> int:
-    key_file = args.digest_key_file or ensure_key_file(args.certs_dir)
-    hkey = load_key_file(key_file)
-    objects = list(iter_manifests(args.filename))
-    sources = FileSources(hkey, [o for o in objects if o.get("kind") in ("ConfigMap", "Secret")])
-    out: list[JSONObject] = []
-    snapshots: dict[tuple[str, str], JSONObject] = {}
-    status = 0
-    for obj in objects:
-        if obj.get("kind") in ("ConfigMap", "Secret"):
-            continue
-        namespace = str((obj.get("metadata") or {}).get("namespace") or args.namespace)
-
-        def lookup(sid: SourceId, namespace: str = namespace) -> Any:
-            return sources.get(namespace, sid)
-
-        plan = plan_object(
-            obj, hkey=hkey, lookup=lookup, default_mode=args.mode, namespace=namespace
+    for pattern in args.allow_missing:
+        problem = check_allow_missing(pattern)
+        if problem is not None:
+            print(f"configpin render: {problem}", file=sys.stderr)
+            return EXIT_UNUSABLE
+    paths: list[str] = [str(p) for p in args.filename or [STDIN]]
+    if STDIN in paths and stdin_is_terminal():
+        print(
+            "configpin render: no input: give -f FILE_OR_FOLDER, or pipe manifests in",
+            file=sys.stderr,
         )
-        name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
-        for warning in plan.warnings:
-            print(f"Warning: {name}: {warning}", file=sys.stderr)
-        if plan.problems:
-            status = 1
-        out.append(jsonpatch.apply_patch(obj, plan.patch) if plan.patch else obj)
-        for req in plan.snapshots:
-            source = sources.get_object(namespace, req.source)
-            if source is not None:
-                signature = copy_signature(hkey, namespace, req.snapshot_name, req.content_digest)
-                snap = snapshot_object(
-                    req.source.kind,
-                    source,
-                    req.snapshot_name,
-                    signature=signature,
-                    namespace=namespace,
-                )
-                snapshots[(namespace, req.snapshot_name)] = snap
-    docs = [*snapshots.values(), *out]
+        return EXIT_UNUSABLE
     try:
-        yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+        hkey = _render_key(args)
+    except BadDigestKey as e:
+        print(f"configpin render: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    docs, errors = read_inputs(paths, sys.stdin.buffer)
+    options = RenderOptions(
+        mode=args.mode,
+        namespace=args.namespace,
+        allow_missing=tuple(args.allow_missing),
+        skip_invalid=args.skip_invalid,
+    )
+    outcome = render(hkey, docs, errors, options)
+    for message in outcome.messages:
+        print(message, file=sys.stderr)
+    try:
+        sys.stdout.write(outcome.output)
         sys.stdout.flush()
     except BrokenPipeError:  # `configpin render ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return status
+    return outcome.status
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

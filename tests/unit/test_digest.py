@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import hmac
@@ -284,7 +285,11 @@ def test_binary_secret_values() -> None:
         ({"kind": "ConfigMap", "metadata": {"name": "c"}, "binaryData": {"k": 12}}, "k"),
         ({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": 12}}, "k"),
         ({"kind": "Secret", "metadata": {"name": "s"}, "data": {"pw": "%%%"}}, "pw"),
-        ({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"pw": None}}, "pw"),
+        ({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"pw": ["x"]}}, "pw"),
+        ({"kind": "Secret", "metadata": {"name": "s"}, "data": {"pw": "YQ"}}, "pw"),  # no padding
+        ({"kind": "Secret", "metadata": {"name": "s"}, "data": {"pw": "YW Jj"}}, "pw"),  # a space
+        ({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": ["k"]}, "data"),
+        ({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {1: "v"}}, "data"),
     ],
 )
 def test_undecodable_values_raise_bad_source(obj: JSONObject, where: str) -> None:
@@ -402,3 +407,34 @@ def test_the_memo_is_bounded_and_never_changes_a_digest() -> None:
     assert len(digest._memo) <= digest._MEMO_MAX
     assert _source_digest(GOLDEN_CM) == first
     assert _source_digest(GOLDEN_CM, hkey=OTHER_KEY) != first  # the key is part of the memo key
+
+
+# ---- what the API server stores (Go's decoding) ----
+
+
+def test_base64_wrapped_over_lines_is_the_decoded_bytes() -> None:
+    """Go's base64 decoder skips line breaks: a value wrapped by `base64` (76 columns) or
+    written as a YAML block is stored as the bytes it encodes."""
+    raw = bytes(range(200))
+    text = base64.b64encode(raw).decode()
+    wrapped = "\n".join(text[i : i + 76] for i in range(0, len(text), 76)) + "\n"
+    crlf = wrapped.replace("\n", "\r\n")
+    want = record(secret("s", {"blob": raw})).key_digests["blob"]
+    for value in (wrapped, crlf):
+        obj = {"kind": "Secret", "metadata": {"name": "s"}, "data": {"blob": value}}
+        assert record(obj).key_digests["blob"] == want
+
+
+def test_null_values_are_stored_as_empty() -> None:
+    """JSON null into a Go map of strings (or bytes) is the empty value."""
+    empty_cm = record(configmap("c", {"k": ""})).key_digests["k"]
+    assert (
+        record({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": None}}).key_digests[
+            "k"
+        ]
+        == empty_cm
+    )
+    empty_secret = record(secret("s", {"k": b""})).key_digests["k"]
+    for field in ("data", "stringData"):
+        obj = {"kind": "Secret", "metadata": {"name": "s"}, field: {"k": None}}
+        assert record(obj).key_digests["k"] == empty_secret

@@ -114,7 +114,8 @@ def test_render_checksum_mode(
 ) -> None:
     status, docs, err = _render(capsys, "-f", manifests, "--digest-key-file", key_file)
     assert status == 0 and err == ""
-    (dep,) = docs  # sources are read, not printed
+    dep, *sources = docs  # every document comes out, in order
+    assert sources == SOURCES
     assert dep["kind"] == "Deployment" and dep["metadata"]["name"] == "web"
     assert set(recorded_sources(dep)) == {"configmap/app-config", "secret/app-secret"}
     assert spec_of(dep) == spec_of(_deployment())  # references untouched
@@ -131,7 +132,8 @@ def test_render_snapshot_mode(
         capsys, "-f", manifests, "--digest-key-file", key_file, "--mode", "snapshot"
     )
     assert status == 0
-    *snapshots, dep = docs
+    *snapshots, dep, cm, sec = docs  # the copies just before the first workload using them
+    assert [cm, sec] == SOURCES  # the originals stay
     assert dep["kind"] == "Deployment"
     by_kind = {s["kind"]: s for s in snapshots}
     assert set(by_kind) == {"ConfigMap", "Secret"}
@@ -174,9 +176,9 @@ def test_render_of_its_own_output_changes_nothing(
     )
     again = tmp_path / "again"
     again.mkdir()
-    (again / "out.yaml").write_text(yaml.safe_dump_all([*docs, *SOURCES]))
+    (again / "out.yaml").write_text(yaml.safe_dump_all(docs))
     _, docs2, _ = _render(capsys, "-f", again, "--digest-key-file", key_file, "--mode", "snapshot")
-    assert docs2[-1] == docs[-1]
+    assert docs2 == docs
 
 
 def test_a_different_key_gives_different_digests(
@@ -184,8 +186,8 @@ def test_a_different_key_gives_different_digests(
 ) -> None:
     other = tmp_path / "other.key"
     other.write_text("another-key-of-enough-length-0000")
-    _, (a,), _ = _render(capsys, "-f", manifests, "--digest-key-file", key_file)
-    _, (b,), _ = _render(capsys, "-f", manifests, "--digest-key-file", other)
+    _, (a, *_), _ = _render(capsys, "-f", manifests, "--digest-key-file", key_file)
+    _, (b, *_), _ = _render(capsys, "-f", manifests, "--digest-key-file", other)
     assert template_annotations(a)[ANN_CHECKSUM] != template_annotations(b)[ANN_CHECKSUM]
     assert set(recorded_sources(a)) == set(recorded_sources(b))
 
@@ -198,7 +200,7 @@ def test_render_warns_about_a_missing_source_and_fails(
     path.write_text(yaml.safe_dump(dep))
     status, (out,), err = _render(capsys, "-f", path, "--digest-key-file", key_file)
     assert status == 1
-    assert "Deployment/lonely" in err and "configmap/nowhere" in err
+    assert "Deployment/" in err and "lonely" in err and "configmap/nowhere" in err
     assert out == dep  # unchanged
 
 
@@ -208,7 +210,9 @@ def test_render_several_files_lists_and_other_kinds(
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {}}
     job = workload("Job", pod_spec(container(env=[env_cm("app-config", "log.level")])), name="j")
     del job["metadata"]["namespace"]  # takes --namespace
-    (tmp_path / "sources.json").write_text(json.dumps({"kind": "List", "items": SOURCES}))
+    (tmp_path / "sources.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": SOURCES})
+    )
     (tmp_path / "work.yaml").write_text(yaml.safe_dump_all([service, job]))
     status, docs, _ = _render(
         capsys,
@@ -222,7 +226,12 @@ def test_render_several_files_lists_and_other_kinds(
         "shop",
     )
     assert status == 0
-    svc_out, job_out = docs
+    sources_out, svc_out, job_out = docs
+    assert sources_out == {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": SOURCES,
+    }  # a List stays a List
     assert svc_out == service
     assert set(recorded_sources(job_out)) == {"configmap/app-config"}
     assert ANN_SOURCES in template_annotations(job_out)

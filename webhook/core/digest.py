@@ -149,8 +149,15 @@ def key_digest(hkey: bytes, field: str, name: str, value: bytes) -> bytes:
 
 
 def _b64(value: Any, where: str) -> bytes:
+    """Base64 as the API server decodes it (Go's StdEncoding): padding required, line breaks
+    anywhere ignored (a value wrapped over several lines is valid), anything else refused.
+    A null value is stored as empty."""
+    if value is None:
+        return b""
     if not isinstance(value, str):
         raise BadSource(f"{where} is not a base64 string")
+    if "\n" in value or "\r" in value:
+        value = value.replace("\n", "").replace("\r", "")
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as e:
@@ -158,9 +165,23 @@ def _b64(value: Any, where: str) -> bytes:
 
 
 def _text(value: Any, where: str) -> bytes:
+    if value is None:  # JSON null into a Go map of strings: stored as ""
+        return b""
     if not isinstance(value, str):
         raise BadSource(f"{where} is not a string")
     return value.encode()
+
+
+def _fields(obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = obj.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadSource(f"{name} is not a mapping")
+    for key in value:
+        if not isinstance(key, str):
+            raise BadSource(f"{name} has a key that is not a string: {key!r}")
+    return value
 
 
 def key_digests(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> dict[str, bytes]:
@@ -172,14 +193,14 @@ def key_digests(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> dict[s
     """
     out: dict[str, bytes] = {}
     if kind is SourceKind.CONFIGMAP:
-        for name, value in (obj.get("data") or {}).items():
+        for name, value in _fields(obj, "data").items():
             out[name] = key_digest(hkey, "data", name, _text(value, f"data[{name}]"))
-        for name, value in (obj.get("binaryData") or {}).items():
+        for name, value in _fields(obj, "binaryData").items():
             out[name] = key_digest(hkey, "binaryData", name, _b64(value, f"binaryData[{name}]"))
     else:
-        for name, value in (obj.get("data") or {}).items():
+        for name, value in _fields(obj, "data").items():
             out[name] = key_digest(hkey, "data", name, _b64(value, f"data[{name}]"))
-        for name, value in (obj.get("stringData") or {}).items():
+        for name, value in _fields(obj, "stringData").items():
             out[name] = key_digest(hkey, "data", name, _text(value, f"stringData[{name}]"))
     return out
 

@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 DATA_KEY = "key"
 
 
-def _read(kube: Kube, namespace: str, name: str) -> bytes:
+def read_digest_key(kube: Kube, namespace: str, name: str) -> bytes:
+    """The key in an existing Secret (one GET; nothing is created)."""
     secret = kube.get(path("secrets", namespace, name))
     raw = (secret.get("data") or {}).get(DATA_KEY)
     if not isinstance(raw, str):
@@ -24,7 +25,7 @@ def _read(kube: Kube, namespace: str, name: str) -> bytes:
 
 def ensure_digest_key(kube: Kube, namespace: str, name: str) -> bytes:
     try:
-        return _read(kube, namespace, name)
+        return read_digest_key(kube, namespace, name)
     except NotFound:
         pass
     body = {
@@ -46,4 +47,4 @@ def ensure_digest_key(kube: Kube, namespace: str, name: str) -> bytes:
         log.info("created the digest key Secret %s/%s", namespace, name)
     except AlreadyExists:
         log.info("another replica created the digest key Secret first; using it")
-    return _read(kube, namespace, name)
+    return read_digest_key(kube, namespace, name)
