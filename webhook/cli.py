@@ -12,16 +12,10 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from webhook import __version__, status
-from webhook.certs import generate, write_bundle
+from webhook import __version__
 from webhook.config import Settings, default_text, env_name, flag_name
 from webhook.core.constants import MODES
 from webhook.digestkey import BadDigestKey, load_key_file, new_key_text
-from webhook.kube.client import connect
-from webhook.kube.digestkey import read_digest_key
-from webhook.kube.errors import KubeError
-from webhook.kube.raw import Kube
-from webhook.kube.webhookconfig import set_ca_bundle
 from webhook.logs import setup_logging
 from webhook.manifests import STDIN
 from webhook.render import (
@@ -32,8 +26,10 @@ from webhook.render import (
     stdin_is_terminal,
 )
 from webhook.render import Options as RenderOptions
-from webhook.serve import serve
 from webhook.sources import EMBEDDED_MANIFESTS
+
+# The cluster client, the server, `status` and the certificate code take over a second to
+# import: the commands that use them import them, so `render` (a pipeline step) starts fast.
 
 log = logging.getLogger("configpin")
 
@@ -84,7 +80,9 @@ def _settings_error(command: str, error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the command line, `status` gets its flags only when it is the
+    command (they come with the cluster client, which other commands do without)."""
     parser = argparse.ArgumentParser(
         prog="configpin",
         description="Pin pods to the exact ConfigMap and Secret content they were created with.",
@@ -163,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rights). Exit 0: all current; 1: something stale or a required source missing; "
         "2: usage or connection error.",
     )
-    status.add_arguments(st)
+    if argv is None or "status" in argv:
+        from webhook import status
+
+        status.add_arguments(st)
 
     sub.add_parser(
         "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
@@ -173,11 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from webhook.config import Settings
+
     given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     return Settings(**given)
 
 
 def cmd_serve(settings: Settings) -> int:
+    from webhook.serve import serve
+
     return serve(settings)
 
 
@@ -193,6 +198,11 @@ def _render_key(args: argparse.Namespace) -> bytes:
         if kubeconfig is None and not os.environ.get("KUBECONFIG") and default.is_file():
             kubeconfig = default
         where = f"the digest key Secret {namespace}/{name}"
+        from webhook.kube.client import connect
+        from webhook.kube.digestkey import read_digest_key
+        from webhook.kube.errors import KubeError
+        from webhook.kube.raw import Kube
+
         try:
             api = connect(kubeconfig)
             if api is None:
@@ -250,6 +260,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
+    from webhook.certs import generate, write_bundle
+    from webhook.kube.client import connect
+    from webhook.kube.raw import Kube
+    from webhook.kube.webhookconfig import set_ca_bundle
+
     bundle = generate(args.service, args.namespace, validity_days=args.days)
     write_bundle(bundle, args.out)
     print(
@@ -273,7 +288,8 @@ def kubectl_plugin() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     if args.command == "serve":
         try:
             settings = _settings(args)
@@ -288,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "certs":
         return cmd_certs(args)
     if args.command == "status":
+        from webhook import status
+
         return status.run(args)
     if args.command == "keygen":
         print(new_key_text().decode())

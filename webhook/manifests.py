@@ -15,6 +15,7 @@ which is also what keeps a 20 MB stream of mostly ConfigMaps fast.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,22 +57,40 @@ _FLOAT_TAG: Final = "tag:yaml.org,2002:float"
 
 
 class _Loader(_BaseLoader):
-    """libyaml's parser, go-yaml v2's scalar resolution, the document's root node kept."""
+    """libyaml's parser and composer with go-yaml v2's scalar resolution (see `_build`)."""
 
-    yaml_implicit_resolvers: dict[Any, Any] = {}  # PyYAML's class registry
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        # Called by the C composer for every scalar: the common case (text that starts
+        # with a character no special form starts with) answers without a regex.
+        if kind is yaml.ScalarNode:
+            if implicit[0]:
+                if not value:
+                    return _NULL_TAG
+                candidates = _FIRST.get(value[0])
+                if candidates:
+                    for tag, regexp in candidates:
+                        if regexp.match(value):
+                            return tag
+            return _STR_TAG
+        return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
 
-    root: Any = None
 
-    def construct_document(self, node: Any) -> Any:
-        self.root = node
-        return super().construct_document(node)
-
-
-_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _GO_BOOL, list("yYnNtTfFoO"))
-_Loader.add_implicit_resolver("tag:yaml.org,2002:null", _GO_NULL, ["~", "n", "N", ""])
-_Loader.add_implicit_resolver(_INT_TAG, _GO_INT, _DIGITS)
-_Loader.add_implicit_resolver(_FLOAT_TAG, _GO_FLOAT, _FLOAT_FIRST)
-_Loader.add_implicit_resolver("tag:yaml.org,2002:merge", _MERGE, ["<"])
+_STR_TAG: Final = "tag:yaml.org,2002:str"
+_SEQ_TAG: Final = "tag:yaml.org,2002:seq"
+_MAP_TAG: Final = "tag:yaml.org,2002:map"
+_NULL_TAG: Final = "tag:yaml.org,2002:null"
+_BOOL_TAG: Final = "tag:yaml.org,2002:bool"
+_MERGE_TAG: Final = "tag:yaml.org,2002:merge"
+_FIRST: Final[dict[str, list[tuple[str, re.Pattern[str]]]]] = {}
+for _tag, _regexp, _chars in (
+    (_BOOL_TAG, _GO_BOOL, "yYnNtTfFoO"),
+    (_NULL_TAG, _GO_NULL, "~nN"),
+    (_INT_TAG, _GO_INT, "-+0123456789"),
+    (_FLOAT_TAG, _GO_FLOAT, "-+0123456789."),
+    (_MERGE_TAG, _MERGE, "<"),
+):
+    for _c in _chars:
+        _FIRST.setdefault(_c, []).append((_tag, _regexp))
 
 
 def _go_int(text: str) -> int:
@@ -85,20 +104,19 @@ def _go_int(text: str) -> int:
     return sign * int(s)
 
 
-def _construct_int(loader: Any, node: Any) -> Any:
-    value = loader.construct_scalar(node)
+def _int_value(value: str) -> Any:
     try:
-        number = _go_int(value)
+        number: int | None = _go_int(value)
     except ValueError:
         number = None
     if number is not None and -(2**63) <= number < 2**64:
         return number
     # Not an int to strconv (`08`, out of range): go-yaml tries a float next.
-    return _construct_float(loader, node)
+    return _float_value(value)
 
 
-def _construct_float(loader: Any, node: Any) -> Any:
-    value = str(loader.construct_scalar(node)).replace("_", "")
+def _float_value(text: str) -> Any:
+    value = text.replace("_", "")
     lowered = value.lower()
     if lowered.endswith(".inf"):
         return float("-inf") if lowered.startswith("-") else float("inf")
@@ -107,60 +125,254 @@ def _construct_float(loader: Any, node: Any) -> Any:
     try:
         return float(value)
     except ValueError:
-        return value
+        return text
 
 
-def _construct_bool(loader: Any, node: Any) -> bool:
-    return str(loader.construct_scalar(node)) in _BOOL_TRUE
+_SCALARS: Final[dict[str, Any]] = {
+    _NULL_TAG: lambda v: None,
+    _BOOL_TAG: lambda v: v in _BOOL_TRUE,
+    _INT_TAG: _int_value,
+    _FLOAT_TAG: _float_value,
+    # PyYAML's tags that go-yaml reads as text.
+    "tag:yaml.org,2002:timestamp": str,
+    "tag:yaml.org,2002:value": str,
+}
+
+MAX_NODES: Final = 4_000_000  # per document, aliases expanded (go-yaml refuses alias bombs too)
 
 
-def _construct_plain_str(loader: Any, node: Any) -> Any:
-    """Tags PyYAML knows and go-yaml reads as text (`!!timestamp`, `!!value`)."""
-    return loader.construct_scalar(node)
+class _NodeError(Exception):
+    def __init__(self, node: Any, message: str) -> None:
+        super().__init__(message)
+        self.line = node.start_mark.line + 1
+        self.message = message
 
 
-_Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
-_Loader.add_constructor(_INT_TAG, _construct_int)
-_Loader.add_constructor(_FLOAT_TAG, _construct_float)
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _construct_plain_str)
-_Loader.add_constructor("tag:yaml.org,2002:value", _construct_plain_str)
+def _merge_sources(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [node]
+    if isinstance(node, yaml.SequenceNode) and all(
+        isinstance(v, yaml.MappingNode) for v in node.value
+    ):
+        return list(reversed(node.value))  # the first one named wins
+    raise _NodeError(node, "a merge key (<<) needs a mapping or a list of mappings")
+
+
+def _build(node: Any, budget: list[int]) -> Any:
+    """The value of a node as go-yaml gives it: every alias a copy of its own (nothing is
+    shared), a duplicate key refused, a tag Kubernetes does not read refused."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _NodeError(node, f"more than {MAX_NODES} values once aliases are expanded")
+    cls = node.__class__
+    tag = node.tag
+    if cls is yaml.ScalarNode:
+        if tag == _STR_TAG:
+            return node.value
+        make = _SCALARS.get(tag)
+        if make is None:
+            raise _NodeError(node, f"the tag {tag} is not one Kubernetes reads")
+        return make(node.value)
+    if cls is yaml.SequenceNode:
+        if tag != _SEQ_TAG:
+            raise _NodeError(node, f"the tag {tag} is not one Kubernetes reads")
+        return [_build(item, budget) for item in node.value]
+    if tag != _MAP_TAG:
+        raise _NodeError(node, f"the tag {tag} is not one Kubernetes reads")
+    out: dict[Any, Any] = {}
+    merged: dict[Any, Any] | None = None
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:
+            merged = merged if merged is not None else {}
+            for source in _merge_sources(value_node):
+                merged.update(_build(source, budget))
+            continue
+        key = _build(key_node, budget)
+        if isinstance(key, (dict, list)):
+            raise _NodeError(key_node, "a mapping key that is not a scalar (a template?)")
+        if key in out:
+            raise _NodeError(key_node, f"duplicate key {key!r}")
+        out[key] = _build(value_node, budget)
+    if merged:
+        return {**merged, **out}
+    return out
+
+
+# ---- writing ------------------------------------------------------------------------------
 
 
 class _Dumper(_BaseDumper):
-    """Never writes aliases; quotes a string that PyYAML or go-yaml would read as non-text."""
+    """The fallback writer: never writes aliases; quotes what any reader could misread."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
 # PyYAML's own resolvers stay (they quote `1:20`, dates, `=`); go-yaml's are added.
-_Dumper.add_implicit_resolver("tag:yaml.org,2002:bool", _GO_BOOL, list("yYnNtTfFoO"))
+_Dumper.add_implicit_resolver(_BOOL_TAG, _GO_BOOL, list("yYnNtTfFoO"))
 _Dumper.add_implicit_resolver(_INT_TAG, _GO_INT, _DIGITS)
 _Dumper.add_implicit_resolver(_FLOAT_TAG, _GO_FLOAT, _FLOAT_FIRST)
 
 
 def _represent_str(dumper: Any, value: str) -> Any:
-    # Multi-line text (config files, dashboards) as a literal block: readable in a review.
     style = "|" if "\n" in value and not value.startswith(" ") else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    return dumper.represent_scalar(_STR_TAG, value, style=style)
 
 
 _Dumper.add_representer(str, _represent_str)
 
-_WIDTH: Final = 1 << 30  # never fold long lines: annotations carry long JSON
+# Words some YAML reader takes for a bool or null (go-yaml v2, PyYAML's YAML 1.1): quoted.
+_SPECIAL_WORDS: Final = frozenset((*_BOOL_TRUE, *_BOOL_FALSE, "null", "Null", "NULL", "~"))
+# Text that is plain in block context for every reader: starts with a letter or `_`, then no
+# indicator that could end it or start a comment; `:` only inside (not last, no space after).
+_PLAIN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_./@+:=-]*")
+# Characters a YAML double-quoted scalar must not carry raw (JSON leaves them raw).
+_ESCAPE: Final = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+_LITERAL_BAD: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
+_MAX_KEY: Final = 1000  # longer keys need YAML's explicit `? ` form: left to PyYAML
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xD800 <= code <= 0xDFFF:
+        return "\\ufffd"  # a lone surrogate (only JSON input can hold one): as Go decodes it
+    return f"\\u{code:04x}"
+
+
+_SIMPLE: Final = re.compile(r"[\x20-\x7e]*")
+
+
+def _quoted(text: str) -> str:
+    if _SIMPLE.fullmatch(text) and '"' not in text and "\\" not in text:
+        return '"' + text + '"'
+    out = json.dumps(text, ensure_ascii=False)
+    return _ESCAPE.sub(_escape, out) if _ESCAPE.search(out) else out
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        if _PLAIN.fullmatch(value) and not value.endswith(":") and value not in _SPECIAL_WORDS:
+            return value
+        return _quoted(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if value in (float("inf"), float("-inf")):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        return text.replace("e", ".0e") if "." not in text and "e" in text else text
+    raise _Fallback
+
+
+def _literal(text: str, indent: str) -> str | None:
+    """A multi-line string as a literal block (`|`), when that says exactly the same."""
+    if text[0] in " \n" or _LITERAL_BAD.search(text) or "\r" in text:
+        return None
+    body = text.rstrip("\n")
+    trailing = len(text) - len(body)
+    chomp = "-" if trailing == 0 else "" if trailing == 1 else "+"
+    lines = body.split("\n")
+    if any(line.startswith(" ") for line in lines[:1]):
+        return None
+    out = "|" + chomp + "\n" + "".join(f"{indent}{line}\n" if line else "\n" for line in lines)
+    if trailing > 1:
+        out += "\n" * (trailing - 1)
+    return out
+
+
+def _value(value: Any, indent: str, out: list[str]) -> None:
+    """`value` after a `key:` or `- ` that is already written (no newline yet)."""
+    cls = value.__class__
+    if cls is str and "\n" not in value:
+        out.append(" " + _scalar(value) + "\n")
+    elif cls is int:
+        out.append(f" {value}\n")
+    elif isinstance(value, dict) and value:
+        out.append("\n")
+        _mapping(value, indent, out)
+    elif isinstance(value, list) and value:
+        out.append("\n")
+        _sequence(value, indent, out)
+    elif isinstance(value, dict):
+        out.append(" {}\n")
+    elif isinstance(value, list):
+        out.append(" []\n")
+    elif isinstance(value, str) and "\n" in value:
+        block = _literal(value, indent + "  ")
+        out.append(" " + (block if block is not None else _quoted(value) + "\n"))
+    else:
+        out.append(" " + _scalar(value) + "\n")
+
+
+# Written keys by key: the same few dozen field names make up most of every manifest.
+_KEYS: dict[Any, str] = {}
+
+
+def _key(key: Any) -> str:
+    text = _KEYS.get(key) if key.__class__ is str else None
+    if text is None:
+        text = _scalar(key)
+        if len(text) > _MAX_KEY:
+            raise _Fallback
+        if key.__class__ is str and len(_KEYS) < 4096:
+            _KEYS[key] = text
+    return text
+
+
+def _mapping(mapping: dict[Any, Any], indent: str, out: list[str]) -> None:
+    for key, value in mapping.items():
+        out.append(f"{indent}{_key(key)}:")
+        _value(value, indent + "  ", out)
+
+
+def _sequence(items: list[Any], indent: str, out: list[str]) -> None:
+    for item in items:
+        if isinstance(item, dict) and item:
+            first = True
+            for key, value in item.items():
+                out.append(f"{indent}- {_key(key)}:" if first else f"{indent}  {_key(key)}:")
+                _value(value, indent + "    ", out)
+                first = False
+        else:
+            out.append(f"{indent}-")
+            _value(item, indent + "  ", out)
 
 
 def dump(obj: Any) -> str:
-    """One document, `---` first, as YAML that kubectl reads back as `obj`."""
-    text: str = yaml.dump(
-        obj,
-        Dumper=_Dumper,
-        sort_keys=False,
-        allow_unicode=True,
-        explicit_start=True,
-        width=_WIDTH,
-    )
-    return text
+    """One document, `---` first, as block YAML that kubectl (go-yaml) and PyYAML read back as
+    `obj`. A small writer of its own: PyYAML's representer costs more than the rest of a
+    render; PyYAML (libyaml's emitter) writes what the small one does not (very long keys)."""
+    out = ["---\n"]
+    try:
+        if isinstance(obj, dict) and obj:
+            _mapping(obj, "", out)
+        elif isinstance(obj, list) and obj:
+            _sequence(obj, "", out)
+        else:
+            raise _Fallback
+    except _Fallback:
+        text: str = yaml.dump(
+            obj,
+            Dumper=_Dumper,
+            sort_keys=False,
+            allow_unicode=True,
+            explicit_start=True,
+            width=1 << 30,
+        )
+        return text
+    return "".join(out)
 
 
 class InputError(Exception):
@@ -242,25 +454,6 @@ def read_json(text: str, name: str) -> Iterator[Document]:
         pos = end
 
 
-# An alias (`*name`) where YAML allows one: only then can two places share one node.
-_ALIAS: Final = re.compile(r"(?:^|[\s\[{,:-])\*[^\s,\[\]{}]")
-
-
-def unshare(value: Any, _open: frozenset[int] = frozenset()) -> Any:
-    """A copy in which no two places are one object (YAML aliases are separate copies)."""
-    if isinstance(value, dict):
-        if id(value) in _open:
-            raise ValueError("a recursive alias (an anchor used inside itself)")
-        inner = _open | {id(value)}
-        return {k: unshare(v, inner) for k, v in value.items()}
-    if isinstance(value, list):
-        if id(value) in _open:
-            raise ValueError("a recursive alias (an anchor used inside itself)")
-        inner = _open | {id(value)}
-        return [unshare(v, inner) for v in value]
-    return value
-
-
 def _comment_prefix(gap: str) -> str:
     """Comment lines between a document's `---` and its content (Helm's `# Source: ...`)."""
     lines = gap.split("\n")
@@ -289,9 +482,14 @@ def read_yaml(text: str, name: str) -> Iterator[Document]:
     try:
         while True:
             try:
-                if not loader.check_data():  # type: ignore[no-untyped-call]
+                if not loader.check_node():
                     return
-                obj = loader.get_data()
+                root: Any = loader.get_node()
+                obj = _build(root, [MAX_NODES])
+            except _NodeError as e:
+                raise InputError(name, e.line, e.message) from None
+            except RecursionError:
+                raise InputError(name, 1, "nested too deeply") from None
             except yaml.MarkedYAMLError as e:
                 mark = e.problem_mark or e.context_mark
                 line = mark.line + 1 if mark is not None else 1
@@ -299,20 +497,14 @@ def read_yaml(text: str, name: str) -> Iterator[Document]:
                 raise InputError(name, line, f"invalid YAML: {what}") from None
             except yaml.YAMLError as e:
                 raise InputError(name, 1, f"invalid YAML: {e}") from None
-            except (Exception, RecursionError) as e:  # PyYAML's own failures on odd input
+            except Exception as e:  # PyYAML's own failures on odd input
                 raise InputError(name, 1, f"invalid YAML: {type(e).__name__}: {e}") from None
-            root = loader.root
             start, end = root.start_mark, root.end_mark
             line = start.line + 1
             if obj is None:
                 previous_end = end.index
                 continue
             own = text[start.index : end.index]
-            if _ALIAS.search(own):
-                try:
-                    obj = unshare(obj)
-                except (ValueError, RecursionError) as e:
-                    raise InputError(name, line, str(e)) from None
             prefix = _comment_prefix(text[previous_end : start.index])
             if start.column and text[start.index - start.column : start.index].strip(" "):
                 # content on the `---` line: keep the column so the lines below still line up

@@ -23,7 +23,14 @@ from typing import Any, BinaryIO, Final
 import jsonpatch
 
 from webhook.core.digest import BadSource, copy_signature, record_from_object
-from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+from webhook.core.model import (
+    JSONObject,
+    PatchOp,
+    SourceId,
+    SourceKind,
+    SourceRecord,
+    SourceUnavailable,
+)
 from webhook.core.plan import plan_object
 from webhook.core.refs import WORKLOAD_KINDS
 from webhook.core.snapshot import snapshot_object
@@ -241,8 +248,9 @@ class _Renderer:
     def namespace_of(self, obj: JSONObject) -> str:
         return str((obj.get("metadata") or {}).get("namespace") or self.options.namespace)
 
-    def workload(self, obj: JSONObject, where: str) -> tuple[JSONObject, list[JSONObject]]:
-        """The object as admission would make it, and the copies it needs first."""
+    def workload(self, obj: JSONObject, where: str) -> tuple[JSONObject, list[JSONObject], bool]:
+        """The object as admission would make it, the copies it needs first, and whether it
+        changed."""
         namespace = self.namespace_of(obj)
         missing: set[SourceId] = set()
 
@@ -268,7 +276,8 @@ class _Renderer:
                 self.findings.append(f"{where}: {label}: {warning}")
             else:
                 self.notes.append(f"{where}: warning: {label}: {warning}")
-        out = jsonpatch.apply_patch(obj, plan.patch) if plan.patch else obj
+        # In place: the object was read for this render alone and nothing else holds it.
+        out = apply_patch(obj, plan.patch) if plan.patch else obj
         copies: list[JSONObject] = []
         for req in plan.snapshots:
             if (namespace, req.snapshot_name) in self.emitted:
@@ -289,7 +298,36 @@ class _Renderer:
                     namespace=namespace,
                 )
             )
-        return out, copies
+        return out, copies, bool(plan.patch)
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~") if "~" in token else token
+
+
+def apply_patch(obj: JSONObject, ops: list[PatchOp]) -> JSONObject:
+    """Apply, in place, the add/replace/remove operations a plan is made of (the general
+    library costs more than the rest of planning; anything else is handed to it)."""
+    if any(op["op"] not in ("add", "replace", "remove") for op in ops):
+        result: JSONObject = jsonpatch.apply_patch(obj, ops, in_place=True)
+        return result
+    for op in ops:
+        *parents, last = [_unescape(t) for t in op["path"].split("/")[1:]]
+        target: Any = obj
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        if isinstance(target, list):
+            if op["op"] == "remove":
+                del target[int(last)]
+            elif op["op"] == "add":
+                target.insert(len(target) if last == "-" else int(last), op["value"])
+            else:
+                target[int(last)] = op["value"]
+        elif op["op"] == "remove":
+            del target[last]
+        else:
+            target[last] = op["value"]
+    return obj
 
 
 def _is_workload(obj: JSONObject) -> bool:
@@ -366,9 +404,8 @@ def _render_document(r: _Renderer, doc: Document, usable: list[bool]) -> list[st
             if not usable[i]:
                 continue
             if _is_workload(item):
-                new, copies = r.workload(item, doc.where(i))
-                if copies or new is not item:
-                    changed = True
+                new, copies, patched = r.workload(item, doc.where(i))
+                changed = changed or patched or bool(copies)
                 items.extend(copies)
                 items.append(new)
             else:
@@ -377,9 +414,9 @@ def _render_document(r: _Renderer, doc: Document, usable: list[bool]) -> list[st
             return [doc.text]
         return [dump({**obj, "items": items})]
     if _is_workload(obj):
-        new, copies = r.workload(obj, doc.where())
+        new, copies, patched = r.workload(obj, doc.where())
         out = [dump(c) for c in copies]
-        out.append(doc.text if new is obj and doc.text is not None else dump(new))
+        out.append(doc.text if not patched and doc.text is not None else dump(new))
         return out
     return [doc.text if doc.text is not None else dump(obj)]
 
