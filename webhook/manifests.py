@@ -247,8 +247,11 @@ _SIMPLE: Final = re.compile(r"[\x20-\x7e]*")
 
 
 def _quoted(text: str) -> str:
-    if _SIMPLE.fullmatch(text) and '"' not in text and "\\" not in text:
-        return '"' + text + '"'
+    if _SIMPLE.fullmatch(text):
+        if '"' not in text and "\\" not in text:
+            return '"' + text + '"'
+        if "'" not in text:  # JSON in an annotation reads better single-quoted
+            return "'" + text + "'"
     out = json.dumps(text, ensure_ascii=False)
     return _ESCAPE.sub(_escape, out) if _ESCAPE.search(out) else out
 
