@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +238,181 @@ def test_render_several_files_lists_and_other_kinds(
     assert svc_out == service
     assert set(recorded_sources(job_out)) == {"configmap/app-config"}
     assert ANN_SOURCES in template_annotations(job_out)
+
+
+# ---- documents, structure, errors, keys (issue 15) ----
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_shared_yaml_node_is_changed_only_where_admission_changes_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
+) -> None:
+    path = _write(
+        tmp_path / "alias.yaml",
+        """\
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata:
+          name: web
+          annotations: &shared {team: shop}
+        spec:
+          template:
+            metadata:
+              annotations: *shared
+            spec:
+              containers:
+                - name: app
+                  envFrom: [{configMapRef: {name: cfg, optional: true}}]
+        """,
+    )
+    status, (dep,), _ = _render(capsys, "-f", path, "--digest-key-file", key_file)
+    assert status == 0
+    assert dep["metadata"]["annotations"] == {"team": "shop"}
+    assert set(template_annotations(dep)) == {"team", ANN_CHECKSUM, ANN_SOURCES}
+
+
+def test_snapshot_copies_go_into_the_list_before_the_item_that_uses_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
+) -> None:
+    items = [
+        SOURCES[0],
+        _deployment(),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+    ]
+    path = tmp_path / "list.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    status, (lst,), err = _render(
+        capsys, "-f", path, "--digest-key-file", key_file, "--mode", "snapshot",
+        "--allow-missing", "secret/app-*",
+    )  # fmt: skip
+    assert status == 0, err
+    kinds = [(i["kind"], i["metadata"]["name"]) for i in lst["items"]]
+    assert kinds[0] == ("ConfigMap", "app-config")
+    assert kinds[1][0] == "ConfigMap" and kinds[1][1].startswith("app-config-")
+    assert kinds[2:] == [("Deployment", "web"), ("Service", "s")]
+
+
+def test_allow_missing_takes_names_and_globs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
+) -> None:
+    dep = workload(
+        "Deployment",
+        pod_spec(container(env=[env_cm("cfg", "k")], env_from=[envfrom_secret("db-password")])),
+        name="web",
+    )
+    path = tmp_path / "dep.yaml"
+    path.write_text(yaml.safe_dump(dep))
+    base = ["-f", path, "--digest-key-file", key_file]
+    status, _, err = _render(capsys, *base)
+    assert status == 1 and "configmap/cfg" in err and "secret/db-password" in err
+    status, _, err = _render(capsys, *base, "--allow-missing", "Secret/db-*")
+    assert status == 1 and "configmap/cfg" in err and "db-password" not in err
+    status, (out,), err = _render(
+        capsys, *base, "--allow-missing", "secret/db-*", "--allow-missing", "cm/cfg"
+    )
+    assert status == 0 and err == ""
+    assert ANN_SOURCES not in template_annotations(out)  # nothing there to pin
+    assert main(["render", *map(str, base), "--allow-missing", "db-password"]) == 2
+    assert "expected KIND/NAME" in capsys.readouterr().err
+
+
+def test_unusable_input_exits_2_with_file_and_line_unless_skipped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
+) -> None:
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a-good.yaml").write_text(yaml.safe_dump_all([*SOURCES, _deployment()]))
+    _write(
+        folder / "b-template.yaml",
+        """\
+        apiVersion: v1
+        kind: ConfigMap
+        metadata:
+          name: {{ .Release.Name }}-config
+        """,
+    )
+    _write(folder / "c-meta.yaml", "apiVersion: v1\nkind: Service\nmetadata: web\n")
+    _write(folder / "d-values.yaml", "replicaCount: 2\nimage: {tag: v1}\n")
+    status, docs, err = _render(capsys, "-f", folder, "--digest-key-file", key_file)
+    assert status == 2 and docs == []
+    lines = err.splitlines()
+    assert any(line.startswith(f"{folder}/b-template.yaml:4: ") for line in lines), err
+    assert f"{folder}/c-meta.yaml:1: metadata is a str, not a mapping" in lines
+    assert f"{folder}/d-values.yaml:1: not a Kubernetes object: no kind" in lines
+    assert "Traceback" not in err
+
+    status, docs, err = _render(
+        capsys, "-f", folder, "--digest-key-file", key_file, "--skip-invalid"
+    )
+    assert status == 0
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Secret", "Deployment"]
+    assert err.count("(skipped)") == 3
+
+
+def test_without_a_key_render_says_so_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str],
+    manifests: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    status, docs, err = _render(capsys, "-f", manifests)
+    assert status == 0 and len(docs) == 3
+    (note,) = err.splitlines()
+    assert "one-off key" in note and "match no cluster" in note
+    assert list(work.iterdir()) == []  # no certs/digest.key any more
+    _, docs2, _ = _render(capsys, "-f", manifests)
+    assert recorded_checksum(docs2[0]) != recorded_checksum(docs[0])  # a new key each time
+
+
+def test_digest_key_secret_without_a_cluster_is_unusable(
+    capsys: pytest.CaptureFixture[str],
+    manifests: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    status = main(["render", "-f", str(manifests), "--digest-key-secret", "configpin/key"])
+    err = capsys.readouterr().err
+    assert status == 2 and "configpin/key" in err and "no cluster" in err
+
+
+def test_render_reads_standard_input(
+    capsys: pytest.CaptureFixture[str], key_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = yaml.safe_dump_all([_deployment(), *SOURCES]).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stream)))
+    status, docs, err = _render(capsys, "-f", "-", "--digest-key-file", key_file)
+    assert status == 0, err
+    assert [d["kind"] for d in docs] == ["Deployment", "ConfigMap", "Secret"]
+    assert set(recorded_sources(docs[0])) == {"configmap/app-config", "secret/app-secret"}
+
+
+def test_volume_credentials_are_not_pinned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
+) -> None:
+    volumes = [
+        {"name": "a", "azureFile": {"secretName": "az", "shareName": "s"}},
+        {"name": "c", "cephfs": {"monitors": ["m"], "secretRef": {"name": "ceph"}}},
+        {"name": "r", "rbd": {"monitors": ["m"], "image": "i", "secretRef": {"name": "ceph"}}},
+        {
+            "name": "i",
+            "iscsi": {"targetPortal": "t", "iqn": "q", "lun": 0, "secretRef": {"name": "chap"}},
+        },
+        {"name": "f", "flexVolume": {"driver": "d", "secretRef": {"name": "flex"}}},
+        {"name": "s", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "csi"}}},
+    ]
+    dep = workload("Deployment", pod_spec(container(), volumes=volumes), name="storage")
+    path = tmp_path / "dep.yaml"
+    path.write_text(yaml.safe_dump(dep))
+    status, (out,), err = _render(capsys, "-f", path, "--digest-key-file", key_file)
+    assert status == 0 and err == ""
+    assert out == dep
