@@ -9,12 +9,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from webhook import __version__
-from webhook.config import Settings, default_text, env_name, flag_name
 from webhook.core.constants import MODES
 from webhook.digestkey import BadDigestKey, load_key_file, new_key_text
 from webhook.logs import setup_logging
@@ -29,26 +26,35 @@ from webhook.render import (
 from webhook.render import Options as RenderOptions
 from webhook.sources import EMBEDDED_MANIFESTS
 
-# The cluster client, the server, `status` and the certificate code take over a second to
-# import: the commands that use them import them, so `render` (a pipeline step) starts fast.
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from webhook.config import Settings
+
+# The cluster client, the server, `status`, the settings model and the certificate code take
+# over a second to import: the commands that use them import them, so `render` (a pipeline
+# step) starts fast.
 
 log = logging.getLogger("configpin")
 
 
-def _serve_parser(sub: Any) -> None:
+def _serve_parser(sub: Any, *, flags: bool = True) -> None:
     p = sub.add_parser(
         "serve",
         help="run the admission webhook (and, with a cluster, the controller)",
         description="Serve the admission webhook; with a cluster, also run the controller. "
         "Every flag is also an environment variable; a flag wins over the environment.",
     )
-    add_settings_flags(p)
+    if flags:
+        add_settings_flags(p)
 
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field, its help made from the field: description, default and
     environment variable. Values are handed to Settings as given, so a wrong one is refused
     with the same rule whether it came from a flag or from the environment."""
+    from webhook.config import Settings, default_text, env_name, flag_name
+
     for field, info in Settings.model_fields.items():
         kwargs: dict[str, Any] = {
             "dest": field,
@@ -67,6 +73,8 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings_error(command: str, error: ValidationError) -> str:
+    from webhook.config import Settings, env_name, flag_name
+
     """`configpin serve: --port (CONFIGPIN_PORT): Input should be ... (got '70000')`."""
     lines = []
     for problem in error.errors():
@@ -91,7 +99,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"configpin {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(sub)
+    _serve_parser(sub, flags=argv is None or "serve" in argv)
 
     r = sub.add_parser(
         "render",
@@ -306,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     if args.command == "serve":
+        from pydantic import ValidationError
+
         try:
             settings = _settings(args)
         except ValidationError as e:
