@@ -230,9 +230,9 @@ def test_corpus_in_snapshot_mode_keeps_the_originals_and_adds_copies(
     assert docs.index(grafana) > max(docs.index(c) for c in copies[:5])  # copies come first
 
 
-def _helm_stream() -> str:
+def _helm_stream(values: dict[str, Any] | None = None) -> str:
     """The chart as Helm hands it to a post-renderer: every template, `# Source:` first."""
-    files = _chart.render_files({}, namespace=_chart.RELEASE_NAMESPACE)
+    files = _chart.render_files(values or {}, namespace=_chart.RELEASE_NAMESPACE)
     parts = []
     for name in sorted(files):
         text = files[name]
@@ -242,10 +242,28 @@ def _helm_stream() -> str:
     return "".join(parts)
 
 
-def test_helm_chart_passes_through_render_as_a_post_renderer(key_file: Path) -> None:
-    stream = _helm_stream()
+@pytest.mark.parametrize("cert_manager", [False, True], ids=["default", "cert-manager"])
+def test_helm_chart_passes_through_render_as_a_post_renderer(
+    key_file: Path, cert_manager: bool
+) -> None:
+    stream = _helm_stream({"certManager": {"enabled": True}} if cert_manager else None)
     expected = [d for d in yaml.load_all(stream, Loader=_KubectlLike) if d is not None]
     assert len(expected) > 5
+    deployment = next(d for d in expected if d["kind"] == "Deployment")
+    mounted = set(walk_refs(pod_spec(deployment)))
+    if cert_manager:
+        # The certificate Secret cert-manager will issue, given here as another document of
+        # the stream would be: the chart's Deployment is then stamped with its digest.
+        (tls,) = mounted
+        tls_secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": tls.partition("/")[2]},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5", "ca.crt": "Y2E="},
+        }
+        stream += "---\n" + yaml.safe_dump(tls_secret)
+        expected.append(tls_secret)
     done = subprocess.run(
         [
             sys.executable, "-m", "webhook", "render", "-f", "-",
@@ -266,8 +284,6 @@ def test_helm_chart_passes_through_render_as_a_post_renderer(key_file: Path) -> 
     assert "# Source: configpin/templates/" in out  # Helm's comments are kept
     docs = [d for d in yaml.load_all(out, Loader=_KubectlLike) if d is not None]
     assert [without_stamp(d) for d in docs] == expected
-    for doc in docs:
-        if doc["kind"] in WORKLOADS:
-            refs = set(walk_refs(pod_spec(doc)))
-            recorded = json.loads((template_meta(doc).get("annotations") or {}).get(SOURCES, "{}"))
-            assert set(recorded) <= refs
+    stamped = next(d for d in docs if d["kind"] == "Deployment")
+    recorded = json.loads((template_meta(stamped).get("annotations") or {}).get(SOURCES, "{}"))
+    assert set(recorded) == (mounted if cert_manager else set())
