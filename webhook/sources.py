@@ -10,10 +10,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import yaml
-
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+from webhook.manifests import decode, read_text
 
 _KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
 EMBEDDED_MANIFESTS: Final = Path(__file__).parent / "embedded"
@@ -44,16 +43,17 @@ class SourceReader(Protocol):
 
 
 def iter_manifests(paths: Iterable[Path]) -> Iterator[JSONObject]:
-    """Every object in the YAML/JSON files named (folders: their *.yaml, *.yml, *.json)."""
+    """Every object in the YAML/JSON files named (folders: their *.yaml, *.yml, *.json), read
+    as kubectl reads them (`webhook.manifests`, as `configpin render` does). Raises
+    InputError (`file:line: what`) on a file that cannot be read as manifests."""
     for path in paths:
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
         else:
             files = [path]
         for file in files:
-            with file.open(encoding="utf-8") as fh:
-                for doc in yaml.safe_load_all(fh):
-                    yield from _flatten(doc)
+            for doc in read_text(decode(file.read_bytes(), str(file)), str(file)):
+                yield from _flatten(doc.obj)
 
 
 def _flatten(doc: Any) -> Iterator[JSONObject]:
