@@ -507,17 +507,20 @@ def read_yaml(text: str, name: str) -> Iterator[Document]:
             if obj is None:
                 previous_end = end.index
                 continue
-            own = text[start.index : end.index]
-            prefix = _comment_prefix(text[previous_end : start.index])
-            if start.column and text[start.index - start.column : start.index].strip(" "):
-                # content on the `---` line: keep the column so the lines below still line up
-                own = " " * start.column + own
-            elif start.column:
-                own = text[start.index - start.column : start.index] + own
+            # The document's own lines, from the start of its first line: the columns of
+            # the lines below stay what they were.
+            head = text[start.index - start.column : start.index]
+            own = head + text[start.index : end.index]
             if not own.endswith("\n"):
                 own += "\n"
+            if head.lstrip(" ").startswith("---"):  # `--- {...}`, `--- !!map`: its own marker
+                own_text = own
+            elif head.strip(" "):  # something else before the content: keep only the columns
+                own_text = "---\n" + " " * start.column + own[start.column :]
+            else:
+                own_text = "---\n" + _comment_prefix(text[previous_end : start.index]) + own
             previous_end = end.index
-            yield Document(name, line, obj, "---\n" + prefix + own, _item_lines(root))
+            yield Document(name, line, obj, own_text, _item_lines(root))
     finally:
         loader.dispose()
 

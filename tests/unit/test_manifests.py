@@ -67,6 +67,24 @@ def test_yaml_documents_keep_their_text_and_comments() -> None:
     assert b.text == "---\nkind: B\n" and b.line == 8
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "--- {kind: A, x: 1,\n  y: 2}\n",
+        "--- !!map\nkind: A\n",
+        "--- &root\nkind: A\n",
+        "---\n  kind: A\n  x: [1,\n 2]\n",
+        "kind: A\r\nx: |\r\n  a\r\n",
+        "x: |+\n  keep\n\n\n---\nkind: B\n",
+    ],
+)
+def test_a_document_written_back_as_it_was_reads_the_same(text: str) -> None:
+    docs = list(read_text(text, "f.yaml"))
+    again = list(read_text("".join(d.text or "" for d in docs), "out.yaml"))
+    assert [d.obj for d in again] == [d.obj for d in docs]
+    assert all(d.text is not None and d.text.startswith("---") for d in docs)
+
+
 def test_aliases_are_copies_and_merge_keys_merge() -> None:
     obj = _one("a: &x {k: v}\nb: *x\nc:\n  <<: *x\n  k2: w\n")
     assert obj == {"a": {"k": "v"}, "b": {"k": "v"}, "c": {"k": "v", "k2": "w"}}
