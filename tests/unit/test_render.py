@@ -32,8 +32,9 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.cli import main
+from webhook.core import digest
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES, LABEL_SNAPSHOT, LABEL_SOURCE
-from webhook.core.model import JSONObject
+from webhook.core.model import JSONObject, SourceKind
 from webhook.digestkey import load_key_file
 from webhook.metrics import Metrics
 from webhook.server.app import create_app
@@ -151,6 +152,15 @@ def test_render_snapshot_mode(
     assert by_kind["ConfigMap"]["data"] == SOURCES[0]["data"]
     assert by_kind["Secret"]["type"] == "Opaque"
     assert by_kind["Secret"]["stringData"] == SOURCES[1]["stringData"]
+    # The server would take each copy as its own: signed for its namespace, name and content.
+    hkey = load_key_file(key_file)
+    for kind, snap in by_kind.items():
+        source_kind = SourceKind.CONFIGMAP if kind == "ConfigMap" else SourceKind.SECRET
+        key_digests = digest.key_digests(hkey, source_kind, snap)
+        assert (
+            digest.proven_source(hkey, source_kind, snap, key_digests)
+            == (snap["metadata"]["labels"][LABEL_SOURCE])
+        )
 
     spec = spec_of(dep)
     cm_name = by_kind["ConfigMap"]["metadata"]["name"]
