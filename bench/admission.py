@@ -306,6 +306,8 @@ def serve(args: argparse.Namespace) -> None:
         shutdown_delay=0.0,
         drain_timeout=1.0,
         log_level="warning",
+        http=args.http,
+        loop=args.loop,
     )
 
 
@@ -587,6 +589,9 @@ def one_run(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> list[Phase]:
     ]
     if args.server_cpu is not None:
         cmd += ["--cpu", str(args.server_cpu)]
+    for flag in ("http", "loop"):
+        if getattr(args, flag):
+            cmd += [f"--{flag}", getattr(args, flag)]
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
     try:
@@ -665,6 +670,12 @@ def main() -> None:
     parser.add_argument("--server-cpu", type=int, default=0, help="core for the server")
     parser.add_argument("--client-cpu", type=int, default=1, help="core for the load generator")
     parser.add_argument("--json", type=Path, help="also write every phase here")
+    parser.add_argument(
+        "--http", help="HTTP parser of the server: h11 or httptools (default: ours)"
+    )
+    parser.add_argument(
+        "--loop", help="event loop of the server: asyncio or uvloop (default: ours)"
+    )
     # the server side, run by the script itself in a subprocess
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -685,6 +696,7 @@ def main() -> None:
     print(
         f"server: {'not pinned' if args.server_cpu is None else f'cpu {args.server_cpu}'}, "
         f"load generator: {client_pinning}; python {sys.version.split()[0]}; "
+        f"stack: http={args.http or runner.DEFAULT_HTTP} loop={args.loop or runner.DEFAULT_LOOP}; "
         f"load average {os.getloadavg()[0]:.2f}"
     )
     with tempfile.TemporaryDirectory(prefix="configpin-bench-") as tmp_name:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Mode = Literal["checksum", "snapshot", "off"]
@@ -51,6 +51,51 @@ class Settings(BaseSettings):
             " a certificate cannot complete the TLS handshake (see README, Security model)."
         ),
         json_schema_extra={"default_text": "none: any caller that reaches the port is answered"},
+    )
+    tls_cipher_suites: str | None = Field(
+        None,
+        description=(
+            "TLS 1.2 cipher suites, comma-separated Kubernetes names (as kube-apiserver's "
+            "--tls-cipher-suites); TLS 1.3 suites are not configurable."
+        ),
+        json_schema_extra={"default_text": "ECDHE with AES-GCM or ChaCha20-Poly1305 only"},
+    )
+    tls_handshake_timeout: float = Field(
+        5.0, gt=0, description="Seconds a client has to complete the TLS handshake."
+    )
+    header_timeout: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "Seconds a client has for its request line and headers, from the TLS handshake or "
+            "from its first byte after an idle spell; then the connection is closed."
+        ),
+    )
+    body_timeout: float = Field(
+        10.0,
+        gt=0,
+        description=(
+            "Seconds a request body may take once its headers are in; then 408 and the "
+            "connection is closed."
+        ),
+    )
+    keep_alive_timeout: float = Field(
+        120.0,
+        gt=90,
+        description=(
+            "Seconds an idle connection is kept between requests; above the API server's 90 s, "
+            "so that the client, never configpin, closes an idle connection."
+        ),
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Connections open at once; past it a new one is answered 503 and closed.",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request line and headers, in bytes; a larger head is answered 431.",
     )
     certs_dir: Path = Field(
         Path("certs"), description="Where dev certificates and the dev digest key are made."
@@ -238,6 +283,26 @@ class Settings(BaseSettings):
         if self.mode == "snapshot" and not self.snapshots:
             raise ValueError("--mode snapshot needs snapshots allowed (--snapshots)")
         return self
+
+    @field_validator("tls_cipher_suites")
+    @classmethod
+    def _known_suites(cls, value: str | None) -> str | None:
+        if value is not None:
+            from webhook.server.tls import openssl_ciphers  # noqa: PLC0415 (ssl only when set)
+
+            openssl_ciphers(cipher_suite_names(value))
+        return value
+
+    def cipher_suites(self) -> tuple[str, ...]:
+        from webhook.server.tls import DEFAULT_CIPHER_SUITES  # noqa: PLC0415
+
+        if self.tls_cipher_suites is None:
+            return DEFAULT_CIPHER_SUITES
+        return cipher_suite_names(self.tls_cipher_suites)
+
+
+def cipher_suite_names(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
 def flag_name(field: str) -> str:

@@ -39,6 +39,31 @@ class Metrics:
             ["code"],
             registry=r,
         )
+        self.open_connections = Gauge(
+            "configpin_open_connections", "HTTPS connections open now.", registry=r
+        )
+        self.connections_refused = Counter(
+            "configpin_connections_refused_total",
+            "Connections answered 503 and closed at once: the connection cap was reached.",
+            registry=r,
+        )
+        self.connection_timeouts = Counter(
+            "configpin_connection_timeouts_total",
+            "Connections closed for being too slow, by phase: headers (no complete request "
+            "head in time), body (answered 408).",
+            ["phase"],
+            registry=r,
+        )
+        self.client_disconnects = Counter(
+            "configpin_client_disconnects_total",
+            "Requests whose client went away before its body was read.",
+            registry=r,
+        )
+        self.heavy_reviews = Counter(
+            "configpin_heavy_reviews_total",
+            "Reviews large enough to be parsed and planned off the event loop.",
+            registry=r,
+        )
         self.source_reads = Counter(
             "configpin_source_reads_total",
             "Source lookups made by admission, by how they were answered (cache, read_through).",

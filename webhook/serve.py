@@ -22,6 +22,7 @@ from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
 from webhook.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
+from webhook.server.guard import Limits
 from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
@@ -51,17 +52,25 @@ def _tls(
             settings.cert_secret,
         )
         return ReloadingTLSContext(
-            certs.cert_file, certs.key_file, client_ca_file=settings.client_ca
+            certs.cert_file,
+            certs.key_file,
+            client_ca_file=settings.client_ca,
+            cipher_suites=settings.cipher_suites(),
         )
     if settings.tls_cert and settings.tls_key:
         return ReloadingTLSContext(
-            settings.tls_cert, settings.tls_key, client_ca_file=settings.client_ca
+            settings.tls_cert,
+            settings.tls_key,
+            client_ca_file=settings.client_ca,
+            cipher_suites=settings.cipher_suites(),
         )
     cert, key, _ca = ensure_dev_certs(
         settings.certs_dir, service=settings.service_name, namespace=settings.namespace
     )
     log.info("serving with development certificates from %s/", settings.certs_dir)
-    return ReloadingTLSContext(cert, key, client_ca_file=settings.client_ca)
+    return ReloadingTLSContext(
+        cert, key, client_ca_file=settings.client_ca, cipher_suites=settings.cipher_suites()
+    )
 
 
 def _snapshot_writer(
@@ -216,8 +225,20 @@ def serve(settings: Settings) -> int:
         read_workers=settings.read_workers,
         allow_snapshots=settings.snapshots,
     )
+    # The worker process for large reviews starts with the first one (~1 s once): it costs
+    # ~40 MB (itself and multiprocessing's resource tracker) that most clusters never need.
     stoppers.append(admitter.close)
-    app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks)
+    limits = Limits(
+        max_connections=settings.max_connections,
+        handshake_timeout=settings.tls_handshake_timeout,
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        keep_alive_timeout=settings.keep_alive_timeout,
+        max_header_bytes=settings.max_header_bytes,
+    )
+    app = create_app(
+        admitter, lifecycle, metrics, ready_checks=ready_checks, body_timeout=limits.body_timeout
+    )
     try:
         runner.run(
             app,
@@ -227,6 +248,8 @@ def serve(settings: Settings) -> int:
             lifecycle=lifecycle,
             shutdown_delay=settings.shutdown_delay,
             drain_timeout=settings.drain_timeout,
+            limits=limits,
+            metrics=metrics,
             log_level=settings.log_level,
         )
     finally:

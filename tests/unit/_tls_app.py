@@ -49,6 +49,7 @@ def build_app(lifecycle: Lifecycle) -> FastAPI:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from webhook.server.guard import Limits
     from webhook.server.runner import run
     from webhook.server.tls import ReloadingTLSContext
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--shutdown-delay", type=float, default=1.0)
     parser.add_argument("--drain-timeout", type=float, default=5.0)
-    parser.add_argument("--keep-alive-timeout", type=int, default=120)
+    parser.add_argument("--keep-alive-timeout", type=float, default=120.0)
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         lifecycle=lifecycle,
         shutdown_delay=args.shutdown_delay,
         drain_timeout=args.drain_timeout,
-        keep_alive_timeout=args.keep_alive_timeout,
+        limits=Limits(keep_alive_timeout=args.keep_alive_timeout),
         log_level=args.log_level,
     )
 

@@ -969,3 +969,17 @@ def test_alerts_and_dashboard_name_only_metrics_configpin_serves() -> None:
     no_leader = render({**MONITORING, "controller": {"leaderElect": False}})
     rules = one(no_leader, "PrometheusRule")["spec"]["groups"][0]["rules"]
     assert "ConfigpinNoLeader" not in {r["alert"] for r in rules}
+
+
+def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
+    given = flags(default)
+    assert given["--max-connections"] == "1000"
+    assert given["--header-timeout"] == "5"
+    assert given["--body-timeout"] == "10"
+    assert "--tls-cipher-suites" not in given  # the server's default: ECDHE with AEAD only
+    suites = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]
+    custom = flags(render({"server": {"tlsCipherSuites": suites, "maxConnections": 300}}))
+    assert custom["--tls-cipher-suites"] == ",".join(suites)
+    assert custom["--max-connections"] == "300"
+    settings = Settings(tls_cipher_suites=custom["--tls-cipher-suites"])
+    assert settings.cipher_suites() == tuple(suites)

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import copy
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,8 +50,8 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.metrics import Metrics
-from webhook.server.admission import MAX_WARNING
-from webhook.server.app import MAX_BODY, create_app
+from webhook.server.admission import MAX_WARNING, MAX_WARNINGS_TOTAL, capped_warnings
+from webhook.server.app import JSON, MAX_BODY, create_app
 from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.sources import FileSources, Miss
@@ -112,6 +113,7 @@ def _server(
     snapshots: Any = None,
     ready_checks: Sequence[Callable[[], bool]] = (),
     in_scope: Callable[[str], bool] = lambda _ns: True,
+    heavy_body: int | None = None,
 ) -> Server:
     metrics = Metrics()
     lifecycle = Lifecycle()
@@ -124,7 +126,10 @@ def _server(
         snapshots=snapshots,
         in_scope=in_scope,
     )
-    app = create_app(admitter, lifecycle, metrics, ready_checks=ready_checks, max_body=max_body)
+    extra = {} if heavy_body is None else {"heavy_body": heavy_body}
+    app = create_app(
+        admitter, lifecycle, metrics, ready_checks=ready_checks, max_body=max_body, **extra
+    )
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
     return Server(client, lifecycle, metrics, admitter)
 
@@ -763,3 +768,197 @@ async def test_a_namespace_memory_does_not_know_is_confirmed_off_the_loop(
         resp = (await s.admit(review(_deployment(env_cm("cfg", "a")))))["response"]
     assert asked == [("team-a", s.admitter.read_deadline)]
     assert ("patch" in resp) is confirmed
+
+
+# ---- hostile and heavy input ----
+
+
+async def test_warnings_are_capped_to_what_the_api_server_keeps(server: Server) -> None:
+    # 100 missing sources (as many as one object may name), each named at length: far more
+    # than the 4 KiB of warnings the API server keeps, 256 characters each.
+    refs = [env_cm(f"missing-{i}-{'x' * 60}", "k", var=f"V{i}") for i in range(100)]
+    resp = (await server.admit(review(_deployment(*refs))))["response"]
+    warnings = resp["warnings"]
+    assert all(len(w.encode()) <= MAX_WARNING for w in warnings)
+    assert sum(len(w.encode()) for w in warnings) <= MAX_WARNINGS_TOTAL
+    assert "configmap/missing-0-xxx" in warnings[0] and "not found" in warnings[0]
+    assert warnings[-1].startswith("... and ") and "more warnings" in warnings[-1]
+    shown = len(warnings) - 1
+    assert int(warnings[-1].split()[2]) == 100 - shown
+
+
+def test_warnings_within_the_budget_are_kept_whole() -> None:
+    few = ["a" * 200] * 20  # 4,000 bytes: fits without a summary
+    assert capped_warnings(few) == few
+    assert capped_warnings(["é" * 200]) == ["é" * 126 + "..."]  # 256 bytes, not characters
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate", "gzip, identity", "x-custom"])
+async def test_a_content_encoding_other_than_identity_gets_415(
+    server: Server, encoding: str
+) -> None:
+    body = json.dumps(review(_deployment(env_cm("cfg", "a")))).encode()
+    resp = await server.client.post(
+        URL,
+        content=body,
+        headers={"content-type": "application/json", "content-encoding": encoding},
+    )
+    assert resp.status_code == 415
+    assert encoding in resp.json()["error"]
+    await server.still_serving()
+
+
+async def test_identity_content_encoding_is_accepted(server: Server) -> None:
+    body = json.dumps(review(_deployment(env_cm("cfg", "a")))).encode()
+    resp = await server.client.post(
+        URL,
+        content=body,
+        headers={"content-type": "application/json", "content-encoding": "identity"},
+    )
+    assert resp.status_code == 200 and "patch" in resp.json()["response"]
+
+
+def _set(path: str, value: Any) -> Callable[[JSONObject], None]:
+    """A mutation of a review's request: set the field at a dotted path (ints index lists)."""
+
+    def mutate(request: JSONObject) -> None:
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        here: Any = request
+        for p in parents:
+            here = here[p]
+        here[last] = value
+
+    return mutate
+
+
+WRONG_TYPES = [
+    ("object.metadata", "a string"),
+    ("object.metadata.annotations", ["x"]),
+    ("object.metadata.labels.app", 5),
+    ("object.metadata.ownerReferences", {"controller": True}),
+    ("object.spec.template", 7),
+    ("object.spec.template.metadata.annotations", "x"),
+    ("object.spec.template.spec.volumes", 12),
+    ("object.spec.template.spec.volumes.0.configMap.items", "k"),
+    ("object.spec.template.spec.volumes.0.configMap.optional", "true"),
+    ("object.spec.template.spec.containers", {"name": "app"}),
+    ("object.spec.template.spec.containers.0.env", 3.5),
+    ("object.spec.template.spec.containers.0.env.0.valueFrom", "cfg"),
+    ("object.spec.template.spec.containers.0.env.0.valueFrom.configMapKeyRef.name", 1),
+    ("object.spec.template.spec.containers.0.envFrom.0.secretRef", ["creds"]),
+    ("oldObject.metadata.annotations", 1),
+    ("operation", 1),
+    ("kind", "Deployment"),
+    ("dryRun", "no"),
+]
+
+
+def _typed_review() -> JSONObject:
+    obj = workload(
+        "Deployment",
+        pod_spec(
+            container(env=[env_cm("cfg", "a")], env_from=[{"secretRef": {"name": "creds"}}]),
+            volumes=[vol_cm("cfg", items=["a"])],
+        ),
+    )
+    return review(obj, operation="UPDATE", old=json.loads(json.dumps(obj)))
+
+
+@pytest.mark.parametrize(("path", "value"), WRONG_TYPES, ids=[p for p, _ in WRONG_TYPES])
+async def test_a_field_of_the_wrong_type_is_named_never_an_internal_error(
+    server: Server, path: str, value: Any
+) -> None:
+    body = _typed_review()
+    _set(path, value)(body["request"])
+    resp = (await server.admit(body))["response"]
+    assert resp["allowed"] is True and "patch" not in resp
+    (warning,) = resp["warnings"]
+    expected = path.replace(".0", "[0]")
+    assert warning.startswith(f"malformed request: {expected}: expected "), warning
+    assert "internally" not in warning
+    results = {
+        s.labels["result"]
+        for m in server.metrics.registry.collect()
+        if m.name == "configpin_admissions"
+        for s in m.samples
+        if s.name == "configpin_admissions_total"
+    }
+    assert results == {"invalid"}
+
+
+async def test_strict_mode_denies_a_field_of_the_wrong_type_as_bad_request(strict: Server) -> None:
+    body = _typed_review()
+    _set("object.spec.template.spec.volumes", 12)(body["request"])
+    resp = (await strict.admit(body))["response"]
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 400 and resp["status"]["reason"] == "BadRequest"
+    assert "object.spec.template.spec.volumes: expected a list" in resp["status"]["message"]
+
+
+async def test_a_heavy_review_is_answered_as_a_light_one() -> None:
+    obj = _deployment(env_cm("cfg", "a"), env_secret("creds", "pass"))
+    light, heavy = _server(), _server(heavy_body=0)
+    wrong = copy.deepcopy(obj)
+    wrong["spec"]["template"]["spec"]["volumes"] = 5
+    try:
+        async with light.client, heavy.client:
+            a = (await light.admit(review(obj)))["response"]
+            b = (await heavy.admit(review(obj)))["response"]
+            bad = await heavy.client.post(URL, content=b"{", headers={"content-type": JSON})
+            invalid = (await heavy.admit(review(wrong)))["response"]
+            deleted = (await heavy.admit(review(None, operation="DELETE", old=obj)))["response"]
+    finally:
+        heavy.admitter.close()
+    assert a == b and "patch" in a
+    assert invalid["warnings"] == [
+        "malformed request: object.spec.template.spec.volumes: expected a list, got a number;"
+        " admitted unchanged"
+    ]
+    assert deleted == {"uid": review(None)["request"]["uid"], "allowed": True}
+    assert heavy.metrics.registry.get_sample_value("configpin_heavy_reviews_total") == 4
+    assert light.metrics.registry.get_sample_value("configpin_heavy_reviews_total") == 0
+    assert bad.status_code == 400
+
+
+class _Blocking:
+    """A source reader whose reads wait until the test lets them go."""
+
+    def __init__(self) -> None:
+        self.files = FileSources(HKEY, SOURCES)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
+        self.entered.set()
+        assert self.release.wait(10)
+        return self.files.peek(namespace, sid)
+
+    def get(
+        self, namespace: str, sid: SourceId, *, timeout: float | None = None
+    ) -> SourceRecord | None:
+        self.entered.set()
+        assert self.release.wait(10)
+        return self.files.get(namespace, sid)
+
+    def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
+        return self.files.get_object(namespace, sid)
+
+
+async def test_health_and_other_admissions_do_not_wait_for_a_heavy_review() -> None:
+    blocking = _Blocking()
+    s = _server(sources=blocking, heavy_body=10_000)
+    async with s.client:
+        pad = {"padding": "x" * 20_000}
+        big = _deployment(env_cm("cfg", "a"))
+        big["metadata"]["annotations"] = pad
+        heavy = asyncio.create_task(s.mutate(review(big, uid="heavy")))
+        # a thread's Event, not the loop's: the planner sets it from a worker thread
+        assert await asyncio.to_thread(blocking.entered.wait, 10)
+        # The heavy review waits for its sources (read in a thread): the loop is free.
+        assert (await s.client.get("http://configpin.test/healthz")).status_code == 200
+        assert (await s.client.get("http://configpin.test/readyz")).status_code in (200, 503)
+        assert not heavy.done()
+        blocking.release.set()
+        resp = await heavy
+    s.admitter.close()
+    assert resp.status_code == 200 and resp.json()["response"]["uid"] == "heavy"

@@ -16,7 +16,11 @@ import orjson
 from webhook.core.model import JSONObject, PatchOp
 
 API_VERSIONS: Final = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-MAX_WARNING: Final = 512  # the API server truncates longer warnings; keep ours readable
+# What the API server keeps of a webhook's warnings: 256 characters each, 4 KiB in all (more
+# are dropped). Sending more only costs both sides; the last one says how many were left out.
+MAX_WARNING: Final = 256
+MAX_WARNINGS_TOTAL: Final = 4096
+_SUMMARY_ROOM: Final = 64
 
 
 class Status(TypedDict, total=False):
@@ -103,11 +107,35 @@ def _review(review: Review, response: AdmissionResponse) -> AdmissionReviewOut:
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
 
 
+def _cut(warning: str) -> str:
+    if len(warning) <= MAX_WARNING and warning.isascii():
+        return warning
+    raw = warning.encode()
+    if len(raw) <= MAX_WARNING:
+        return warning
+    return raw[: MAX_WARNING - 3].decode(errors="ignore") + "..."
+
+
+def capped_warnings(warnings: Sequence[str]) -> list[str]:
+    """At most what the API server keeps: each cut to 256 bytes, 4 KiB in all, the rest
+    counted in a last warning."""
+    out: list[str] = []
+    total = 0
+    for i, warning in enumerate(warnings):
+        text = _cut(warning)
+        size = len(text.encode())
+        room = MAX_WARNINGS_TOTAL - (0 if i == len(warnings) - 1 else _SUMMARY_ROOM)
+        if total + size > room:
+            out.append(f"... and {len(warnings) - i} more warnings, left out")
+            break
+        out.append(text)
+        total += size
+    return out
+
+
 def _warnings(response: AdmissionResponse, warnings: Sequence[str]) -> AdmissionResponse:
     if warnings:
-        response["warnings"] = [
-            w if len(w) <= MAX_WARNING else w[: MAX_WARNING - 3] + "..." for w in warnings
-        ]
+        response["warnings"] = capped_warnings(warnings)
     return response
 
 

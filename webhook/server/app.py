@@ -2,17 +2,27 @@
 
 Transport faults are not admission decisions: an empty or undecodable body, a wrong content
 type or a body that is not an AdmissionReview get 400, a body over the limit 413 (refused by
-its Content-Length, or cut off while streaming, never read whole into memory).
+its Content-Length, or cut off while streaming, never read whole into memory), a compressed
+body 415 (the API server never compresses one), a body not complete within the body timeout
+408 (and the connection closed). A client that goes away mid-body is counted and logged in
+one line.
+
+A large review (over `heavy_body` bytes: thousands of references) is parsed, checked and
+planned in a worker process, one at a time (server/large.py), so that it never holds the
+event loop or its GIL: other admissions, `/healthz` and `/readyz` are answered meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
 import orjson
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import ClientDisconnect
 
 from webhook.metrics import Metrics
 from webhook.server.admission import BadReview, parse_review
@@ -21,6 +31,9 @@ from webhook.server.lifecycle import Lifecycle
 
 MAX_BODY: Final = 7 * 1024 * 1024  # as controller-runtime: the API server's limit is 3 MiB objects
 JSON: Final = "application/json"
+HEAVY_BODY: Final = 256 * 1024  # ~ 3,000 references: planned in a few ms, past that off the loop
+
+log = logging.getLogger(__name__)
 
 
 class _TooLarge(Exception):
@@ -45,9 +58,16 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _problem(metrics: Metrics, code: int, message: str) -> Response:
+def _problem(metrics: Metrics, code: int, message: str, *, close: bool = False) -> Response:
     metrics.bad_requests.labels(str(code)).inc()
-    return Response(orjson.dumps({"error": message}), status_code=code, media_type=JSON)
+    headers = {"connection": "close"} if close else None
+    return Response(
+        orjson.dumps({"error": message}), status_code=code, media_type=JSON, headers=headers
+    )
+
+
+def _client(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "a client"
 
 
 def create_app(
@@ -57,23 +77,53 @@ def create_app(
     *,
     ready_checks: Sequence[Callable[[], bool]] = (),
     max_body: int = MAX_BODY,
+    body_timeout: float = 10.0,
+    heavy_body: int = HEAVY_BODY,
 ) -> FastAPI:
     app = FastAPI(title="configpin", docs_url=None, redoc_url=None, openapi_url=None)
+    body_timeouts = metrics.connection_timeouts.labels("body")
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
+        encoding = request.headers.get("content-encoding")
+        if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+            return _problem(
+                metrics, 415, f"content encoding {encoding!r} is not supported: send identity"
+            )
         content_type = request.headers.get("content-type", "")
         if content_type.split(";", 1)[0].strip().lower() != JSON:
             return _problem(metrics, 400, f"content type must be {JSON}, got {content_type!r}")
         try:
-            body = await _read_body(request, max_body)
+            async with asyncio.timeout(body_timeout):
+                body = await _read_body(request, max_body)
         except _TooLarge:
             return _problem(metrics, 413, f"body larger than {max_body} bytes")
-        try:
-            review = parse_review(body)
-        except BadReview as e:
-            return _problem(metrics, 400, str(e))
-        out = await admitter.review(review)
+        except TimeoutError:
+            body_timeouts.inc()
+            log.info(
+                "%s sent no complete body within %ss: answered 408", _client(request), body_timeout
+            )
+            return _problem(
+                metrics, 408, f"request body not complete within {body_timeout}s", close=True
+            )
+        except ClientDisconnect:
+            metrics.client_disconnects.inc()
+            log.info("%s went away before its request body was complete", _client(request))
+            return Response(status_code=400)  # nobody reads it
+        if len(body) <= heavy_body:
+            try:
+                review = parse_review(body)
+            except BadReview as e:
+                return _problem(metrics, 400, str(e))
+            out = await admitter.review(review)
+            return Response(orjson.dumps(out), media_type=JSON)
+        metrics.heavy_reviews.inc()
+        async with admitter.large_reviews:  # one at a time through the worker process
+            try:
+                prepared = await admitter.prepare_large(body)
+            except BadReview as e:
+                return _problem(metrics, 400, str(e))
+            out = await admitter.review(prepared.review(), prepared=prepared)
         return Response(orjson.dumps(out), media_type=JSON)
 
     @app.get("/healthz")

@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Final, Protocol
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Final, Protocol, TypeVar
 
 from prometheus_client import Counter
 
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.plan import MAX_SOURCES, plan_object
+from webhook.core.shape import ShapeError, check_request
 from webhook.metrics import Metrics
-from webhook.server.admission import AdmissionReviewOut, Review, allowed, denied, patched
+from webhook.server import large
+from webhook.server.admission import (
+    AdmissionReviewOut,
+    BadReview,
+    Review,
+    allowed,
+    denied,
+    patched,
+)
 from webhook.sources import Miss, SourceReader
 
 log = logging.getLogger(__name__)
@@ -69,6 +80,9 @@ def _everywhere(_namespace: str) -> bool:
     return True
 
 
+_T = TypeVar("_T")
+
+
 class Admitter:
     def __init__(
         self,
@@ -115,9 +129,83 @@ class Admitter:
         self._read_from_cache = metrics.source_reads.labels("cache")
         self._read_through = metrics.source_reads.labels("read_through")
         self._counts: dict[tuple[str, str, str], Counter] = {}
+        # Large reviews are decided in a worker process (large.py), one at a time.
+        self._worker: ProcessPoolExecutor | None = None
+        self.large_reviews = asyncio.Lock()
 
     def close(self) -> None:
         self._reader.shutdown(wait=False, cancel_futures=True)
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+            self._worker = None
+
+    def start_worker(self) -> None:
+        """Start the worker process for large reviews now rather than at the first one."""
+        if self._worker is None:
+            self._worker = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+            )
+            self._worker.submit(large.warm)
+
+    async def _in_worker(self, fn: Callable[..., _T], *args: Any) -> _T:
+        self.start_worker()
+        assert self._worker is not None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+        except BrokenProcessPool:
+            self._worker = None  # killed (out of memory?): the next large review starts another
+            raise
+
+    async def prepare_large(self, body: bytes) -> large.Prepared:
+        """Parse and check a large review in the worker. Raises BadReview (answer 400).
+        Hold `large_reviews` from here until its answer."""
+        prepared = await self._in_worker(large.prepare, body)
+        if prepared.outcome == "bad":
+            raise BadReview(prepared.message)
+        return prepared
+
+    def _resolve(
+        self,
+        namespace: str,
+        wanted: Sequence[SourceId],
+        records: dict[SourceId, SourceRecord | str | None],
+        deadline: float,
+    ) -> None:
+        """Look up what a large review refers to (a thread: reads may go to the API)."""
+        for sid in wanted:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise SourceUnavailable("not read in time")
+                found = self.sources.get(namespace, sid, timeout=left)
+            except SourceUnavailable as e:
+                records[sid] = str(e)
+                continue
+            records[sid] = found
+            if found is not None and found.snapshot_of is not None:
+                source = SourceId(found.kind, found.snapshot_of)
+                if source not in records:
+                    self._resolve(namespace, [source], records, deadline)
+        self._read_through.inc()
+
+    async def _plan_large(self, prepared: large.Prepared, namespace: str) -> Plan:
+        records: dict[SourceId, SourceRecord | str | None] = {}
+        wanted: Sequence[SourceId] = prepared.sources
+        deadline = time.monotonic() + self.read_deadline
+        options = (self.hkey, self.default_mode, namespace, self.max_sources, self.allow_snapshots)
+        for _ in range(3):
+            await asyncio.to_thread(self._resolve, namespace, wanted, records, deadline)
+            result = await self._in_worker(large.plan, records, *options)
+            if isinstance(result, Plan):
+                return result
+            wanted = result
+        raise RuntimeError(f"a large review still wants sources {list(wanted)}")
+
+    def _invalid(self, review: Review, message: str) -> tuple[AdmissionReviewOut, str]:
+        msg = f"malformed request: {message}"
+        if self.strict:
+            return denied(review, msg, code=400), "invalid"
+        return allowed(review, [f"{msg}; admitted unchanged"]), "invalid"
 
     def _plan(
         self,
@@ -163,11 +251,15 @@ class Admitter:
         (self._read_through if read_through else self._read_from_cache).inc()
         return plan
 
-    async def review(self, review: Review) -> AdmissionReviewOut:
+    async def review(
+        self, review: Review, *, prepared: large.Prepared | None = None
+    ) -> AdmissionReviewOut:
+        """Answer one review; `prepared`: a large one, from `prepare_large` (then `review`
+        is its envelope, the objects being in the worker)."""
         start = time.perf_counter()
         kind = review.kind
         try:
-            out, result = await self._review(review)
+            out, result = await self._review(review, prepared)
         except Exception:
             log.exception("admission of %s %s failed", kind, review.uid)
             msg = "configpin failed internally; see its log"
@@ -185,7 +277,18 @@ class Admitter:
             self.metrics.admission_warnings.inc(len(out["response"]["warnings"]))
         return out
 
-    async def _review(self, review: Review) -> tuple[AdmissionReviewOut, str]:
+    async def _review(
+        self, review: Review, prepared: large.Prepared | None
+    ) -> tuple[AdmissionReviewOut, str]:
+        # The types of every field the planner reads, checked first: it only ever sees
+        # well-typed objects (a large review was checked in the worker).
+        if prepared is None:
+            try:
+                check_request(review.request)
+            except ShapeError as e:
+                return self._invalid(review, str(e))
+        elif prepared.outcome == "invalid":
+            return self._invalid(review, prepared.message)
         obj = review.obj
         if (
             review.operation not in ("CREATE", "UPDATE")
@@ -204,15 +307,18 @@ class Admitter:
             # the API server never sends): nothing is looked up, written or said.
             self._out_of_scope.inc()
             return allowed(review), "out-of-scope"
-        try:
-            plan = self._plan(review, namespace, read_through=False)
-        except _NeedsRead:
-            read = await self._plan_reading(review, namespace)
-            if isinstance(read, str):
-                if self.strict:
-                    return denied(review, read, code=500), "denied"
-                return allowed(review, [f"{read}: admitted unchanged"]), "error"
-            plan = read
+        if prepared is not None:
+            plan = await self._plan_large(prepared, namespace)
+        else:
+            try:
+                plan = self._plan(review, namespace, read_through=False)
+            except _NeedsRead:
+                read = await self._plan_reading(review, namespace)
+                if isinstance(read, str):
+                    if self.strict:
+                        return denied(review, read, code=500), "denied"
+                    return allowed(review, [f"{read}: admitted unchanged"]), "error"
+                plan = read
         if plan.skipped is not None:
             return allowed(review, plan.warnings), "skipped"
         if plan.problems and self.strict:
@@ -230,13 +336,16 @@ class Admitter:
                 )
             except Exception as first:
                 # Most often the cache had not yet seen a source change, so the planned copy
-                # names content the source no longer has. Decide once more from fresh reads.
+                # names content the source no longer has. Decide once more from fresh reads
+                # (a large review is answered as failed instead).
                 log.info(
                     "snapshots for %s: %s; planning again from fresh reads",
                     kind_name(review),
                     first,
                 )
                 try:
+                    if prepared is not None:  # its object is in the worker: not retried
+                        raise first
                     plan = await asyncio.to_thread(
                         self._plan, review, namespace, read_through=True, fresh=True
                     )

@@ -19,17 +19,23 @@ The certificate is reloaded from disk in the background for the server's whole l
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
 import logging
 import signal
 import socket
+import sys
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import cast
+from typing import Any, cast
 
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from webhook.metrics import Metrics
+from webhook.server import memory
+from webhook.server.guard import GuardCounters, Limits, guarded
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
 
@@ -38,6 +44,42 @@ logger = logging.getLogger(__name__)
 # Longest wait, out of drain_timeout, for connections accepted just before the listener
 # closed to deliver their first request; uvicorn closes any connection without one.
 _LINGER = 0.5
+
+
+# The stack configpin runs on (chosen by measurement: bench/README.md). Module attributes so
+# that a benchmark can start the same server on another parser or loop.
+DEFAULT_HTTP = "httptools"
+DEFAULT_LOOP = "uvloop"
+
+# asyncio's TLS transport keeps a read buffer of this size for every connection's whole life
+# (256 KiB by default, zero-filled, so all of it is resident): a thousand idle connections
+# would hold 256 MiB. One TLS record is at most 16 KiB; reading a record at a time costs a
+# few more loop iterations for a large body and nothing else.
+_TLS_READ_BUFFER = 16 * 1024
+
+
+def _http_protocol(http: str) -> type[Any]:
+    # Imported on demand: each needs its own optional package.
+    if http == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: PLC0415
+
+        return HttpToolsProtocol
+    if http == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: PLC0415
+
+        return H11Protocol
+    raise ValueError(f"unknown HTTP implementation {http!r} (h11 or httptools)")
+
+
+def _loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if loop == "uvloop":
+        import uvloop  # noqa: PLC0415
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    if loop == "asyncio":
+        return None
+    raise ValueError(f"unknown event loop {loop!r} (asyncio or uvloop)")
 
 
 def run(
@@ -49,24 +91,31 @@ def run(
     lifecycle: Lifecycle,
     shutdown_delay: float = 5.0,
     drain_timeout: float = 30.0,
-    keep_alive_timeout: int = 120,
+    limits: Limits | None = None,
+    metrics: Metrics | None = None,
     log_level: str = "info",
+    http: str | None = None,
+    loop: str | None = None,
 ) -> None:
     """Serve until a signal ends it (see the module docstring). Must run in the main thread
     for signals to be handled; returns normally after a graceful shutdown."""
-    asyncio.run(
-        serve_async(
-            app,
-            host=host,
-            port=port,
-            tls=tls,
-            lifecycle=lifecycle,
-            shutdown_delay=shutdown_delay,
-            drain_timeout=drain_timeout,
-            keep_alive_timeout=keep_alive_timeout,
-            log_level=log_level,
+    memory.tune_allocator()
+    with asyncio.Runner(loop_factory=_loop_factory(loop or DEFAULT_LOOP)) as runner:
+        runner.run(
+            serve_async(
+                app,
+                host=host,
+                port=port,
+                tls=tls,
+                lifecycle=lifecycle,
+                shutdown_delay=shutdown_delay,
+                drain_timeout=drain_timeout,
+                limits=limits,
+                metrics=metrics,
+                log_level=log_level,
+                http=http,
+            )
         )
-    )
 
 
 async def serve_async(
@@ -78,19 +127,32 @@ async def serve_async(
     lifecycle: Lifecycle,
     shutdown_delay: float = 5.0,
     drain_timeout: float = 30.0,
-    keep_alive_timeout: int = 120,
+    limits: Limits | None = None,
+    metrics: Metrics | None = None,
     log_level: str = "info",
+    http: str | None = None,
 ) -> None:
     """`run` on the current event loop.
 
     Signals are only captured on the main thread (uvicorn's rule, and Python's). In any
     other thread call `lifecycle.begin_shutdown()` to stop the server the same way.
     """
+    limits = limits or Limits()
+    metrics = metrics or Metrics()
+    asyncio.sslproto.SSLProtocol.max_size = _TLS_READ_BUFFER
+    trimmer = memory.Trimmer()
+    counters = GuardCounters(
+        closed=trimmer.note_closed,
+        refused=metrics.connections_refused,
+        header_timeouts=metrics.connection_timeouts.labels("headers"),
+        headers_too_large=metrics.bad_requests.labels("431"),
+    )
     linger = min(_LINGER, drain_timeout / 2)
     config = uvicorn.Config(
         _CloseWhenShuttingDown(app, lifecycle),
         host=host,
         port=port,
+        http=guarded(_http_protocol(http or DEFAULT_HTTP), limits, counters),
         # uvicorn builds no context of its own when given a factory; it passes this one
         # to loop.create_server, so reloads on it reach the listening socket.
         ssl_context_factory=lambda _cfg, _default: tls.context,
@@ -98,22 +160,34 @@ async def serve_async(
         # closed an idle connection first, the API server could send a review on it at the
         # very moment it closes, see a reset, and fail the admission (failurePolicy then
         # decides, and Fail blocks the pod). Idling longer than the client makes the client
-        # always the side that closes idle connections.
-        timeout_keep_alive=keep_alive_timeout,
+        # always the side that closes idle connections. (uvicorn annotates it as int but
+        # only hands it to call_later.)
+        timeout_keep_alive=cast(int, limits.keep_alive_timeout),
+        # h11 refuses a head over its own limit with a bare 400; the guard answers 431 first.
+        h11_max_incomplete_event_size=limits.max_header_bytes + 512 * 1024,
         # uvicorn annotates this as int but only hands it to asyncio.wait_for.
         timeout_graceful_shutdown=cast(int, max(drain_timeout - linger, 0.0)),
         lifespan="on",
         access_log=False,
         log_level=log_level,
     )
-    server = _Server(config, lifecycle=lifecycle, shutdown_delay=shutdown_delay, linger=linger)
+    server = _Server(
+        config,
+        lifecycle=lifecycle,
+        shutdown_delay=shutdown_delay,
+        linger=linger,
+        handshake_timeout=limits.handshake_timeout,
+    )
+    metrics.open_connections.set_function(lambda: len(server.server_state.connections))
     watcher = asyncio.create_task(tls.watch(), name="tls-reload")
+    trimming = asyncio.create_task(trimmer.run(), name="memory-trim")
     try:
         await server.serve()
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for task in (watcher, trimming):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class _Server(uvicorn.Server):
@@ -131,17 +205,51 @@ class _Server(uvicorn.Server):
         lifecycle: Lifecycle,
         shutdown_delay: float,
         linger: float,
+        handshake_timeout: float,
     ) -> None:
         super().__init__(config)
+        self._handshake_timeout = handshake_timeout
         self._lifecycle = lifecycle
         self._shutdown_delay = shutdown_delay
         self._linger = linger
         self._shutdown_began: float | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            self._lifecycle.mark_started()
+        # uvicorn's own startup, for the one case configpin uses (a host and port), with a
+        # bound on the TLS handshake, which uvicorn leaves at asyncio's 60 s.
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            sys.exit(3)
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=_loop,
+            )
+            return protocol
+
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(
+                create_protocol,
+                host=config.host,
+                port=config.port,
+                ssl=config.ssl,
+                backlog=config.backlog,
+                ssl_handshake_timeout=self._handshake_timeout,
+            )
+        except OSError as exc:
+            logger.error(exc)
+            await self.lifespan.shutdown()
+            sys.exit(1)
+        assert server.sockets is not None
+        self.servers = [server]
+        self._log_started_message(list(server.sockets))
+        self.started = True
+        self._lifecycle.mark_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         name = signal.Signals(sig).name

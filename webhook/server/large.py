@@ -1,0 +1,151 @@
+"""Large reviews, parsed, checked and planned in a worker process of their own.
+
+A review of a few MiB (tens of thousands of references, an UPDATE carrying its old object as
+well) takes a few hundred milliseconds of pure Python and C parsing. In a thread of the
+serving process it would still hold the GIL that the event loop needs, and every other
+admission, `/healthz` and `/readyz` would wait for it. In a process of its own it costs the
+event loop only the reading of the body.
+
+The worker never reads a source: `prepare` parses and checks the review and names the
+sources the object refers to; the serving process looks them up (cache or read-through) and
+hands the records to `plan`, which plans from them. The worker holds the one review in
+progress between the two calls; the caller runs one review at a time through it.
+
+Only the decision core is imported here, so a spawned worker starts small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
+from webhook.core.plan import plan_object
+from webhook.core.refs import consumption, find_sites, get_path, template_paths
+from webhook.core.shape import ShapeError, check_request
+from webhook.server import memory
+from webhook.server.admission import BadReview, Review, parse_review
+
+# What the serving process keeps of the request (the objects stay in the worker).
+_LIGHT_FIELDS: Final = ("uid", "kind", "operation", "namespace", "dryRun", "subResource")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The outcome of `prepare`: `bad` (answer 400), `invalid` (a field of the wrong type),
+    `ignored` (nothing to plan), or `plan` (look up `sources`, then call `plan`)."""
+
+    outcome: Literal["bad", "invalid", "ignored", "plan"]
+    message: str = ""
+    api_version: str = ""
+    request: JSONObject = field(default_factory=dict)
+    namespace: str = ""
+    sources: tuple[SourceId, ...] = ()
+
+    def review(self) -> Review:
+        """The review as the serving process answers it: its envelope, no objects."""
+        return Review(
+            api_version=self.api_version, uid=str(self.request["uid"]), request=self.request
+        )
+
+
+_current: Review | None = None
+
+
+def _light(review: Review) -> JSONObject:
+    light: JSONObject = {k: review.request[k] for k in _LIGHT_FIELDS if k in review.request}
+    obj = review.obj
+    if obj is not None:
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        claimed = meta.get("namespace") if isinstance(meta, dict) else None
+        # What the serving process checks the scope with: the name and claimed namespace.
+        light["object"] = {
+            "kind": obj.get("kind"),
+            "metadata": {"name": name, "namespace": claimed},
+        }
+    return light
+
+
+def prepare(body: bytes) -> Prepared:
+    """In the worker: parse and check the review; name the sources its object refers to."""
+    global _current  # noqa: PLW0603 (the worker's one review in progress)
+    _current = None
+    try:
+        review = parse_review(body)
+    except BadReview as e:
+        return Prepared("bad", str(e))
+    del body
+    base: dict[str, Any] = {"api_version": review.api_version, "request": _light(review)}
+    try:
+        check_request(review.request)
+    except ShapeError as e:
+        return Prepared("invalid", str(e), **base)
+    obj = review.obj
+    if (
+        review.operation not in ("CREATE", "UPDATE")
+        or obj is None
+        or review.request.get("subResource")
+    ):
+        return Prepared("ignored", **base)
+    namespace = review.namespace
+    paths = template_paths(str(obj.get("kind", "")))
+    spec = get_path(obj, paths[1]) if paths is not None else None
+    sources = tuple(consumption(find_sites(spec))) if isinstance(spec, dict) else ()
+    _current = review
+    return Prepared("plan", namespace=namespace, sources=sources, **base)
+
+
+class _Missing(Exception):
+    pass
+
+
+def plan(
+    records: Mapping[SourceId, SourceRecord | str | None],
+    hkey: bytes,
+    default_mode: str,
+    namespace: str,
+    max_sources: int,
+    allow_snapshots: bool,
+) -> Plan | tuple[SourceId, ...]:
+    """In the worker: plan the prepared review from `records` (None: the source does not
+    exist; a string: it could not be read, and why). Returns the plan, or the sources it
+    still needs (a snapshot's source) when `records` lacks them."""
+    global _current  # noqa: PLW0603
+    review = _current
+    if review is None or review.obj is None:
+        raise RuntimeError("no review prepared")
+    wanted: list[SourceId] = []
+
+    def lookup(sid: SourceId) -> SourceRecord | None:
+        if sid not in records:
+            wanted.append(sid)
+            raise _Missing
+        found = records[sid]
+        if isinstance(found, str):
+            raise SourceUnavailable(found)
+        return found
+
+    try:
+        result = plan_object(
+            review.obj,
+            hkey=hkey,
+            lookup=lookup,
+            default_mode=default_mode,
+            operation=review.operation,
+            old=review.old,
+            namespace=namespace,
+            max_sources=max_sources,
+            allow_snapshots=allow_snapshots,
+        )
+    except _Missing:
+        return tuple(wanted)
+    _current = None
+    del review
+    memory.release()  # the parsed review was most of this process's memory
+    return result
+
+
+def warm() -> None:
+    """Nothing: submitted once at start, so that the first large review finds the worker up."""
