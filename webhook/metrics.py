@@ -41,7 +41,8 @@ class Metrics:
         )
         self.source_reads = Counter(
             "configpin_source_reads_total",
-            "Source lookups made by admission, by how they were answered (cache, read_through).",
+            "Source lookups made by admission, by how they were answered (cache, read_through; "
+            "fresh: past the cache, to settle what a template change records).",
             ["how"],
             registry=r,
         )
