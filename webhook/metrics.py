@@ -81,6 +81,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.resyncs = Counter(
+            "configpin_controller_resyncs_total",
+            "Periodic full checks of every workload against the cluster's content.",
+            registry=r,
+        )
         self.conflicts = Counter(
             "configpin_patch_conflicts_total",
             "Workload writes that met a conflict (409) and were retried.",

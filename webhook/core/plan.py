@@ -219,6 +219,11 @@ def observed_ops(obj: JSONObject, observed: str | None) -> list[PatchOp]:
     return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed})
 
 
+def rolled_at_ops(obj: JSONObject, when: str) -> list[PatchOp]:
+    """Ops that record on the workload's metadata when configpin last rolled it."""
+    return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_ROLLED_AT: when})
+
+
 def plan_object(
     obj: JSONObject,
     *,
