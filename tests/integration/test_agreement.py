@@ -1,0 +1,327 @@
+"""No rollout the user did not cause, and none undone: configpin's webhook (registered as the
+chart registers it) and its controller, together, against the real API server and
+controller-manager. A rollout is what the controller-manager makes of a new pod template: a
+new ReplicaSet, and the next `deployment.kubernetes.io/revision` on the Deployment. The
+revision counts every template the deployment controller acted on, one undone a moment later
+included (the old ReplicaSet becomes the newest again, with the next revision): where it says
+1 + n, there were exactly n rollouts and none undone. (Not `metadata.generation`: a
+Deployment's moves with its metadata annotations too.)
+
+Two configpins of their own (instances `agree` and `adopt`), so that their settings do not
+depend on the session's: a short coalescing window, no minimum interval; `adopt` also with
+`--catch-up-window 0`, so that the Deployments a test has just created count as the old,
+existing workloads of a namespace being opted in.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    wait_for,
+)
+from tests.integration.manifests import configmap, deployment
+from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
+from webhook.core.model import JSONObject
+from webhook.kube.raw import Kube, path
+
+WINDOW = 1.0
+# Long enough for a rollout that should not happen to have happened: the controller acts a
+# coalescing window after the change it saw, and the deployment controller within a second.
+SETTLE = WINDOW + 3.0
+APPLY = "application/apply-patch+yaml"
+REVISION = "deployment.kubernetes.io/revision"
+
+
+@pytest.fixture(scope="module")
+def cp(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Configpin]:
+    with leading_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-agree"),
+        instance="agree",
+        webhook_name="configpin-agree",
+        args=["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"],
+    ) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def cp_adopt(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Configpin]:
+    with leading_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-adopt"),
+        instance="adopt",
+        webhook_name="configpin-adopt",
+        args=[
+            "--coalesce-window", str(WINDOW),
+            "--min-rollout-interval", "0",
+            "--catch-up-window", "0",
+        ],
+    ) as proc:  # fmt: skip
+        yield proc
+
+
+@pytest.fixture
+def kube(k8s: client.ApiClient) -> Kube:
+    return Kube(k8s)
+
+
+def new_namespace(k8s: client.ApiClient, instance: str, *, enabled: bool = True) -> str:
+    name = f"agree-{secrets.token_hex(4)}"
+    labels = {INSTANCE_LABEL: instance}
+    if enabled:
+        labels[ENABLED_LABEL] = "true"
+    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": name, "labels": labels}})
+    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
+    return name
+
+
+@pytest.fixture
+def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
+    name = new_namespace(k8s, "agree")
+    yield name
+    client.CoreV1Api(k8s).delete_namespace(name)
+
+
+# --- helpers
+
+
+def server_side_apply(kube: Kube, ns: str, obj: JSONObject, *, force: bool = False) -> JSONObject:
+    """What `kubectl apply --server-side [--force-conflicts]` sends for one object."""
+    resource = {"ConfigMap": "configmaps", "Deployment": "deployments"}[obj["kind"]]
+    name = obj["metadata"]["name"]
+    return kube.patch(
+        path(resource, ns, name), obj, content_type=APPLY, fieldManager="kubectl", force=force
+    )
+
+
+def sources(obj: JSONObject) -> dict[str, str]:
+    text = ((obj["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        ANN_SOURCES
+    )
+    return json.loads(text) if text else {}
+
+
+def observed(obj: JSONObject) -> dict[str, str]:
+    text = (obj["metadata"].get("annotations") or {}).get(ANN_OBSERVED)
+    return json.loads(text) if text else {}
+
+
+def replicasets(kube: Kube, ns: str, app: str) -> int:
+    page = kube.get(path("replicasets", ns), labelSelector=f"app={app}")
+    return len(page.get("items") or ())
+
+
+def settled(obj: JSONObject) -> bool:
+    """The deployment controller has acted on the object's latest spec (a new template has
+    its ReplicaSet by then)."""
+    status = obj.get("status") or {}
+    return bool(status.get("observedGeneration") == obj["metadata"].get("generation"))
+
+
+def revision(dep: JSONObject) -> int:
+    return int((dep["metadata"].get("annotations") or {})[REVISION])
+
+
+def settled_deployment(kube: Kube, ns: str, name: str) -> JSONObject:
+    def current() -> JSONObject | None:
+        dep = kube.get(path("deployments", ns, name))
+        return dep if settled(dep) else None
+
+    return wait_for(current, what=f"deployment {name} settled")
+
+
+def manifest(name: str, *, release: int | None = None, mode: str | None = None) -> JSONObject:
+    """The user's Deployment: reads key `a` of ConfigMap `<name>-config`; keeps many
+    ReplicaSets, so that counting them counts every rollout."""
+    body = deployment(name, annotations={ANN_MODE: mode} if mode else None)
+    body["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"][
+        "name"
+    ] = f"{name}-config"
+    body["spec"]["revisionHistoryLimit"] = 100
+    if release is not None:
+        body["spec"]["template"]["metadata"]["annotations"] = {"example.com/release": str(release)}
+    return body
+
+
+# --- adoption, metadata edits
+
+
+def test_adopting_a_namespace_of_20_deployments_restarts_none(
+    cp_adopt: Configpin, k8s: client.ApiClient, kube: Kube
+) -> None:
+    """Opting in an existing namespace: zero new ReplicaSets; then a label edit and a replicas
+    change: zero; then one consumed change: exactly one new ReplicaSet each."""
+    ns = new_namespace(k8s, "adopt", enabled=False)
+    names = [f"web-{i:02d}" for i in range(20)]
+    try:
+        for name in names:
+            kube.create(path("configmaps", ns), configmap(f"{name}-config", {"a": "1", "b": "1"}))
+            kube.create(path("deployments", ns), manifest(name))
+        templates = {}
+        for name in names:
+            templates[name] = settled_deployment(kube, ns, name)["spec"]["template"]
+            assert replicasets(kube, ns, name) == 1
+        baselines = cp_adopt.metric("configpin_rollouts_skipped_total", reason="record-only")
+
+        client.CoreV1Api(k8s).patch_namespace(ns, {"metadata": {"labels": {ENABLED_LABEL: "true"}}})
+        for name in names:
+            wait_for(
+                lambda n=name: observed(kube.get(path("deployments", ns, n))),  # type: ignore[misc]
+                what=f"the baseline of {name}",
+            )
+        assert (
+            cp_adopt.metric("configpin_rollouts_skipped_total", reason="record-only")
+            == baselines + 20
+        )
+        time.sleep(SETTLE)  # anything the baselines set off would have started by now
+        for name in names:
+            dep = settled_deployment(kube, ns, name)
+            assert dep["spec"]["template"] == templates[name], f"{name}: template changed"
+            assert revision(dep) == 1
+            assert replicasets(kube, ns, name) == 1
+
+        for name in names:
+            kube.patch(
+                path("deployments", ns, name),
+                {"metadata": {"labels": {"team": "payments"}}, "spec": {"replicas": 1}},
+                content_type="application/merge-patch+json",
+            )
+        time.sleep(SETTLE)
+        for name in names:
+            dep = settled_deployment(kube, ns, name)
+            assert dep["spec"]["replicas"] == 1
+            assert dep["spec"]["template"] == templates[name], f"{name}: template changed"
+            assert revision(dep) == 1
+            assert replicasets(kube, ns, name) == 1
+
+        rollouts = cp_adopt.metric("configpin_rollouts_total", kind="Deployment")
+        for name in names:
+            kube.patch(
+                path("configmaps", ns, f"{name}-config"),
+                {"data": {"a": "2"}},
+                content_type="application/merge-patch+json",
+            )
+        for name in names:
+            wait_for(
+                lambda n=name: replicasets(kube, ns, n) == 2,  # type: ignore[misc]
+                what=f"the rollout of {name}",
+            )
+        time.sleep(SETTLE)  # a second rollout of any of them would have started by now
+        for name in names:
+            dep = settled_deployment(kube, ns, name)
+            assert replicasets(kube, ns, name) == 2
+            assert revision(dep) == 2
+            assert set(sources(dep)) == {f"configmap/{name}-config"}
+            assert ANN_OBSERVED not in (dep["metadata"].get("annotations") or {})
+        assert cp_adopt.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 20
+    finally:
+        client.CoreV1Api(k8s).delete_namespace(ns)
+
+
+# --- the apply flow
+
+
+def _record_changed(kube: Kube, ns: str, before: dict[str, str]) -> JSONObject | None:
+    dep = kube.get(path("deployments", ns, "web"))
+    return dep if settled(dep) and sources(dep) != before else None
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_configmap_and_deployment_applied_together_50_times_roll_once_each(
+    cp: Configpin, kube: Kube, ns: str, mode: str
+) -> None:
+    """`kubectl apply --server-side --force-conflicts` (what Argo CD and Flux send) of one
+    file holding the ConfigMap and its Deployment, the ConfigMap changed every time. Odd
+    rounds list the ConfigMap first and change the Deployment's template too (a release);
+    even rounds list the Deployment first, unchanged. Every round: exactly one rollout, with
+    the new content."""
+    server_side_apply(kube, ns, configmap("web-config", {"a": "0"}), force=True)
+    server_side_apply(kube, ns, manifest("web", release=0, mode=mode), force=True)
+    first = settled_deployment(kube, ns, "web")
+    assert revision(first) == 1
+    record = sources(first)
+    assert set(record) == {"configmap/web-config"}
+    assert replicasets(kube, ns, "web") == 1
+    release = 0
+    rounds = 50
+    for i in range(1, rounds + 1):
+        cm = configmap("web-config", {"a": str(i)})
+        if i % 2:
+            release = i
+            objects = [cm, manifest("web", release=release, mode=mode)]
+        else:
+            objects = [manifest("web", release=release, mode=mode), cm]
+        for obj in objects:
+            server_side_apply(kube, ns, obj, force=True)
+        dep = wait_for(
+            lambda r=record: _record_changed(kube, ns, r),  # type: ignore[misc]
+            what=f"round {i}: the new content recorded",
+        )
+        record = sources(dep)
+        assert revision(dep) == 1 + i, f"round {i}: a second rollout, or one undone"
+        assert replicasets(kube, ns, "web") == 1 + i, f"round {i}"
+    time.sleep(SETTLE)  # a late second rollout of the last round would have started by now
+    last = settled_deployment(kube, ns, "web")
+    assert revision(last) == 1 + rounds
+    assert replicasets(kube, ns, "web") == 1 + rounds
+    # and the last record is the last content: what admission records for it now
+    probe = manifest("web", mode=mode)
+    probe["metadata"]["name"] = "probe"
+    assert sources(last) == sources(kube.create(path("deployments", ns), probe, dryRun="All"))
+
+
+def test_a_first_install_listing_the_deployment_first_rolls_once(
+    cp: Configpin, kube: Kube, ns: str
+) -> None:
+    """The Deployment is admitted before its ConfigMap exists (with a warning naming it); the
+    ConfigMap's arrival completes the record without a rollout; its next change rolls."""
+    names = [f"app-{i}" for i in range(10)]
+    for name in names:
+        server_side_apply(kube, ns, manifest(name), force=True)
+        server_side_apply(kube, ns, configmap(f"{name}-config", {"a": "1"}), force=True)
+    for name in names:
+        wait_for(
+            lambda n=name: observed(kube.get(path("deployments", ns, n))),  # type: ignore[misc]
+            what=f"the record of {name} completed",
+        )
+    time.sleep(SETTLE)
+    for name in names:
+        dep = settled_deployment(kube, ns, name)
+        assert set(observed(dep)) == {f"configmap/{name}-config"}
+        assert sources(dep) == {}  # the template as admitted: no restart
+        assert revision(dep) == 1
+        assert replicasets(kube, ns, name) == 1
+
+    for name in names:
+        kube.patch(
+            path("configmaps", ns, f"{name}-config"),
+            {"data": {"a": "2"}},
+            content_type="application/merge-patch+json",
+        )
+    for name in names:
+        wait_for(
+            lambda n=name: replicasets(kube, ns, n) == 2,  # type: ignore[misc]
+            what=f"the rollout of {name}",
+        )
+    time.sleep(SETTLE)
+    for name in names:
+        dep = settled_deployment(kube, ns, name)
+        assert replicasets(kube, ns, name) == 2
+        assert revision(dep) == 2
+        assert set(sources(dep)) == {f"configmap/{name}-config"}
+        assert observed(dep) == {}
