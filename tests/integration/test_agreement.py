@@ -19,17 +19,26 @@ import json
 import secrets
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
+from tests.integration.configpin_proc import (
+    INSTANCE_LABEL,
+    Configpin,
+    ensure_namespace,
+    leading_configpin,
+    running_configpin,
+)
 from tests.integration.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     wait_for,
 )
+from tests.integration.holdproxy import HoldProxy, hold_proxy
 from tests.integration.manifests import configmap, deployment
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
 from webhook.core.model import JSONObject
@@ -325,3 +334,75 @@ def test_a_first_install_listing_the_deployment_first_rolls_once(
         assert revision(dep) == 2
         assert set(sources(dep)) == {f"configmap/{name}-config"}
         assert observed(dep) == {}
+
+
+# --- two replicas, one lagging
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_a_replica_whose_watch_lags_never_undoes_the_controllers_rollout(
+    control_plane: ControlPlane, k8s: client.ApiClient, kube: Kube, tmp_path: Path, mode: str
+) -> None:
+    """Two replicas, as behind the chart's Service: A leads the controller and sees changes at
+    once; B serves the webhook, every admission of it, and its ConfigMap watch is held back
+    by a proxy. A's rollout passes through B, whose cache still has the old content: B must
+    settle it from the API server, not undo it. Counted once, never undone."""
+    ensure_namespace(k8s)
+    args = ["--coalesce-window", "0.5", "--min-rollout-interval", "0"]
+    with (
+        hold_proxy(control_plane, tmp_path / "proxy") as proxy,
+        running_configpin(control_plane, tmp_path / "a", instance="lag", args=args) as a,
+    ):
+        wait_for(lambda: a.metric("configpin_leader") == 1, what="A leading")
+        with running_configpin(
+            replace(control_plane, kubeconfig=proxy.kubeconfig),
+            tmp_path / "b",
+            instance="lag",
+            webhook_name="configpin-lag",
+            args=args,
+        ) as b:
+            ns = new_namespace(k8s, "lag")
+            try:
+                _lagging_replica(kube, ns, mode, proxy, a, b)
+            finally:
+                client.CoreV1Api(k8s).delete_namespace(ns)
+
+
+def _probe(kube: Kube, ns: str, mode: str) -> dict[str, str]:
+    """What admission (B: the only replica the webhook calls) records for `web` now."""
+    probe = manifest("web", mode=mode)
+    probe["metadata"]["name"] = "probe"
+    return sources(kube.create(path("deployments", ns), probe, dryRun="All"))
+
+
+def _lagging_replica(
+    kube: Kube, ns: str, mode: str, proxy: HoldProxy, a: Configpin, b: Configpin
+) -> None:
+    kube.create(path("configmaps", ns), configmap("web-config", {"a": "1"}))
+    kube.create(path("deployments", ns), manifest("web", mode=mode))
+    before = sources(settled_deployment(kube, ns, "web"))
+    assert set(before) == {"configmap/web-config"}
+    assert _probe(kube, ns, mode) == before  # B has seen the ConfigMap
+    rollouts = a.metric("configpin_rollouts_total", kind="Deployment")
+    fresh = b.metric("configpin_source_reads_total", how="fresh")
+
+    proxy.hold.set()
+    kube.patch(
+        path("configmaps", ns, "web-config"),
+        {"data": {"a": "2"}},
+        content_type="application/merge-patch+json",
+    )
+    dep = wait_for(lambda: _record_changed(kube, ns, before), what="A's rollout")
+    after = sources(dep)
+    assert _probe(kube, ns, mode) == before, "B's watch was meant to lag here"
+    assert b.metric("configpin_source_reads_total", how="fresh") > fresh
+
+    proxy.release()
+    wait_for(lambda: _probe(kube, ns, mode) == after, what="B caught up")
+    time.sleep(SETTLE)  # a re-stamp by anyone would have happened by now
+    last = settled_deployment(kube, ns, "web")
+    assert sources(last) == after
+    assert revision(last) == 2, "a second rollout, or one undone"
+    assert replicasets(kube, ns, "web") == 2
+    assert a.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
+    assert a.metric("configpin_rollouts_skipped_total", reason="not-stored") == 0
