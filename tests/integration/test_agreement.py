@@ -20,6 +20,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from tests.integration.configpin_proc import (
     ensure_namespace,
     leading_configpin,
     running_configpin,
+    start_configpin,
 )
 from tests.integration.controlplane import (
     ENABLED_LABEL,
@@ -40,7 +42,7 @@ from tests.integration.controlplane import (
 )
 from tests.integration.holdproxy import HoldProxy, hold_proxy
 from tests.integration.manifests import configmap, deployment
-from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
+from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject
 from webhook.kube.raw import Kube, path
 
@@ -406,3 +408,59 @@ def _lagging_replica(
     assert replicasets(kube, ns, "web") == 2
     assert a.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
     assert a.metric("configpin_rollouts_skipped_total", reason="not-stored") == 0
+
+
+# --- pacing across a leader change
+
+
+def _rolled_at(dep: JSONObject) -> float:
+    text = (dep["metadata"].get("annotations") or {})[ANN_ROLLED_AT]
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_the_minimum_interval_holds_across_a_leader_change(
+    control_plane: ControlPlane, k8s: client.ApiClient, kube: Kube, tmp_path: Path
+) -> None:
+    """A rolls the Deployment and stops; B takes over and sees the next change at once. B has
+    never rolled it, but the workload says when it last rolled: B waits out the interval."""
+    ensure_namespace(k8s)
+    interval = 30
+    args = ["--coalesce-window", "0.5", "--min-rollout-interval", str(interval)]
+    a = start_configpin(control_plane, tmp_path / "a", instance="pace", args=args)
+    try:
+        wait_for(lambda: a.metric("configpin_leader") == 1, what="A leading")
+        with running_configpin(
+            control_plane, tmp_path / "b", instance="pace", webhook_name="configpin-pace", args=args
+        ) as b:
+            ns = new_namespace(k8s, "pace")
+            kube.create(path("configmaps", ns), configmap("web-config", {"a": "1"}))
+            kube.create(path("deployments", ns), manifest("web"))
+            before = sources(settled_deployment(kube, ns, "web"))
+            _set(kube, ns, "2")
+            first = wait_for(lambda: _record_changed(kube, ns, before), what="A's rollout")
+            rolled = _rolled_at(first)
+
+            a.stop()  # a clean stop releases the Lease: B takes over at its next attempt
+            wait_for(lambda: b.metric("configpin_leader") == 1, what="B leading")
+            changed = time.time()
+            _set(kube, ns, "3")
+            # The test shows something only if the change came well inside the interval.
+            assert changed < rolled + interval - 10, "the takeover took too long to show pacing"
+            second = wait_for(
+                lambda: _record_changed(kube, ns, sources(first)),
+                timeout=interval + 30,
+                what="B's rollout",
+            )
+            assert _rolled_at(second) - rolled >= interval - 1  # one-second resolution
+            assert replicasets(kube, ns, "web") == 3
+            client.CoreV1Api(k8s).delete_namespace(ns)
+    finally:
+        a.stop()
+
+
+def _set(kube: Kube, ns: str, value: str) -> None:
+    kube.patch(
+        path("configmaps", ns, "web-config"),
+        {"data": {"a": value}},
+        content_type="application/merge-patch+json",
+    )
