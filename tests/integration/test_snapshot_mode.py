@@ -21,6 +21,7 @@ from tests.integration.controlplane import ControlPlane, wait_for
 from tests.integration.manifests import configmap, secret
 from webhook.kube.errors import Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
+from webhook.kube.workloads import cronjob_prefix
 
 SOURCES = "configpin.io/sources"
 COPY = re.compile(r"^(?P<source>.+)-[0-9a-f]{10}$")
@@ -589,3 +590,104 @@ def test_a_source_with_a_100_character_name_is_pinned_to_a_copy(kube: Kube, name
     again.pop("status", None)
     dry = kube.create(path("deployments", namespace), again, dryRun="All")
     assert template_spec(dry) == template_spec(dep)
+
+
+def _job_template_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+
+
+def test_a_cronjob_keeps_its_copies_while_it_points_at_them(kube: Kube, namespace: str) -> None:
+    """A CronJob's copy must outlive the Jobs it made (ttlSecondsAfterFinished, a history
+    limit of 0 remove them) for as long as the CronJob points at it; once the controller
+    points it at a new copy, the old one is the Jobs' alone."""
+    sources(kube, namespace)
+    prefix = cronjob_prefix(kube)
+    assert prefix is not None
+    spec = {**pod_spec(), "restartPolicy": "Never"}
+    cronjob = kube.create(
+        path("cronjobs", namespace, prefix=prefix),
+        {
+            "apiVersion": prefix.removeprefix("/apis/"),
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "annotations": {"configpin.io/mode": "snapshot"}},
+            "spec": {
+                "schedule": "0 3 * * *",
+                "successfulJobsHistoryLimit": 0,
+                "failedJobsHistoryLimit": 0,
+                "jobTemplate": {"spec": {"template": {"spec": spec}}},
+            },
+        },
+    )
+    first = copies_in(_job_template_spec(cronjob))
+    assert set(first) == {"app-config", "app-secret"}
+    for name in first.values():
+        wait_owned(kube, namespace, name, cronjob)
+
+    # A Job as the CronJob controller makes it: the jobTemplate, controlled by the CronJob.
+    job = create(
+        kube,
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "nightly-1",
+                "ownerReferences": [
+                    {
+                        "apiVersion": cronjob["apiVersion"],
+                        "kind": "CronJob",
+                        "name": "nightly",
+                        "uid": cronjob["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": copy.deepcopy(cronjob["spec"]["jobTemplate"]["spec"]),
+        },
+    )
+    assert copies_in(template_spec(job)) == first
+    wait_owned(kube, namespace, first["app-config"], job)
+    kube.delete(
+        path("jobs", namespace, "nightly-1"),
+        {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
+    )
+    # The garbage collector deletes a dependent whose owners are all gone, and drops the
+    # reference to a deleted owner from one that has a live owner left: wait for either.
+    job_uid = job["metadata"]["uid"]
+
+    def settled(resource: str, name: str) -> dict[str, Any] | bool:
+        found = get(kube, resource, namespace, name)
+        return True if found is None else (job_uid not in owner_uids(found) and found)
+
+    for resource, source in (("configmaps", "app-config"), ("secrets", "app-secret")):
+        after = wait_for(
+            lambda r=resource, n=first[source]: settled(r, n),  # type: ignore[misc]
+            what="the Job collected",
+        )
+        assert after is not True, f"{first[source]} went with the Job while the CronJob uses it"
+
+    # The controller points the CronJob at a copy of the new content.
+    change_source(kube, namespace, "2")
+    cronjobs = path("cronjobs", namespace, "nightly", prefix=prefix)
+    repointed = wait_for(
+        lambda: (
+            (c := kube.get(cronjobs))
+            and copies_in(_job_template_spec(c))["app-config"] != first["app-config"]
+            and c
+        ),
+        what="the CronJob re-pointed",
+    )
+    now = copies_in(_job_template_spec(repointed))
+    assert now["app-secret"] == first["app-secret"]  # unchanged content, same copy
+    wait_owned(kube, namespace, now["app-config"], cronjob)
+    wait_for(
+        lambda: (
+            cronjob["metadata"]["uid"]
+            not in owner_uids(kube.get(path("configmaps", namespace, first["app-config"])))
+        ),
+        what="the old copy let go by the CronJob",
+    )
+    assert cronjob["metadata"]["uid"] in owner_uids(
+        kube.get(path("secrets", namespace, first["app-secret"]))
+    )
