@@ -44,6 +44,7 @@ from tests.integration.holdproxy import HoldProxy, hold_proxy
 from tests.integration.manifests import configmap, deployment
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject
+from webhook.kube.errors import Conflict
 from webhook.kube.raw import Kube, path
 
 WINDOW = 1.0
@@ -464,3 +465,59 @@ def _set(kube: Kube, ns: str, value: str) -> None:
         {"data": {"a": value}},
         content_type="application/merge-patch+json",
     )
+
+
+# --- server-side apply (a person's `kubectl apply --server-side`, GitOps tools)
+
+
+def _rolled_by_controller(kube: Kube, ns: str, name: str, value: str) -> JSONObject:
+    before = sources(settled_deployment(kube, ns, name))
+    server_side_apply(kube, ns, configmap(f"{name}-config", {"a": value}))
+    return wait_for(
+        lambda: (
+            (d := kube.get(path("deployments", ns, name)))
+            and settled(d)
+            and sources(d) != before
+            and d
+        ),
+        what="the controller's rollout",
+    )
+
+
+def test_server_side_apply_after_the_controller_restamped(
+    cp: Configpin, kube: Kube, ns: str
+) -> None:
+    """Checksum mode: configpin's record is in annotations the user's manifest does not set;
+    the controller owns them (manager `configpin`). Applying the same manifest again, without
+    --force-conflicts, changes nothing: no conflict, no rollout."""
+    server_side_apply(kube, ns, configmap("web-config", {"a": "1"}))
+    server_side_apply(kube, ns, manifest("web"))
+    rolled = _rolled_by_controller(kube, ns, "web", "2")
+    assert revision(rolled) == 2
+    again = server_side_apply(kube, ns, manifest("web"))
+    assert sources(again) == sources(rolled)
+    assert again["spec"]["template"] == rolled["spec"]["template"]
+    time.sleep(SETTLE)
+    assert revision(settled_deployment(kube, ns, "web")) == 2
+    assert replicasets(kube, ns, "web") == 2
+
+
+def test_server_side_apply_after_the_controller_repointed(
+    cp: Configpin, kube: Kube, ns: str
+) -> None:
+    """Snapshot mode: the controller re-points references the user's manifest sets, and so
+    owns those fields. A plain `kubectl apply --server-side` of the unchanged manifest then
+    meets a conflict with manager `configpin` (and changes nothing); with --force-conflicts
+    (as Argo CD and Flux apply) it passes, admission maps the original names to the copies
+    of the current content, and nothing rolls."""
+    server_side_apply(kube, ns, configmap("web-config", {"a": "1"}))
+    server_side_apply(kube, ns, manifest("web", mode="snapshot"))
+    rolled = _rolled_by_controller(kube, ns, "web", "2")
+    with pytest.raises(Conflict) as conflict:
+        server_side_apply(kube, ns, manifest("web", mode="snapshot"))
+    assert '"configpin"' in str(conflict.value) and "configMapKeyRef" in str(conflict.value)
+    forced = server_side_apply(kube, ns, manifest("web", mode="snapshot"), force=True)
+    assert forced["spec"]["template"] == rolled["spec"]["template"]  # the same copy
+    time.sleep(SETTLE)
+    assert revision(settled_deployment(kube, ns, "web")) == 2
+    assert replicasets(kube, ns, "web") == 2
