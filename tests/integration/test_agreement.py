@@ -521,3 +521,21 @@ def test_server_side_apply_after_the_controller_repointed(
     time.sleep(SETTLE)
     assert revision(settled_deployment(kube, ns, "web")) == 2
     assert replicasets(kube, ns, "web") == 2
+
+
+def test_a_first_install_in_snapshot_mode_rolls_onto_a_copy_once(
+    cp: Configpin, kube: Kube, ns: str
+) -> None:
+    """Snapshot mode: a revision must point at a copy, so the source's arrival rolls the
+    Deployment once (onto the copy), and only once."""
+    server_side_apply(kube, ns, manifest("app", mode="snapshot"), force=True)
+    server_side_apply(kube, ns, configmap("app-config", {"a": "1"}), force=True)
+    dep = wait_for(
+        lambda: (d := kube.get(path("deployments", ns, "app"))) and settled(d) and sources(d) and d,
+        what="the Deployment pointed at a copy",
+    )
+    ref = dep["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+    assert ref["configMapKeyRef"]["name"].startswith("app-config-")
+    time.sleep(SETTLE)
+    assert revision(settled_deployment(kube, ns, "app")) == 2
+    assert replicasets(kube, ns, "app") == 2
