@@ -47,7 +47,7 @@ from webhook.core.model import JSONObject
 from webhook.kube.errors import Conflict
 from webhook.kube.raw import Kube, path
 
-WINDOW = 1.0
+WINDOW = 2.0  # the default: a ConfigMap and its workload applied together land well within it
 # Long enough for a rollout that should not happen to have happened: the controller acts a
 # coalescing window after the change it saw, and the deployment controller within a second.
 SETTLE = WINDOW + 3.0

@@ -66,6 +66,7 @@ class WorkloadEntry:
     consumes: tuple[Consumed, ...]
     recorded: Mapping[str, str]  # "configmap/<name>" -> digest it was last brought up to date with
     rolled_at: float | None = None  # configpin.io/rolled-at, seconds since the epoch
+    stamped: bool = True  # it carries a record (admitted by configpin, or a baseline), even {}
 
     def index_keys(self) -> set[SourceId]:
         """The sources whose change concerns this workload: those it names, and those it
@@ -123,10 +124,13 @@ def entry_from_object(
         raise NotIndexed("too many sources")  # admission left it unpinned too
     recorded = parse_mapping(_annotations(meta).get(ANN_OBSERVED))
     if recorded is None:
-        recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES)) or {}
+        recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES))
+    stamped = recorded is not None
+    recorded = recorded or {}
     ref = WorkloadRef(kind, sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
     recorded = {sys.intern(k): v for k, v in recorded.items()}
-    return WorkloadEntry(ref, consumes, recorded, parse_time(_annotations(meta).get(ANN_ROLLED_AT)))
+    rolled_at = parse_time(_annotations(meta).get(ANN_ROLLED_AT))
+    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped)
 
 
 def parse_time(text: Any) -> float | None:
@@ -144,9 +148,12 @@ def format_time(when: float) -> str:
 
 
 def appeared(entry: WorkloadEntry, stale: Iterable[SourceId]) -> set[SourceId]:
-    """Of `stale`, the sources the workload requires by their own name but never recorded: it
-    was admitted while they did not exist (a warning said so), so no pod of it could start
-    before they did."""
+    """Of `stale`, the sources the workload requires by their own name but never recorded
+    although configpin admitted it: they did not exist then (a warning said so), so no pod
+    of it could start before they did. (A workload that carries no record at all was
+    admitted while configpin was unreachable: nothing can be told of it.)"""
+    if not entry.stamped:
+        return set()
     required = {c.source for c in entry.consumes if c.required}
     return {sid for sid in stale if sid in required and str(sid) not in entry.recorded}
 

@@ -519,9 +519,9 @@ class RolloutController:
             )
             if plan.skipped is not None:
                 return Decision.leave(_skip_reason(plan.skipped))
-            if not entry.recorded and _age(obj) > self.options.catch_up_window:
+            if not entry.stamped and _age(obj) > self.options.catch_up_window:
                 return record_only(obj, plan.observed, "found unstamped: a baseline")
-            if plan.mode != MODE_SNAPSHOT and stale <= self._appeared_after(entry, stale, obj):
+            if plan.mode != MODE_SNAPSHOT and stale <= appeared(entry, stale):
                 # No pod of it could start before the source existed: they start with what it
                 # holds now. The record is completed; a rollout would restart them for nothing.
                 # (Snapshot mode rolls instead: its revisions must point at copies.)
@@ -577,23 +577,6 @@ class RolloutController:
             self.metrics.skipped.labels("not-stored").inc()
             raise NotStored(rolled)
         return rolled
-
-    def _appeared_after(
-        self, entry: WorkloadEntry, stale: set[SourceId], obj: JSONObject
-    ) -> set[SourceId]:
-        """Of the stale sources the workload requires and never recorded, those created after
-        it (read fresh: the cache keeps no timestamps; a rare question)."""
-        created = _created(obj)
-        if created is None:
-            return set()
-        found = set()
-        for sid in appeared(entry, stale):
-            source_created = _created(self.cache.get_object(entry.ref.namespace, sid))
-            # Timestamps have one-second resolution: the same second counts as after (one
-            # `kubectl apply` of a file that lists the workload first).
-            if source_created is not None and source_created >= created:
-                found.add(sid)
-        return found
 
     def _entry_or_none(self, obj: JSONObject) -> WorkloadEntry | None:
         try:

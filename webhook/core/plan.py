@@ -115,6 +115,7 @@ class _Builder:
     snapshots: dict[str, SnapshotRequest] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     observed: dict[str, str] = field(default_factory=dict)
+    missing_required: bool = False
 
     def point_at(self, cons: Consumption, name: str) -> None:
         for site in cons.sites:
@@ -324,7 +325,11 @@ def plan_object(
             b.warnings.append(msg)
             b.problems.append(msg)
 
-    sources_text = dumps_mapping(b.sources) if b.sources else None
+    # A template whose only sources were required and missing still gets a record, an empty
+    # one: it says configpin admitted it (so no pod of it could start before the sources
+    # existed), which the controller tells apart from a workload admitted while configpin
+    # was unreachable.
+    sources_text = dumps_mapping(b.sources) if b.sources or b.missing_required else None
     if sources_text is not None:
         desired: dict[str, str | None] = {
             ANN_CHECKSUM: digest.checksum_of_text(hkey, sources_text),
@@ -360,6 +365,7 @@ def _plan_live(
             msg = f"{sid} not found: the pod cannot start until it exists"
             b.warnings.append(msg)
             b.problems.append(msg)
+            b.missing_required = True
         else:
             b.sources[str(sid)] = digest.ABSENT
             b.observed[str(sid)] = digest.ABSENT
