@@ -253,6 +253,15 @@ class Settings(BaseSettings):
             "unreachable. Older ones get a baseline that restarts nothing."
         ),
     )
+    resync_period: float = Field(
+        300.0,
+        ge=0,
+        description=(
+            "While leading, every workload is checked against the cluster's content this often, "
+            "in seconds (0: never), besides on every change and relist: a missed event or a "
+            "rollout given up after its retries is caught here."
+        ),
+    )
     snapshot_grace_period: float = Field(
         600.0,
         ge=0,

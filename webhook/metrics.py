@@ -66,7 +66,8 @@ class Metrics:
         )
         self.source_reads = Counter(
             "configpin_source_reads_total",
-            "Source lookups made by admission, by how they were answered (cache, read_through).",
+            "Source lookups made by admission, by how they were answered (cache, read_through; "
+            "fresh: past the cache, to settle what a template change records).",
             ["how"],
             registry=r,
         )
@@ -103,6 +104,11 @@ class Metrics:
             "configpin_rollouts_skipped_total",
             "Workloads looked at and left alone, by reason.",
             ["reason"],
+            registry=r,
+        )
+        self.resyncs = Counter(
+            "configpin_controller_resyncs_total",
+            "Periodic full checks of every workload against the cluster's content.",
             registry=r,
         )
         self.conflicts = Counter(

@@ -144,6 +144,7 @@ def _rollout_controller(
             catch_up_window=settings.catch_up_window,
             max_sources=settings.max_sources,
             allow_snapshots=settings.snapshots,
+            resync_period=settings.resync_period,
         ),
         snapshots=snapshots,
         namespaces=namespaces,

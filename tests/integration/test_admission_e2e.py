@@ -105,8 +105,11 @@ def test_owned_pod_is_not_remutated(
     wait_for(lambda: core.list_namespaced_pod(namespace).items, what="a pod of the deployment")
     # Change the source: a pod created now must still say what its template says.
     core.patch_namespaced_config_map("app-config", namespace, {"data": {"a": "2"}})
+    # (compared with its own ReplicaSet's template: the controller may meanwhile have rolled
+    # the Deployment for the change, and a pod of either ReplicaSet may be listed first)
     pod = core.list_namespaced_pod(namespace).items[0]
-    tmpl = apps.read_namespaced_deployment("web", namespace).spec.template.metadata
+    [owner] = [r for r in pod.metadata.owner_references if r.kind == "ReplicaSet"]
+    tmpl = apps.read_namespaced_replica_set(owner.name, namespace).spec.template.metadata
     assert pod.metadata.annotations[SOURCES] == tmpl.annotations[SOURCES]
     skipped = configpin.metric("configpin_admissions_total", kind="Pod", result="skipped")
     if server_minor(api) >= 28:

@@ -7,9 +7,11 @@ mode with `configpin.io/mode: snapshot` on its own metadata.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +21,9 @@ import pytest
 from tests.integration.configpin_proc import Configpin
 from tests.integration.controlplane import ControlPlane, wait_for
 from tests.integration.manifests import configmap, secret
-from webhook.kube.errors import Invalid, NotFound
+from webhook.kube.errors import Conflict, Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
+from webhook.kube.workloads import cronjob_prefix
 
 SOURCES = "configpin.io/sources"
 COPY = re.compile(r"^(?P<source>.+)-[0-9a-f]{10}$")
@@ -589,3 +592,228 @@ def test_a_source_with_a_100_character_name_is_pinned_to_a_copy(kube: Kube, name
     again.pop("status", None)
     dry = kube.create(path("deployments", namespace), again, dryRun="All")
     assert template_spec(dry) == template_spec(dep)
+
+
+def _job_template_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+
+
+def test_a_cronjob_keeps_its_copies_while_it_points_at_them(kube: Kube, namespace: str) -> None:
+    """A CronJob's copy must outlive the Jobs it made (ttlSecondsAfterFinished, a history
+    limit of 0 remove them) for as long as the CronJob points at it; once the controller
+    points it at a new copy, the old one is the Jobs' alone."""
+    sources(kube, namespace)
+    prefix = cronjob_prefix(kube)
+    assert prefix is not None
+    spec = {**pod_spec(), "restartPolicy": "Never"}
+    cronjob = kube.create(
+        path("cronjobs", namespace, prefix=prefix),
+        {
+            "apiVersion": prefix.removeprefix("/apis/"),
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "annotations": {"configpin.io/mode": "snapshot"}},
+            "spec": {
+                "schedule": "0 3 * * *",
+                "successfulJobsHistoryLimit": 0,
+                "failedJobsHistoryLimit": 0,
+                "jobTemplate": {"spec": {"template": {"spec": spec}}},
+            },
+        },
+    )
+    first = copies_in(_job_template_spec(cronjob))
+    assert set(first) == {"app-config", "app-secret"}
+    for name in first.values():
+        wait_owned(kube, namespace, name, cronjob)
+
+    # A Job as the CronJob controller makes it: the jobTemplate, controlled by the CronJob.
+    job = create(
+        kube,
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "nightly-1",
+                "ownerReferences": [
+                    {
+                        "apiVersion": cronjob["apiVersion"],
+                        "kind": "CronJob",
+                        "name": "nightly",
+                        "uid": cronjob["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": copy.deepcopy(cronjob["spec"]["jobTemplate"]["spec"]),
+        },
+    )
+    assert copies_in(template_spec(job)) == first
+    wait_owned(kube, namespace, first["app-config"], job)
+    kube.delete(
+        path("jobs", namespace, "nightly-1"),
+        {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
+    )
+    # The garbage collector deletes a dependent whose owners are all gone, and drops the
+    # reference to a deleted owner from one that has a live owner left: wait for either.
+    job_uid = job["metadata"]["uid"]
+
+    def settled(resource: str, name: str) -> dict[str, Any] | bool:
+        found = get(kube, resource, namespace, name)
+        return True if found is None else (job_uid not in owner_uids(found) and found)
+
+    for resource, source in (("configmaps", "app-config"), ("secrets", "app-secret")):
+        after = wait_for(
+            lambda r=resource, n=first[source]: settled(r, n),  # type: ignore[misc]
+            what="the Job collected",
+        )
+        assert after is not True, f"{first[source]} went with the Job while the CronJob uses it"
+
+    # The controller points the CronJob at a copy of the new content.
+    change_source(kube, namespace, "2")
+    cronjobs = path("cronjobs", namespace, "nightly", prefix=prefix)
+    repointed = wait_for(
+        lambda: (
+            (c := kube.get(cronjobs))
+            and copies_in(_job_template_spec(c))["app-config"] != first["app-config"]
+            and c
+        ),
+        what="the CronJob re-pointed",
+    )
+    now = copies_in(_job_template_spec(repointed))
+    assert now["app-secret"] == first["app-secret"]  # unchanged content, same copy
+    wait_owned(kube, namespace, now["app-config"], cronjob)
+    wait_for(
+        lambda: (
+            cronjob["metadata"]["uid"]
+            not in owner_uids(kube.get(path("configmaps", namespace, first["app-config"])))
+        ),
+        what="the old copy let go by the CronJob",
+    )
+    assert cronjob["metadata"]["uid"] in owner_uids(
+        kube.get(path("secrets", namespace, first["app-secret"]))
+    )
+
+
+# --- a staged release: a StatefulSet held at a partition
+
+
+@contextlib.contextmanager
+def kubelet_stand_in(kube: Kube, namespace: str) -> Iterator[None]:
+    """There is no kubelet here: report every pod of the namespace Running and Ready through
+    `pods/status`, as a kubelet would once its containers started, or the StatefulSet
+    controller (OrderedReady, rolling updates) never goes on to the next pod."""
+    stop = threading.Event()
+
+    def ready(pod: dict[str, Any]) -> bool:
+        conditions = (pod.get("status") or {}).get("conditions") or ()
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def run() -> None:
+        while not stop.wait(0.2):
+            for pod in items(kube, "pods", namespace):
+                if ready(pod) or pod["metadata"].get("deletionTimestamp"):
+                    continue
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                status = {
+                    "phase": "Running",
+                    "startTime": now,
+                    "conditions": [
+                        {"type": t, "status": "True", "lastTransitionTime": now}
+                        for t in ("Initialized", "ContainersReady", "Ready")
+                    ],
+                }
+                with contextlib.suppress(NotFound, Conflict):
+                    kube.patch(
+                        path("pods", namespace, pod["metadata"]["name"]) + "/status",
+                        {"status": status},
+                        MERGE_PATCH,
+                    )
+
+    thread = threading.Thread(target=run, name="kubelet-stand-in", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_a_statefulset_partition_releases_the_new_copy_to_the_pods_above_it_only(
+    kube: Kube, namespace: str
+) -> None:
+    """After a consumed change, only pods at or above `rollingUpdate.partition` move to the new
+    copy; a pod below it that is deleted (a node failure) comes back on its revision's old
+    copy, which lives as long as that ControllerRevision."""
+    sources(kube, namespace)
+    sts = workload(
+        "StatefulSet",
+        "db",
+        pod_spec(),
+        replicas=3,
+        updateStrategy={"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
+    )
+    statefulsets = path("statefulsets", namespace, "db")
+
+    def pods() -> dict[str, dict[str, Any]]:
+        found = items(kube, "pods", namespace)
+        return {
+            p["metadata"]["name"]: p for p in found if not p["metadata"].get("deletionTimestamp")
+        }
+
+    def copy_of(pod: dict[str, Any]) -> str:
+        return copies_in(pod["spec"])["app-config"]
+
+    with kubelet_stand_in(kube, namespace):
+        created = create(kube, namespace, sts)
+        old = copies_in(template_spec(created))["app-config"]
+        wait_for(
+            lambda: (kube.get(statefulsets).get("status") or {}).get("readyReplicas") == 3,
+            timeout=60,
+            what="three ready pods",
+        )
+        assert {n: copy_of(p) for n, p in pods().items()} == {f"db-{i}": old for i in range(3)}
+
+        change_source(kube, namespace, "2")
+        new = wait_for(
+            lambda: (
+                (c := copies_in(template_spec(kube.get(statefulsets)))["app-config"]) != old and c
+            ),
+            what="the controller to re-point the StatefulSet",
+        )
+
+        def released() -> dict[str, dict[str, Any]] | None:
+            now = pods()
+            status = kube.get(statefulsets).get("status") or {}
+            db2 = now.get("db-2")
+            if (
+                db2 is None
+                or db2["metadata"]["labels"].get("controller-revision-hash")
+                != status.get("updateRevision")
+                or status.get("readyReplicas") != 3
+            ):
+                return None
+            return now
+
+        now = wait_for(released, timeout=60, what="db-2 on the new revision, all ready")
+        assert copy_of(now["db-2"]) == new
+        assert copy_of(now["db-0"]) == old and copy_of(now["db-1"]) == old
+        assert kube.get(path("configmaps", namespace, new))["data"] == {"a": "2"}
+
+        # A node failure takes db-0: it comes back on its own revision, with the old copy.
+        uid = now["db-0"]["metadata"]["uid"]
+        kube.delete(path("pods", namespace, "db-0"))
+        back = wait_for(
+            lambda: (p := pods().get("db-0")) and p["metadata"]["uid"] != uid and p,
+            timeout=60,
+            what="db-0 recreated",
+        )
+        assert copy_of(back) == old
+        status = kube.get(statefulsets)["status"]
+        assert back["metadata"]["labels"]["controller-revision-hash"] == status["currentRevision"]
+
+    revisions_now = {r["metadata"]["name"]: r for r in revisions(kube, namespace, created)}
+    current = revisions_now[status["currentRevision"]]
+    assert copies_in(template_spec(current))["app-config"] == old
+    wait_owned(kube, namespace, old, current)
+    wait_owned(kube, namespace, new, revisions_now[status["updateRevision"]])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 
 import jsonpatch
@@ -25,8 +25,8 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
-from webhook.core.plan import plan_object
-from webhook.core.refs import get_path, template_paths
+from webhook.core.plan import parse_mapping, plan_object
+from webhook.core.refs import find_sites, get_path, template_paths
 from webhook.core.snapshot import snapshot_object
 
 HKEY: Final = b"0123456789abcdef0123456789abcdef"
@@ -417,10 +417,48 @@ def plan(
     operation: str = "CREATE",
     old: JSONObject | None = None,
     hkey: bytes = HKEY,
+    refresh: Collection[SourceId] | None = None,
 ) -> Plan:
+    """Plan `obj`. `refresh=ALL`: the controller's re-plan of a workload (an UPDATE of the
+    object as it is, following every source it consumes)."""
+    if refresh is not None:
+        operation, old = "UPDATE", obj
+        if refresh is ALL:
+            refresh = _all_sources(obj, store)
     return plan_object(
-        obj, hkey=hkey, lookup=store.lookup, default_mode=mode, operation=operation, old=old
+        obj,
+        hkey=hkey,
+        lookup=store.lookup,
+        default_mode=mode,
+        operation=operation,
+        old=old,
+        refresh=refresh or (),
     )
+
+
+class _All(frozenset[SourceId]):
+    """Every source the object consumes (or records), resolved by `plan`."""
+
+
+ALL: Final = _All()
+
+
+def _all_sources(obj: JSONObject, store: Store) -> frozenset[SourceId]:
+    paths = template_paths(str(obj.get("kind", "")))
+    assert paths is not None
+    found: set[SourceId] = set()
+    for site in find_sites(get_path(obj, paths[1]) or {}):
+        found.add(site.source)
+        try:
+            record = store.lookup(site.source)
+        except SourceUnavailable:
+            record = None
+        if record is not None and record.snapshot_of is not None:
+            found.add(SourceId(record.kind, record.snapshot_of))
+    meta = get_path(obj, paths[0]) or {}
+    for key in parse_mapping((meta.get("annotations") or {}).get(ANN_SOURCES)) or {}:
+        found.add(SourceId.parse(key))
+    return frozenset(found)
 
 
 # ---- admission reviews ----

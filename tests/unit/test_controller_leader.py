@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -18,26 +19,31 @@ class FakeLock:
         self.record: LeaseRecord | None = None
         self.version = 0
         self.broken = False
+        self.timeouts: list[float] = []  # what each request was allowed
+        self.during: Callable[[], None] = lambda: None  # runs while a request is in flight
 
     def describe(self) -> str:
         return "lease test/leader"
 
-    def _check(self) -> None:
+    def _check(self, timeout: float) -> None:
+        assert timeout > 0
+        self.timeouts.append(timeout)
+        self.during()
         if self.broken:
             raise ConnectionError("API server unreachable")
 
-    def get(self) -> LeaseRecord | None:
-        self._check()
+    def get(self, *, timeout: float) -> LeaseRecord | None:
+        self._check(timeout)
         return self.record
 
-    def create(self, record: LeaseRecord) -> LeaseRecord | None:
-        self._check()
+    def create(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None:
+        self._check(timeout)
         if self.record is not None:
             return None
         return self._write(record)
 
-    def update(self, record: LeaseRecord) -> LeaseRecord | None:
-        self._check()
+    def update(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None:
+        self._check(timeout)
         if self.record is None or record.resource_version != self.record.resource_version:
             return None
         return self._write(record)
@@ -162,11 +168,11 @@ class StaleReads(FakeLock):
         super().__init__()
         self.target, self.seen = target, seen
 
-    def get(self) -> LeaseRecord | None:
+    def get(self, *, timeout: float) -> LeaseRecord | None:
         return self.seen
 
-    def update(self, record: LeaseRecord) -> LeaseRecord | None:
-        return self.target.update(record)
+    def update(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None:
+        return self.target.update(record, timeout=timeout)
 
 
 def test_two_candidates_racing_for_a_free_lease_get_one_winner(clock: Clock) -> None:
@@ -226,3 +232,66 @@ def test_a_failing_callback_does_not_stop_the_election(clock: Clock) -> None:
     assert elector.is_leader()
     elector.stop()
     assert not elector.is_leader()
+
+
+def test_the_renewal_counts_from_before_the_request_was_sent(clock: Clock) -> None:
+    # A renewal whose answer takes 4 s: the API server may have stored it at any moment of
+    # those 4 s, and the other replicas count the lease from when they saw it. The leader
+    # must stop acting a renew deadline after the attempt started, not after the answer.
+    lock = FakeLock()
+    a = Candidate(lock, clock, "a")  # lease 15 s: renew deadline 10 s, retry period 5 s
+    a.elector.step()
+    assert a.elector.is_leader()
+    clock.now += 5
+    started = clock.now
+
+    def slow() -> None:
+        clock.now += 2
+
+    lock.during = slow  # get and update take 2 s each
+    a.elector.step()
+    assert clock.now == started + 4
+    lock.during = lambda: None
+    clock.now = started + 10 - 0.01
+    assert a.elector.is_leader()
+    clock.now = started + 10
+    assert not a.elector.is_leader()
+
+
+def test_every_request_ends_before_the_renew_deadline(clock: Clock) -> None:
+    lock = FakeLock()
+    a = Candidate(lock, clock, "a")
+    a.elector.step()
+    renewed = clock.now
+    clock.now += 5
+    lock.timeouts.clear()
+
+    def slow() -> None:
+        clock.now += 1.5
+
+    lock.during = slow
+    a.elector.step()  # a renewal: read, then write
+    assert len(lock.timeouts) == 2
+    # each request was allowed only what was left of the 10 s after the last renewal
+    assert lock.timeouts[0] == pytest.approx(renewed + 10 - (renewed + 5))
+    assert lock.timeouts[1] == pytest.approx(renewed + 10 - (renewed + 6.5))
+
+    # the API server hangs: every request takes what it is allowed; no request is sent
+    # once nothing is left, and the leader stops acting at the deadline
+    renewed = clock.now - 3  # the attempt above started 3 s ago
+    lock.timeouts.clear()
+    clock.now = renewed + 9
+
+    def hangs() -> None:
+        clock.now += lock.timeouts[-1]
+        raise TimeoutError("no answer")
+
+    lock.during = hangs
+    a.elector.step()
+    assert lock.timeouts == [pytest.approx(1.0)]
+    assert clock.now == pytest.approx(renewed + 10)
+    assert not a.elector.is_leader()
+    assert a.events == ["started", "stopped"]
+    lock.timeouts.clear()
+    a.elector.step()  # a standby again: its own attempt has its own renew deadline
+    assert lock.timeouts and all(t <= 10 for t in lock.timeouts)

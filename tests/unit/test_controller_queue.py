@@ -153,3 +153,27 @@ def test_many_workers_drain_many_items() -> None:
         for w in workers:
             w.join(5)
     assert sorted(done) == list(range(500))
+
+
+def test_the_interval_counts_from_the_workloads_own_record_of_its_last_rollout() -> None:
+    # A new leader has never rolled `web` itself; the workload says it rolled 10 s ago.
+    q, clock = _queue(window=2.0, interval=30.0)
+    q.add("web", ["cm/a"], last_rollout=clock.now - 10.0)
+    clock.now += 2.0
+    assert q.get(timeout=0) is None  # due 20 s from now, not after the window
+    clock.now += 18.0
+    item = q.get(timeout=0)
+    assert item is not None and item[0] == "web"
+
+
+def test_an_older_record_does_not_shorten_what_this_queue_remembers() -> None:
+    q, clock = _queue(window=0.0, interval=30.0)
+    q.add("web", ["cm/a"])
+    item = q.get(timeout=0)
+    assert item is not None
+    q.done("web", rolled=True)
+    q.add("web", ["cm/a"], last_rollout=clock.now - 100.0)
+    clock.now += 29.0
+    assert q.get(timeout=0) is None
+    clock.now += 1.0
+    assert q.get(timeout=0) is not None

@@ -79,10 +79,9 @@ def _review(obj: dict[str, Any]) -> bytes:
             "request": {
                 "uid": "u1",
                 "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                "operation": "UPDATE",
+                "operation": "CREATE",
                 "namespace": "ns",
                 "object": obj,
-                "oldObject": obj,
             },
         }
     ).encode()

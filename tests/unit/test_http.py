@@ -315,9 +315,13 @@ async def test_missing_required_source_warns_and_pins_the_rest(server: Server) -
     assert set(recorded_sources(jsonpatch.apply_patch(obj, _patch(resp)))) == {"configmap/cfg"}
 
 
-async def test_only_a_missing_source_is_allowed_unchanged_with_a_warning(server: Server) -> None:
+async def test_only_a_missing_source_is_allowed_with_a_warning_and_an_empty_record(
+    server: Server,
+) -> None:
     resp = (await server.admit(review(_deployment(env_cm("nope", "k")))))["response"]
-    assert resp["allowed"] is True and "patch" not in resp
+    assert resp["allowed"] is True
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    assert [op["value"].get(ANN_SOURCES) for op in ops] == ["{}"]
     assert "configmap/nope" in resp["warnings"][0]
 
 
@@ -656,13 +660,11 @@ async def test_metrics_count_admissions_and_bad_requests(server: Server) -> None
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/plain")
     text = resp.text
-    counts = {
-        result: _metric(
-            text, "configpin_admissions_total", kind="Deployment", operation="CREATE", result=result
-        )
-        for result in ("patched", "unchanged")
-    }
-    assert counts == {"patched": 1.0, "unchanged": 1.0}
+    # the missing source's Deployment is patched too: with its (empty) record
+    patched = _metric(
+        text, "configpin_admissions_total", kind="Deployment", operation="CREATE", result="patched"
+    )
+    assert patched == 2.0
     assert (
         _metric(
             text,

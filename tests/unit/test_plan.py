@@ -10,6 +10,7 @@ import jsonpatch
 import pytest
 
 from tests.unit.conftest import (
+    ALL,
     HKEY,
     MUTABLE_TEMPLATE_KINDS,
     NSKEY,
@@ -316,10 +317,16 @@ def test_required_and_optional_sites_of_one_missing_source_are_required() -> Non
     assert p.sources == {} and p.problems
 
 
-def test_only_missing_sources_give_no_patch_and_no_annotations() -> None:
+def test_only_missing_sources_give_an_empty_record() -> None:
+    # Admitted by configpin although no pod of it can start yet: the empty record says so
+    # (the controller completes it, without a rollout, when the source appears).
     obj = _deploy(env_cm("missing", "k"))
     p = plan(obj, _store())
-    assert p.patch == [] and p.problems
+    assert p.problems and p.sources == {}
+    out = apply(obj, p)
+    assert template_annotations(out)[ANN_SOURCES] == "{}"
+    assert spec_of(out) == spec_of(obj)
+    assert plan(out, _store()).patch == []
 
 
 def test_an_unreadable_source_warns_and_keeps_what_was_recorded() -> None:
@@ -327,7 +334,7 @@ def test_an_unreadable_source_warns_and_keeps_what_was_recorded() -> None:
     obj = _deploy(env_cm("cfg", "a"), env_secret("creds", "pass"))
     out = apply(obj, plan(obj, store))
     store.unreadable.add(SourceId(SECRET, "creds"))
-    p = plan(out, store, operation="UPDATE", old=out)
+    p = plan(out, store, refresh=ALL)
     assert any("secret/creds" in w and "could not be read" in w for w in p.warnings)
     assert p.problems
     assert p.patch == []  # the recorded digest stays; nothing rolls
@@ -355,7 +362,7 @@ def test_an_unreadable_source_of_a_snapshot_reference_changes_nothing(
     store.create_snapshots(first)
     (snap,) = (r.snapshot_name for r in first.snapshots)
     store.unreadable.add(SourceId(CM, "cfg" if unreadable == "source" else snap))
-    p = plan(out, store, mode=mode, operation="UPDATE", old=out)
+    p = plan(out, store, mode=mode, refresh=ALL)
     assert p.patch == []
     (warning,) = p.warnings
     assert warning.startswith(named) and "could not be read" in warning
@@ -544,7 +551,7 @@ def test_changed_content_replaces_only_what_differs() -> None:
     obj = _deploy(env_cm("cfg", "a"))
     out = apply(obj, plan(obj, store))
     store.put(configmap("cfg", {"a": "2"}))
-    p = plan(out, store, operation="UPDATE", old=out)
+    p = plan(out, store, refresh=ALL)
     assert sorted(op["path"] for op in p.patch) == [
         "/spec/template/metadata/annotations/configpin.io~1checksum",
         "/spec/template/metadata/annotations/configpin.io~1sources",
@@ -561,9 +568,10 @@ def test_stale_annotations_are_removed_when_the_references_go_away() -> None:
         pod_spec(container(env=[env_cm("cfg", "a")])),
         template_annotations={"keep": "me"},
     )
-    out = apply(obj, plan(obj, store))
+    before = apply(obj, plan(obj, store))
+    out = copy.deepcopy(before)
     spec_of(out)["containers"][0].pop("env")
-    p = plan(out, store, operation="UPDATE", old=out)
+    p = plan(out, store, operation="UPDATE", old=before)
     assert {op["op"] for op in p.patch} == {"remove"}
     cleaned = apply(out, p)
     assert template_annotations(cleaned) == {"keep": "me"}
@@ -574,9 +582,10 @@ def test_stale_annotations_are_removed_when_the_references_go_away() -> None:
 def test_a_removed_reference_drops_its_entry() -> None:
     store = _store()
     obj = _deploy(env_cm("cfg", "a"), env_secret("creds", "pass"))
-    out = apply(obj, plan(obj, store))
+    before = apply(obj, plan(obj, store))
+    out = copy.deepcopy(before)
     spec_of(out)["containers"][0]["env"].pop()
-    out2 = apply(out, plan(out, store, operation="UPDATE", old=out))
+    out2 = apply(out, plan(out, store, operation="UPDATE", old=before))
     assert set(recorded_sources(out2)) == {"configmap/cfg"}
 
 
@@ -819,7 +828,7 @@ def test_checksum_mode_points_a_snapshot_reference_back_at_its_source() -> None:
     first = plan(obj, store, mode="snapshot")
     snapped = apply(obj, first)
     store.create_snapshots(first)
-    p = plan(snapped, store, mode="checksum", operation="UPDATE", old=snapped)
+    p = plan(snapped, store, mode="checksum", refresh=ALL)
     back = apply(snapped, p)
     assert spec_of(back) == spec_of(obj)
     assert p.snapshots == []

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.conftest import (
+    ALL,
     HKEY,
     NSKEY,
     WORKLOAD_KINDS,
@@ -254,9 +255,9 @@ def test_after_a_change_one_plan_reaches_a_fixed_point(
     # the source changes (or appears)
     build = configmap if target is SourceKind.CONFIGMAP else secret
     store.put(build("shared", new_content))
-    second = plan(out, store, mode="checksum", operation="UPDATE", old=out)
+    second = plan(out, store, mode="checksum", refresh=ALL)
     out2 = apply(out, second)
-    assert plan(out2, store, mode="checksum", operation="UPDATE", old=out2).patch == []
+    assert plan(out2, store, mode="checksum", refresh=ALL).patch == []
     # in checksum mode the recorded digest of the changed source is the live one
     sid = SourceId(target, "shared")
     if str(sid) in second.sources and second.sources[str(sid)] != digest.ABSENT:

@@ -214,7 +214,10 @@ def test_render_warns_about_a_missing_source_and_fails(
     status, (out,), err = _render(capsys, "-f", path, "--digest-key-file", key_file)
     assert status == 1
     assert "Deployment/" in err and "lonely" in err and "configmap/nowhere" in err
-    assert out == dep  # unchanged
+    # nothing pinned: the empty record only
+    assert out["spec"]["template"]["metadata"]["annotations"]["configpin.io/sources"] == "{}"
+    del out["spec"]["template"]["metadata"]["annotations"]
+    assert out == dep
 
 
 def test_render_several_files_lists_and_other_kinds(
@@ -325,7 +328,7 @@ def test_allow_missing_takes_names_and_globs(
         capsys, *base, "--allow-missing", "secret/db-*", "--allow-missing", "cm/cfg"
     )
     assert status == 0 and err == ""
-    assert ANN_SOURCES not in template_annotations(out)  # nothing there to pin
+    assert template_annotations(out)[ANN_SOURCES] == "{}"  # nothing there to pin: empty
     assert main(["render", *map(str, base), "--allow-missing", "db-password"]) == 2
     assert "expected KIND/NAME" in capsys.readouterr().err
 

@@ -16,10 +16,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from webhook.core import digest
-from webhook.core.constants import ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT, MODE_OFF
+from webhook.core.constants import (
+    ANN_OBSERVED,
+    ANN_ROLLED_AT,
+    ANN_SOURCES,
+    LABEL_SNAPSHOT,
+    MODE_OFF,
+)
 from webhook.core.model import JSONObject, SourceId, SourceRecord
 from webhook.core.plan import MAX_SOURCES, effective_mode, is_controlled, parse_mapping
 from webhook.core.refs import consumption, find_sites, get_path, template_paths
@@ -58,6 +65,8 @@ class WorkloadEntry:
     ref: WorkloadRef
     consumes: tuple[Consumed, ...]
     recorded: Mapping[str, str]  # "configmap/<name>" -> digest it was last brought up to date with
+    rolled_at: float | None = None  # configpin.io/rolled-at, seconds since the epoch
+    stamped: bool = True  # it carries a record (admitted by configpin, or a baseline), even {}
 
     def index_keys(self) -> set[SourceId]:
         """The sources whose change concerns this workload: those it names, and those it
@@ -115,9 +124,38 @@ def entry_from_object(
         raise NotIndexed("too many sources")  # admission left it unpinned too
     recorded = parse_mapping(_annotations(meta).get(ANN_OBSERVED))
     if recorded is None:
-        recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES)) or {}
+        recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES))
+    stamped = recorded is not None
+    recorded = recorded or {}
     ref = WorkloadRef(kind, sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
-    return WorkloadEntry(ref, consumes, {sys.intern(k): v for k, v in recorded.items()})
+    recorded = {sys.intern(k): v for k, v in recorded.items()}
+    rolled_at = parse_time(_annotations(meta).get(ANN_ROLLED_AT))
+    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped)
+
+
+def parse_time(text: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (a creationTimestamp, rolled-at)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def format_time(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def appeared(entry: WorkloadEntry, stale: Iterable[SourceId]) -> set[SourceId]:
+    """Of `stale`, the sources the workload requires by their own name but never recorded
+    although configpin admitted it: they did not exist then (a warning said so), so no pod
+    of it could start before they did. (A workload that carries no record at all was
+    admitted while configpin was unreachable: nothing can be told of it.)"""
+    if not entry.stamped:
+        return set()
+    required = {c.source for c in entry.consumes if c.required}
+    return {sid for sid in stale if sid in required and str(sid) not in entry.recorded}
 
 
 Lookup = Callable[[SourceId], SourceRecord | None]

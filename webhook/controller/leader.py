@@ -32,13 +32,19 @@ log = logging.getLogger(__name__)
 
 
 class Lock(Protocol):
+    """`timeout`: seconds the request may take in all (connect, send, answer)."""
+
     def describe(self) -> str: ...
 
-    def get(self) -> LeaseRecord | None: ...
+    def get(self, *, timeout: float) -> LeaseRecord | None: ...
 
-    def create(self, record: LeaseRecord) -> LeaseRecord | None: ...
+    def create(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None: ...
 
-    def update(self, record: LeaseRecord) -> LeaseRecord | None: ...
+    def update(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None: ...
+
+
+class DeadlinePassed(Exception):
+    """No time is left for a request before the renew deadline."""
 
 
 def new_identity() -> str:
@@ -135,15 +141,33 @@ class LeaderElector:
         return self._observed.holder if self._observed is not None else ""
 
     # --- one attempt (client-go `tryAcquireOrRenew`)
+    def _time_left(self, deadline: float) -> float:
+        left = deadline - self._clock()
+        if left <= 0:
+            raise DeadlinePassed(f"{self.lock.describe()}: the renew deadline has passed")
+        return left
+
     def try_acquire_or_renew(self) -> bool:
+        """One attempt. The renewal counts from the moment the attempt *started* (before its
+        first request was sent): the API server may have stored the write at any moment after
+        that, and the other replicas count the lease duration from when they saw it. And every
+        request ends before the renew deadline (a leader's: two thirds of the lease duration
+        after its last renewal): a request still hanging after that could otherwise come back
+        successful when another replica may already lead."""
+        started = self._clock()
+        leading_since = self._renewed_at if self._leading else None
+        deadline = (leading_since if leading_since is not None else started) + self.renew_deadline
         now = self._wall()
-        current = self.lock.get()
+        current = self.lock.get(timeout=self._time_left(deadline))
         if current is None:
-            created = self.lock.create(LeaseRecord(self.identity, self.lease_duration, now, now, 0))
+            created = self.lock.create(
+                LeaseRecord(self.identity, self.lease_duration, now, now, 0),
+                timeout=self._time_left(deadline),
+            )
             if created is None:
                 return False
             self._observe(created)
-            self._renewed_at = self._clock()
+            self._renewed_at = started
             return True
         if not current.same_claim(self._observed):
             self._observe(current)
@@ -161,11 +185,11 @@ class LeaderElector:
                 current.transitions + 1,
                 current.resource_version,
             )
-        written = self.lock.update(wanted)
+        written = self.lock.update(wanted, timeout=self._time_left(deadline))
         if written is None:
             return False
         self._observe(written)
-        self._renewed_at = self._clock()
+        self._renewed_at = started
         return True
 
     def _observe(self, record: LeaseRecord) -> None:
@@ -233,7 +257,8 @@ class LeaderElector:
         now = self._wall()
         try:
             written = self.lock.update(
-                LeaseRecord("", 1, now, now, record.transitions, record.resource_version)
+                LeaseRecord("", 1, now, now, record.transitions, record.resource_version),
+                timeout=self.retry_period,
             )
         except Exception as e:
             log.warning("%s: could not release (%s)", self.lock.describe(), e)

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from math import inf
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -68,14 +69,20 @@ class RolloutQueue(Generic[K, S]):
         *,
         seen: float | None = None,
         delay: float | None = None,
+        last_rollout: float | None = None,
     ) -> bool:
         """Record a change seen at `seen` (default now), to be handed out after `delay`
-        (default the coalescing window); True when it was folded into a pending one."""
+        (default the coalescing window); True when it was folded into a pending one.
+
+        `last_rollout`: when the workload last rolled by its own record (on this clock), for
+        a workload this queue has not rolled itself (another replica led then)."""
         now = self.clock()
         seen = now if seen is None else seen
         with self._cond:
             if self._closed:
                 return False
+            if last_rollout is not None and last_rollout > self._last_rollout.get(key, -inf):
+                self._last_rollout[key] = last_rollout
             current = self._pending.get(key)
             if current is not None:
                 current.sources.update(sources)

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final, Protocol
 
 from prometheus_client import Gauge
@@ -34,7 +33,10 @@ from webhook.controller.index import (
     WorkloadEntry,
     WorkloadIndex,
     WorkloadRef,
+    appeared,
     entry_from_object,
+    format_time,
+    parse_time,
     stale_sources,
 )
 from webhook.controller.leader import (
@@ -44,10 +46,11 @@ from webhook.controller.leader import (
     new_identity,
 )
 from webhook.controller.queue import RolloutQueue
+from webhook.core.constants import MODE_SNAPSHOT
 from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
 from webhook.core.names import pointer
-from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object
-from webhook.core.refs import template_paths
+from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object, rolled_at_ops
+from webhook.core.refs import get_path, template_paths
 from webhook.kube.cache import SourceCache
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
@@ -96,16 +99,26 @@ class ControllerOptions:
     catch_up_window: float = 600.0
     max_sources: int = MAX_SOURCES
     allow_snapshots: bool = True
+    # Every workload is checked against the cluster's content this often while leading (0:
+    # never), besides on every change and relist: a check that found nothing to do because
+    # an event was missed, or a rollout given up after its retries, is looked at again.
+    resync_period: float = 300.0
+
+
+def _created(obj: JSONObject | None) -> float | None:
+    return parse_time(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
 
 
 def _age(obj: JSONObject) -> float:
     """Seconds since the object was created (0 when that cannot be told)."""
-    created = (obj.get("metadata") or {}).get("creationTimestamp")
-    try:
-        when = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return max(0.0, time.time() - when.timestamp())
+    created = _created(obj)
+    return 0.0 if created is None else max(0.0, time.time() - created)
+
+
+def _template(obj: JSONObject | None) -> object:
+    kind = str((obj or {}).get("kind", ""))
+    paths = template_paths(kind)
+    return None if obj is None or paths is None else get_path(obj, paths[0][:-1])
 
 
 def _skip_reason(reason: str) -> str:
@@ -124,6 +137,14 @@ def _touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
     assert paths is not None
     prefix = pointer(paths[0][:-1]) + "/"
     return any(str(op.get("path", "")).startswith(prefix) for op in ops)
+
+
+class NotStored(Exception):
+    """The API server stored another record than the controller planned."""
+
+    def __init__(self, rolled: bool) -> None:
+        super().__init__("the API server stored another record than planned")
+        self.rolled = rolled
 
 
 class _KindHandler:
@@ -290,6 +311,10 @@ class RolloutController:
         else:
             self.elector = AlwaysLeader(self._started_leading, self._stopped_leading)
             self.metrics.is_leader.set(1)
+        if self.options.resync_period > 0:
+            t = threading.Thread(target=self._resync, name="controller-resync", daemon=True)
+            t.start()
+            self._threads.append(t)
         self.up.set(1)
         log.info(
             "controller started: %d workloads indexed, kinds %s, identity %s",
@@ -298,6 +323,17 @@ class RolloutController:
             self.identity,
         )
         self.elector.start()
+
+    def _resync(self) -> None:
+        while not self._stop.wait(self.options.resync_period):
+            try:
+                queued = self.check_all()
+            except Exception:  # the loop must go on
+                log.exception("periodic resync failed")
+                continue
+            self.metrics.resyncs.inc()
+            if queued:
+                log.info("periodic resync: %d workloads were not current", queued)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Finish the patches in flight, then release the Lease (a standby takes over at
@@ -354,7 +390,10 @@ class RolloutController:
         if not stale:
             self.metrics.skipped.labels("current").inc()
             return False
-        if self.queue.add(entry.ref, stale, seen=seen):
+        last = None
+        if entry.rolled_at is not None:  # the workload's own record: on this clock
+            last = self.clock() - max(0.0, time.time() - entry.rolled_at)
+        if self.queue.add(entry.ref, stale, seen=seen, last_rollout=last):
             self.metrics.coalesced.inc()
         return True
 
@@ -396,6 +435,9 @@ class RolloutController:
             try:
                 rolled = self.apply(ref, pending.sources, first_seen=pending.first_seen)
                 self._failures.pop(ref, None)
+            except NotStored as e:
+                rolled = e.rolled
+                self._retry_later(ref, pending.sources, pending.first_seen, e)
             except Exception as e:
                 self._retry_later(ref, pending.sources, pending.first_seen, e)
             finally:
@@ -423,7 +465,9 @@ class RolloutController:
         first_seen: float | None = None,
         before_write: Callable[[JSONObject], None] | None = None,
     ) -> bool:
-        """Bring one workload up to date (read fresh, plan as admission does, guarded patch).
+        """Bring one workload up to date (read fresh, plan as admission does, guarded patch),
+        then check what the API server stored: when it is not what was planned (admission on
+        a replica that decided otherwise, a concurrent writer), look again shortly.
         True when its pod template changed, i.e. a rollout started."""
         if not self.is_leader():
             return False
@@ -433,11 +477,26 @@ class RolloutController:
         kind = self.kinds[ref.kind]
         lookup = self._peek(ref.namespace)
         cache, namespace = self.cache, ref.namespace
+        read_obj: JSONObject | None = None
+        intended: dict[str, str] = {}
 
         def read(sid: SourceId) -> SourceRecord | None:
             return cache.get(namespace, sid)
 
+        def record_only(obj: JSONObject, observed: dict[str, str], why: str) -> Decision:
+            """The record alone, on the workload's metadata: its template stays as it is."""
+            nonlocal intended
+            intended = observed
+            ops = observed_ops(obj, dumps_mapping(observed)) if observed else []
+            if ops:
+                log.info(
+                    "%s: recorded %s without a rollout (%s)", ref, dumps_mapping(observed), why
+                )
+            return Decision(ops) if ops else Decision.leave("unchanged")
+
         def decide(obj: JSONObject) -> Decision:
+            nonlocal read_obj, intended
+            read_obj, intended = obj, {}
             obj.setdefault("kind", ref.kind)
             try:
                 entry = entry_from_object(obj, self.options.default_mode, self.options.max_sources)
@@ -460,10 +519,15 @@ class RolloutController:
             )
             if plan.skipped is not None:
                 return Decision.leave(_skip_reason(plan.skipped))
-            if not entry.recorded and _age(obj) > self.options.catch_up_window:
-                # The record alone, on the workload's metadata: its template stays as it is.
-                baseline = observed_ops(obj, dumps_mapping(plan.observed)) if plan.observed else []
-                return Decision(baseline) if baseline else Decision.leave("unchanged")
+            if not entry.stamped and _age(obj) > self.options.catch_up_window:
+                return record_only(obj, plan.observed, "found unstamped: a baseline")
+            if plan.mode != MODE_SNAPSHOT and stale <= appeared(entry, stale):
+                # No pod of it could start before the source existed: they start with what it
+                # holds now. The record is completed; a rollout would restart them for nothing.
+                # (Snapshot mode rolls instead: its revisions must point at copies.)
+                completed = {**entry.recorded}
+                completed.update((str(sid), plan.observed[str(sid)]) for sid in stale)
+                return record_only(obj, completed, "a required source appeared")
             if not plan.patch:
                 return Decision.leave("unchanged")
             if plan.snapshots:
@@ -476,7 +540,11 @@ class RolloutController:
                 return Decision.leave("not-leader")
             for warning in plan.warnings:
                 log.warning("%s: %s", ref, warning)
-            return Decision(plan.patch)
+            intended = plan.observed
+            ops = list(plan.patch)
+            if _touches_template(ref.kind, ops):
+                ops += rolled_at_ops(obj, format_time(time.time()))
+            return Decision(ops)
 
         result = update_workload(
             self.kube,
@@ -489,18 +557,26 @@ class RolloutController:
             self.metrics.skipped.labels(result.skip or "unchanged").inc()
             return False
         assert result.obj is not None
+        result.obj.setdefault("kind", ref.kind)
         entry = self._entry_or_none(result.obj)
         if entry is not None:
             self.index.put(entry)  # the watch will say the same; until then, do not re-check
-        if not _touches_template(ref.kind, result.ops):
+        rolled = _template(result.obj) != _template(read_obj)
+        if rolled:
+            self.metrics.rollouts.labels(ref.kind).inc()
+            if first_seen is not None:
+                self.metrics.rollout_latency.observe(max(0.0, self.clock() - first_seen))
+            names = ", ".join(sorted(map(str, changed))) or "recorded state"
+            log.info("re-stamped %s: %s changed", ref, names)
+        elif not _touches_template(ref.kind, result.ops):
             self.metrics.skipped.labels("record-only").inc()
-            return False
-        self.metrics.rollouts.labels(ref.kind).inc()
-        if first_seen is not None:
-            self.metrics.rollout_latency.observe(max(0.0, self.clock() - first_seen))
-        names = ", ".join(sorted(map(str, changed))) or "recorded state"
-        log.info("re-stamped %s: %s changed", ref, names)
-        return True
+        if entry is None or dict(entry.recorded) != intended:
+            # Stored is not what was planned: something in the write path (admission on a
+            # replica that decided otherwise, another writer) changed it. Never counted as
+            # done: looked at again, with backoff, from what the cluster then holds.
+            self.metrics.skipped.labels("not-stored").inc()
+            raise NotStored(rolled)
+        return rolled
 
     def _entry_or_none(self, obj: JSONObject) -> WorkloadEntry | None:
         try:

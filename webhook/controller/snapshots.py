@@ -3,7 +3,11 @@
 Adoption: a copy gets an ownerReference to every ReplicaSet, ControllerRevision (StatefulSet
 and DaemonSet revisions keep the template in `data.spec.template`), Job and bare Pod whose pod
 spec references it, so the Kubernetes garbage collector removes the copy exactly when the
-last revision using it is removed (`revisionHistoryLimit`, a deleted Job or Pod). One watch
+last revision using it is removed (`revisionHistoryLimit`, a deleted Job or Pod). A CronJob
+is no revision but makes new Jobs from its template at any time: it owns the copies its
+`jobTemplate` points at, and only while it does (the controller re-pointing it to a new copy
+drops its reference from the old one), so a copy lives as long as a CronJob or a Job points
+at it, whatever `ttlSecondsAfterFinished` or the history limits remove. One watch
 per owner kind; the objects are not kept, only which copies each one references.
 
 Sweep: copies that nothing owns (an admission that never persisted, owners' references
@@ -45,8 +49,10 @@ from webhook.kube.snapshots import (
     add_owners,
     delete_unchanged,
     mark,
+    remove_owners,
     unmark,
 )
+from webhook.kube.workloads import cronjob_prefix
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -85,6 +91,13 @@ OWNER_KINDS: Final = (
     OwnerKind("jobs", "batch/v1", "Job", ("spec", "template")),
     OwnerKind("pods", "v1", "Pod", ()),
 )
+# Owns a copy only while its template points at it (templates of the kinds above never change).
+_CRONJOB_TEMPLATE: Final = ("spec", "jobTemplate", "spec", "template")
+
+
+def cronjob_owner_kind(prefix: str) -> OwnerKind:
+    """CronJobs as owners, served at `prefix` (batch/v1 from 1.21, batch/v1beta1 before)."""
+    return OwnerKind("cronjobs", prefix.removeprefix("/apis/"), "CronJob", _CRONJOB_TEMPLATE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +181,37 @@ class _OwnerWatch:
         self.adopter.put_owner(uid, owner)
 
 
+class _CronJobWatch(_OwnerWatch):
+    """Also remembers, per live CronJob, which copies its template points at now (none
+    included), so that a copy it stopped pointing at can be let go."""
+
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        items = list(items)
+        fresh = {}
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") and not meta.get("deletionTimestamp"):
+                owner = owner_of(self.kind, obj)
+                fresh[str(meta["uid"])] = owner.copies if owner is not None else frozenset()
+        with self.adopter._lock:
+            self.adopter._cronjob_copies = fresh
+        super().relisted(items)
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        with self.adopter._lock:
+            if kind == "DELETED" or meta.get("deletionTimestamp"):
+                self.adopter._cronjob_copies.pop(uid, None)
+            else:
+                owner = owner_of(self.kind, obj)
+                copies = owner.copies if owner is not None else frozenset()
+                before = self.adopter._cronjob_copies.get(uid, frozenset())
+                self.adopter._cronjob_copies[uid] = copies
+                self.adopter._enqueue(before - copies)
+        super().event(kind, obj)
+
+
 class SnapshotAdopter:
     """Gives every copy an ownerReference to each revision that uses it; re-creates a copy
     that a live revision references but that is gone, when its source still has that content
@@ -207,6 +251,8 @@ class SnapshotAdopter:
         self.informers = [
             Informer(kube, k.resource, _OwnerWatch(self, k), metrics) for k in OWNER_KINDS
         ]
+        self._cronjobs_found = False  # where CronJobs are served is asked once, then watched
+        self._cronjob_copies: dict[str, frozenset[CopyKey]] = {}  # live CronJob uid -> copies
         index.listeners.append(self._copy_changed)
 
     # --- lifecycle
@@ -224,7 +270,25 @@ class SnapshotAdopter:
             self._wake.notify_all()
 
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return self._cronjobs_found and all(i.synced.is_set() for i in self.informers)
+
+    def _watch_cronjobs(self) -> None:
+        """Add the CronJob watch once discovery says where CronJobs are served."""
+        try:
+            prefix = cronjob_prefix(self.kube)
+        except KubeError as e:
+            log.warning("cannot tell where CronJobs are served (%s); asking again", e)
+            return
+        self._cronjobs_found = True
+        if prefix is None:
+            return
+        kind = cronjob_owner_kind(prefix)
+        informer = Informer(
+            self.kube, kind.resource, _CronJobWatch(self, kind), self.metrics, prefix=prefix
+        )
+        self.informers.append(informer)
+        if not self._stop.is_set():
+            informer.start()
 
     # --- the owner index (from the informers' threads)
     def _link(self, owner: Owner) -> None:
@@ -278,7 +342,11 @@ class SnapshotAdopter:
     def _run(self) -> None:
         leading = False
         next_resync = 0.0
+        next_discovery = 0.0
         while not self._stop.is_set():
+            if not self._cronjobs_found and time.monotonic() >= next_discovery:
+                self._watch_cronjobs()
+                next_discovery = time.monotonic() + 5.0
             with self._wake:
                 now = time.monotonic()
                 for due_key, due in list(self._delayed.items()):
@@ -328,6 +396,7 @@ class SnapshotAdopter:
         copy = self.index.get(key)
         if copy is None:
             return self._repair(key, owners) if owners else "absent"
+        self._disown(key, copy)
         missing = [o for o in owners if o.uid not in copy.owners]
         if not missing:
             return "current"
@@ -344,6 +413,25 @@ class SnapshotAdopter:
             ", ".join(f"{o.kind.kind}/{o.name}" for o in missing),
         )
         return "adopted"
+
+    def _disown(self, key: CopyKey, copy: Copy) -> None:
+        """Drop the ownerReferences of CronJobs whose template no longer points at the copy:
+        it then lives as long as its Jobs (owned by nothing: until the sweep's grace period
+        ends). A CronJob this replica does not know (deleted: the garbage collector's
+        business; not synced yet) is left alone."""
+        if not copy.cronjobs:
+            return
+        with self._lock:
+            known = {u: self._cronjob_copies.get(u) for u in copy.cronjobs}
+        gone = [u for u, copies in known.items() if copies is not None and key not in copies]
+        if not gone:
+            return
+        try:
+            remove_owners(self.kube, key, gone)
+        except NotFound:
+            return
+        kind, namespace, name = key
+        log.info("%s/%s in %s: no CronJob points at it any more", kind, name, namespace)
 
     def _alive(self, owner: Owner) -> bool:
         try:

@@ -28,3 +28,8 @@ SERVICE_ACCOUNT_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
 # controller. It differs from the template's `configpin.io/sources` only after a rollback to
 # an older snapshot, which the controller must leave alone until the source changes again.
 ANN_OBSERVED: Final = "configpin.io/observed"
+
+# On a workload's own metadata: when configpin's controller last rolled it (RFC 3339, UTC).
+# The minimum interval between two rollouts counts from here, so it holds across restarts
+# and leader changes, not only in the memory of the replica that rolled.
+ANN_ROLLED_AT: Final = "configpin.io/rolled-at"

@@ -92,6 +92,8 @@ class Plan:
     observed: dict[str, str] = field(default_factory=dict)
     mode: str = "off"
     skipped: str | None = None
+    # An UPDATE that left the pod template as it was: its record is kept as it is, unplanned.
+    kept: bool = False
 
     @property
     def changed(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from webhook.core import digest
@@ -17,6 +17,7 @@ from webhook.core.constants import (
     ANN_CHECKSUM,
     ANN_MODE,
     ANN_OBSERVED,
+    ANN_ROLLED_AT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
     MODE_CHECKSUM,
@@ -114,6 +115,7 @@ class _Builder:
     snapshots: dict[str, SnapshotRequest] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     observed: dict[str, str] = field(default_factory=dict)
+    missing_required: bool = False
 
     def point_at(self, cons: Consumption, name: str) -> None:
         for site in cons.sites:
@@ -155,9 +157,72 @@ def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
     return None
 
 
+# What configpin writes on a pod template: the record, never a change the pods must follow.
+_TEMPLATE_RECORD: Final = (ANN_CHECKSUM, ANN_SOURCES)
+# What it writes on a workload's own metadata.
+_WORKLOAD_RECORD: Final = (ANN_OBSERVED, ANN_ROLLED_AT)
+
+
+def _without_record(template: Any) -> Any:
+    """The pod template with configpin's record taken out (a shallow copy where needed); an
+    empty metadata or annotations map counts as absent."""
+    if not isinstance(template, dict):
+        return template
+    meta = template.get("metadata")
+    if not isinstance(meta, dict):
+        return template
+    annotations = _annotations(meta)
+    rest = {k: v for k, v in annotations.items() if k not in _TEMPLATE_RECORD}
+    new_meta = {k: v for k, v in meta.items() if k != "annotations"}
+    if rest:
+        new_meta["annotations"] = rest
+    out = {k: v for k, v in template.items() if k != "metadata"}
+    if new_meta:
+        out["metadata"] = new_meta
+    return out
+
+
+def _kept_record(obj: JSONObject, old: JSONObject, meta_path: Path, mode: str) -> Plan | None:
+    """An UPDATE that leaves the pod template as it was (configpin's record aside) and does
+    not itself set a different record: the template keeps the record it has (restored where
+    a client that replaced the object whole dropped it), stamped or not. Whether the workload
+    is stale is the controller's to decide, from the cluster's state; admission stamping here
+    would start a rollout nobody asked for (a label edit, a `replicas` change, the
+    controller's own baseline write). None when the request changes the template, or sets a
+    record of its own (the controller re-stamping): that is planned."""
+    template_path = meta_path[:-1]
+    new_t, old_t = get_path(obj, template_path), get_path(old, template_path)
+    if _without_record(new_t) != _without_record(old_t):
+        return None
+    new_ann = _annotations(get_path(obj, meta_path))
+    old_ann = _annotations(get_path(old, meta_path))
+    if any(k in new_ann for k in _TEMPLATE_RECORD) and any(
+        new_ann.get(k) != old_ann.get(k) for k in _TEMPLATE_RECORD
+    ):
+        return None
+    # Restore what a whole-object replace dropped; never write anything new.
+    ops = _annotation_ops(
+        meta_path,
+        get_path(obj, meta_path),
+        {k: old_ann[k] for k in _TEMPLATE_RECORD if k in old_ann and k not in new_ann},
+    )
+    obj_ann = _annotations(obj.get("metadata"))
+    had = _annotations(old.get("metadata"))
+    restore = {k: had[k] for k in _WORKLOAD_RECORD if k in had and k not in obj_ann}
+    ops += _annotation_ops(("metadata",), obj.get("metadata"), restore)
+    sources = parse_mapping(old_ann.get(ANN_SOURCES)) or {}
+    observed = parse_mapping(obj_ann.get(ANN_OBSERVED, had.get(ANN_OBSERVED))) or sources
+    return Plan(patch=ops, sources=sources, observed=observed, mode=mode, kept=True)
+
+
 def observed_ops(obj: JSONObject, observed: str | None) -> list[PatchOp]:
     """Ops that set (or, with None, remove) the workload's `configpin.io/observed` record."""
     return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed})
+
+
+def rolled_at_ops(obj: JSONObject, when: str) -> list[PatchOp]:
+    """Ops that record on the workload's metadata when configpin last rolled it."""
+    return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_ROLLED_AT: when})
 
 
 def plan_object(
@@ -212,6 +277,13 @@ def plan_object(
     if not isinstance(pod_spec, dict):
         return Plan(warnings=warnings, mode=mode, skipped="no pod spec")
 
+    if operation == "UPDATE" and old is not None and not refresh:
+        kept = _kept_record(obj, old, meta_path, mode)
+        if kept is not None:
+            if warnings:
+                return replace(kept, warnings=warnings)
+            return kept
+
     template_meta = get_path(obj, meta_path)
     existing = parse_mapping(_annotations(template_meta).get(ANN_SOURCES)) or {}
     previous = recorded_observed(obj, old)
@@ -253,7 +325,11 @@ def plan_object(
             b.warnings.append(msg)
             b.problems.append(msg)
 
-    sources_text = dumps_mapping(b.sources) if b.sources else None
+    # A template whose only sources were required and missing still gets a record, an empty
+    # one: it says configpin admitted it (so no pod of it could start before the sources
+    # existed), which the controller tells apart from a workload admitted while configpin
+    # was unreachable.
+    sources_text = dumps_mapping(b.sources) if b.sources or b.missing_required else None
     if sources_text is not None:
         desired: dict[str, str | None] = {
             ANN_CHECKSUM: digest.checksum_of_text(hkey, sources_text),
@@ -289,6 +365,7 @@ def _plan_live(
             msg = f"{sid} not found: the pod cannot start until it exists"
             b.warnings.append(msg)
             b.problems.append(msg)
+            b.missing_required = True
         else:
             b.sources[str(sid)] = digest.ABSENT
             b.observed[str(sid)] = digest.ABSENT

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+import urllib3
+
 from webhook.core.model import JSONObject
 from webhook.kube.errors import AlreadyExists, Conflict, NotFound
 from webhook.kube.raw import Kube, path
@@ -93,14 +95,18 @@ class LeaseLock:
     def describe(self) -> str:
         return f"lease {self.namespace}/{self.name}"
 
-    def get(self) -> LeaseRecord | None:
+    def get(self, *, timeout: float) -> LeaseRecord | None:
         """The current record; None when the Lease does not exist."""
         try:
-            return _record(self.kube.get(path("leases", self.namespace, self.name)))
+            return _record(
+                self.kube.request(
+                    "GET", path("leases", self.namespace, self.name), timeout=_total(timeout)
+                )
+            )
         except NotFound:
             return None
 
-    def create(self, record: LeaseRecord) -> LeaseRecord | None:
+    def create(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None:
         """Create the Lease holding `record`; None when someone created it first."""
         body: JSONObject = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -109,11 +115,15 @@ class LeaseLock:
             "spec": _spec(record),
         }
         try:
-            return _record(self.kube.create(path("leases", self.namespace), body))
+            return _record(
+                self.kube.request(
+                    "POST", path("leases", self.namespace), body=body, timeout=_total(timeout)
+                )
+            )
         except AlreadyExists:
             return None
 
-    def update(self, record: LeaseRecord) -> LeaseRecord | None:
+    def update(self, record: LeaseRecord, *, timeout: float) -> LeaseRecord | None:
         """Replace the record, on condition that the Lease is still at
         `record.resource_version`; None when someone else wrote it in between."""
         body: JSONObject = {
@@ -127,6 +137,18 @@ class LeaseLock:
             "spec": _spec(record),
         }
         try:
-            return _record(self.kube.replace(path("leases", self.namespace, self.name), body))
+            return _record(
+                self.kube.request(
+                    "PUT",
+                    path("leases", self.namespace, self.name),
+                    body=body,
+                    timeout=_total(timeout),
+                )
+            )
         except (Conflict, NotFound):
             return None
+
+
+def _total(seconds: float) -> urllib3.Timeout:
+    """A bound on the whole request, not only on each socket operation."""
+    return urllib3.Timeout(total=seconds)

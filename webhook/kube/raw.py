@@ -128,7 +128,7 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: float | tuple[float, float] | None = None,
+        timeout: float | tuple[float, float] | urllib3.Timeout | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """Send a request; the response is not read (callers stream or read it)."""
         self.calls += 1
@@ -141,7 +141,7 @@ class Kube:
                 headers=self._headers(content_type or (JSON if data is not None else None)),
                 timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
                 if isinstance(timeout, tuple)
-                else (timeout or self.timeout),
+                else (timeout or self.timeout),  # a urllib3.Timeout as it is
                 preload_content=False,
                 retries=False,
             )

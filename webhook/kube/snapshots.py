@@ -81,6 +81,7 @@ class Copy:
     created: float  # creationTimestamp, seconds since the epoch (0: unknown)
     owners: frozenset[str]  # uids of its ownerReferences
     unused_since: str | None  # the sweep's mark
+    cronjobs: frozenset[str] = frozenset()  # those uids that are CronJobs'
 
     @property
     def key(self) -> CopyKey:
@@ -89,11 +90,10 @@ class Copy:
     @classmethod
     def from_object(cls, kind: SourceKind, obj: JSONObject, source: str | None = None) -> Copy:
         meta = obj.get("metadata") or {}
-        owners = frozenset(
-            str(r["uid"])
-            for r in meta.get("ownerReferences") or ()
-            if isinstance(r, dict) and r.get("uid")
-        )
+        refs = [
+            r for r in meta.get("ownerReferences") or () if isinstance(r, dict) and r.get("uid")
+        ]
+        owners = frozenset(str(r["uid"]) for r in refs)
         return cls(
             kind=kind,
             namespace=str(meta.get("namespace", "")),
@@ -104,6 +104,7 @@ class Copy:
             created=_epoch(meta.get("creationTimestamp")),
             owners=owners,
             unused_since=(meta.get("annotations") or {}).get(ANN_UNUSED),
+            cronjobs=frozenset(str(r["uid"]) for r in refs if r.get("kind") == "CronJob"),
         )
 
 
@@ -254,6 +255,17 @@ def add_owners(kube: Kube, key: CopyKey, owners: Sequence[JSONObject]) -> None:
     kube.patch(
         path(RESOURCE[kind], namespace, name),
         {"metadata": {"ownerReferences": list(owners)}},
+        STRATEGIC_MERGE_PATCH,
+    )
+
+
+def remove_owners(kube: Kube, key: CopyKey, uids: Sequence[str]) -> None:
+    """Remove the ownerReferences with these uids (a strategic merge patch deletes them by
+    uid: the others, a concurrent writer's included, stay). Raises NotFound when gone."""
+    kind, namespace, name = key
+    kube.patch(
+        path(RESOURCE[kind], namespace, name),
+        {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": u} for u in uids]}},
         STRATEGIC_MERGE_PATCH,
     )
 

@@ -128,6 +128,7 @@ class Admitter:
         # Labelled metric children, looked up once: `labels()` costs more than the count.
         self._read_from_cache = metrics.source_reads.labels("cache")
         self._read_through = metrics.source_reads.labels("read_through")
+        self._read_fresh = metrics.source_reads.labels("fresh")
         self._counts: dict[tuple[str, str, str], Counter] = {}
         # Large reviews are decided in a worker process (large.py), one at a time.
         self._worker: ProcessPoolExecutor | None = None
@@ -221,6 +222,8 @@ class Admitter:
 
         def lookup(sid: SourceId) -> SourceRecord | None:
             if fresh:  # past the cache: it may not have seen a change made a moment ago
+                if deadline is not None and deadline <= time.monotonic():
+                    raise SourceUnavailable("not read in time")
                 obj = sources.get_object(namespace, sid)
                 try:
                     return None if obj is None else record_from_object(hkey, sid.kind, obj)
@@ -248,7 +251,10 @@ class Admitter:
             max_sources=self.max_sources,
             allow_snapshots=self.allow_snapshots,
         )
-        (self._read_through if read_through else self._read_from_cache).inc()
+        if fresh:
+            self._read_fresh.inc()
+        else:
+            (self._read_through if read_through else self._read_from_cache).inc()
         return plan
 
     async def review(
@@ -308,12 +314,34 @@ class Admitter:
             self._out_of_scope.inc()
             return allowed(review), "out-of-scope"
         if prepared is not None:
+            # Its object is in the worker: planned there from this replica's cache (a large
+            # template change is not re-read fresh; the controller's stored-record check and
+            # resync settle a lagging cache for it).
             plan = await self._plan_large(prepared, namespace)
         else:
             try:
                 plan = self._plan(review, namespace, read_through=False)
             except _NeedsRead:
                 read = await self._plan_reading(review, namespace)
+                if isinstance(read, str):
+                    if self.strict:
+                        return denied(review, read, code=500), "denied"
+                    return allowed(review, [f"{read}: admitted unchanged"]), "error"
+                plan = read
+            if (
+                review.operation == "UPDATE"
+                and plan.skipped is None
+                and not plan.kept
+                and plan.sources
+            ):
+                # The request changes the pod template (a deploy, or the controller
+                # re-stamping): what it records now is settled by the API server, not by this
+                # replica's cache, which may lag a source change by a moment (the ConfigMap of
+                # the same `kubectl apply`, a change another replica's controller is rolling).
+                # A few GETs, on a request that starts a rollout anyway, within the read
+                # deadline; never a recorded digest replaced by the older content a lagging
+                # watch still holds.
+                read = await self._plan_reading(review, namespace, fresh=True)
                 if isinstance(read, str):
                     if self.strict:
                         return denied(review, read, code=500), "denied"
@@ -380,16 +408,18 @@ class Admitter:
         finally:
             self._reads_pending -= 1
 
-    async def _plan_reading(self, review: Review, namespace: str) -> Plan | str:
-        """Plan with reads past the cache, on the reader threads, within the deadline.
-        A string says why there is no plan."""
+    async def _plan_reading(
+        self, review: Review, namespace: str, *, fresh: bool = False
+    ) -> Plan | str:
+        """Plan with reads past the cache (`fresh`: every source read from the API server),
+        on the reader threads, within the deadline. A string says why there is no plan."""
         if self._reads_pending >= self._read_slots:
             return "configpin is busy reading sources"
         self._reads_pending += 1
         try:
             deadline = time.monotonic() + self.read_deadline
             future = self._reader.submit(
-                self._plan, review, namespace, read_through=True, deadline=deadline
+                self._plan, review, namespace, read_through=True, fresh=fresh, deadline=deadline
             )
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(future), self.read_deadline)
