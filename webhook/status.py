@@ -31,14 +31,18 @@ from typing import Any, Final
 import yaml
 from kubernetes import client, config
 
-from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT
+from webhook.core.constants import (
+    ANN_MODE,
+    ANN_OBSERVED,
+    ANN_ROLLED_AT,
+    ANN_SOURCES,
+    LABEL_SNAPSHOT,
+)
 from webhook.core.plan import is_controlled, parse_mapping
 from webhook.core.refs import find_sites, get_path, template_paths
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube
 from webhook.kube.workloads import cronjob_prefix
-
-ANN_ROLLED_AT: Final = "configpin.io/rolled-at"
 
 # kind -> (resource, API prefix); CronJob's prefix is found at run time (batch/v1 or v1beta1)
 KINDS: Final[dict[str, tuple[str, str]]] = {

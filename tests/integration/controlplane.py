@@ -432,13 +432,27 @@ def default_service_account_ready(api: client.ApiClient, namespace: str = "defau
     so "SA exists" alone is not enough there. From 1.24 no token Secret is made: pods get a
     projected token instead, and the account existing is all admission asks.
     """
+    core = client.CoreV1Api(api)
     try:
-        sa = client.CoreV1Api(api).read_namespaced_service_account("default", namespace)
+        sa = core.read_namespaced_service_account("default", namespace)
     except client.ApiException as e:
         if e.status == 404:
             return False
         raise
-    return bool(sa.secrets) or server_minor(api) >= 24
+    if server_minor(api) >= 24:
+        return True
+    # the token Secret named, and filled in by the token controller (the admission plugin
+    # refuses pods until it can find a token)
+    for ref in sa.secrets or ():
+        try:
+            token = core.read_namespaced_secret(ref.name, namespace)
+        except client.ApiException as e:
+            if e.status == 404:
+                continue
+            raise
+        if (token.data or {}).get("token"):
+            return True
+    return False
 
 
 _MINORS: dict[str, int] = {}

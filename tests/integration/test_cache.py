@@ -55,13 +55,15 @@ def test_changes_are_reported_and_metadata_changes_are_not(
     seen: list[tuple[str, SourceId]] = []
     lock = threading.Lock()
 
-    def listener(ns: str, sid: SourceId) -> None:
-        if ns == namespace:
+    sid = SourceId(SourceKind.CONFIGMAP, "c2")
+
+    def listener(ns: str, changed: SourceId) -> None:
+        # only c2: the control plane publishes kube-root-ca.crt into every new namespace
+        if ns == namespace and changed == sid:
             with lock:
-                seen.append((ns, sid))
+                seen.append((ns, changed))
 
     cache.listeners.append(listener)
-    sid = SourceId(SourceKind.CONFIGMAP, "c2")
     kube.create(path("configmaps", namespace), configmap("c2", {"a": "1"}))
     wait_for(lambda: len(seen) == 1, what="the creation reported")
     kube.patch(
