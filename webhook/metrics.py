@@ -122,6 +122,13 @@ class Metrics:
             buckets=_ROLL_BUCKETS,
             registry=r,
         )
+        self.events_dropped = Counter(
+            "configpin_events_dropped_total",
+            "Kubernetes Events not written: rate limited per object, queue full, or refused by "
+            "the API server.",
+            ["reason"],
+            registry=r,
+        )
         self.is_leader = Gauge(
             "configpin_leader", "1 while this replica holds the leader lease.", registry=r
         )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
+from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.kube.selfcerts import SelfManagedCerts
@@ -27,6 +30,9 @@ from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
 from webhook.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
+
+# reportingController of configpin's Events (at most 128 characters, a domain-qualified name)
+EVENT_CONTROLLER = "configpin.io/configpin"
 
 log = logging.getLogger("configpin")
 
@@ -124,6 +130,7 @@ def _rollout_controller(
     namespaces: NamespaceSet,
     *,
     snapshots: SnapshotEnsurer | None = None,
+    events: EventRecorder | None = None,
 ) -> RolloutController:
     """Rolling on change. It starts in the background once the cache has synced, and the
     webhook serves whatever becomes of it (`configpin_controller_up` tells)."""
@@ -148,6 +155,7 @@ def _rollout_controller(
         ),
         snapshots=snapshots,
         namespaces=namespaces,
+        events=events,
     )
     controller.start()
     return controller
@@ -165,6 +173,7 @@ def serve(settings: Settings) -> int:
     excluded = excluded_namespaces(settings)
     in_scope: Callable[[str], bool] = lambda namespace: namespace not in excluded  # noqa: E731
     confirm_scope: Callable[[str, float], bool] | None = None
+    events: EventRecorder | None = None
 
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
@@ -192,6 +201,14 @@ def serve(settings: Settings) -> int:
         ready_checks.append(namespaces.synced)
         in_scope = namespaces.__contains__
         confirm_scope = namespaces.confirm
+        # Events about what configpin did and why, on the workload; best effort and bounded
+        events = EventRecorder(
+            kube,
+            EVENT_CONTROLLER,
+            os.environ.get("POD_NAME") or socket.gethostname(),
+            on_drop=lambda why: metrics.events_dropped.labels(why).inc(),
+        ).start()
+        stoppers.append(events.stop)
         cache = SourceCache(kube, hkey, metrics)
         snapshot_index, writer = _snapshot_writer(kube, cache, hkey, metrics)
         # Without snapshot mode configpin writes no ConfigMap or Secret (and the chart grants
@@ -204,7 +221,7 @@ def serve(settings: Settings) -> int:
         log.info("reading sources from the cluster at %s", api.configuration.host)
         if settings.controller:
             controller = _rollout_controller(
-                settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots
+                settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots, events=events
             )
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
             if snapshots is not None:
@@ -225,6 +242,7 @@ def serve(settings: Settings) -> int:
         read_deadline=settings.read_deadline,
         read_workers=settings.read_workers,
         allow_snapshots=settings.snapshots,
+        events=events,
     )
     # The worker process for large reviews starts with the first one (~1 s once): it costs
     # ~40 MB (itself and multiprocessing's resource tracker) that most clusters never need.

@@ -3,16 +3,25 @@ repeats folded into a series, a hot loop held by the per-object rate limit."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.integration.controlplane import wait_for
-from tests.integration.manifests import deployment
+from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
+from tests.integration.controlplane import (
+    ENABLED_LABEL,
+    ControlPlane,
+    default_service_account_ready,
+    wait_for,
+)
+from tests.integration.manifests import configmap, deployment
+from webhook.core.constants import ANN_MODE
 from webhook.kube import events
 from webhook.kube.events import EventRecorder, Regarding
-from webhook.kube.raw import Kube, path
+from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 
 @pytest.fixture
@@ -71,3 +80,96 @@ def test_repeats_become_a_series_and_a_hot_loop_is_held(
     deferred = [e for e in found if e["reason"] == "RolloutDeferred"]
     assert len(deferred) == events.BURST - 1  # the bucket's first token went to SourceMissing
     assert dropped.count("rate limited") == 21
+
+
+# --- configpin's own Events, live: configpin as a process behind the chart's webhook
+
+INSTANCE = "events"
+
+
+@pytest.fixture(scope="module")
+def cp(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Configpin]:
+    with leading_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-events"),
+        instance=INSTANCE,
+        webhook_name="configpin-events",
+        args=["--coalesce-window", "0.5", "--min-rollout-interval", "120"],
+    ) as proc:
+        yield proc
+
+
+@pytest.fixture
+def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
+    core = client.CoreV1Api(k8s)
+    name = f"events-{secrets.token_hex(4)}"
+    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
+    yield name
+    core.delete_namespace(name)
+
+
+def _reasons(kube: Kube, ns: str, name: str) -> dict[str, dict[str, Any]]:
+    return {
+        e["reason"]: e
+        for e in _events(kube, ns, name)
+        if e.get("reportingController") == "configpin.io/configpin"
+    }
+
+
+def _reason(kube: Kube, ns: str, name: str, reason: str) -> dict[str, Any]:
+    found: dict[str, Any] = wait_for(
+        lambda: _reasons(kube, ns, name).get(reason), what=f"Event {reason} on {name}"
+    )
+    return found
+
+
+def test_a_workloads_events_from_missing_source_to_deferred_rollout(
+    k8s: client.ApiClient, ns: str
+) -> None:
+    kube = Kube(k8s)
+    created = kube.create(path("deployments", ns), deployment("web"))
+    missing = _reason(kube, ns, "web", "SourceMissing")
+    assert missing["type"] == "Warning"
+    assert "configmap/app-config" in missing["note"]
+    assert missing["regarding"]["kind"] == "Deployment"
+
+    # the required source appears: the record is completed without a rollout
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    recorded = _reason(kube, ns, "web", "Recorded")
+    assert recorded["type"] == "Normal"
+    assert recorded["regarding"]["uid"] == created["metadata"]["uid"]
+
+    kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "2"}}, MERGE_PATCH)
+    started = _reason(kube, ns, "web", "RolloutStarted")
+    assert "configmap/app-config changed" in started["note"]
+
+    kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "3"}}, MERGE_PATCH)
+    deferred = _reason(kube, ns, "web", "RolloutDeferred")
+    assert "minimum interval" in deferred["note"]
+    assert "until" in deferred["note"]
+
+
+def test_events_say_why_a_workload_is_not_pinned(k8s: client.ApiClient, ns: str) -> None:
+    kube = Kube(k8s)
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    # an operator's object as the owner (it exists: the garbage collector leaves it be)
+    owner = kube.create(path("configmaps", ns), configmap("operator-state", {"x": "1"}))
+    owned = deployment("operated")
+    owned["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "operator-state",
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    kube.create(path("deployments", ns), owned)
+    kube.create(path("deployments", ns), deployment("legacy", annotations={ANN_MODE: "off"}))
+    note = _reason(kube, ns, "operated", "SkippedOwned")["note"]
+    assert "owned by ConfigMap operator-state" in note
+    assert "mode is off" in _reason(kube, ns, "legacy", "OptedOut")["note"]

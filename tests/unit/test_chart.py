@@ -548,6 +548,7 @@ def expected_cluster_grants(*, snapshots: bool, webhook: str | None) -> set[Any]
         for v in READ
     }
     grants |= {(g, r, "patch", ()) for g, r in WORKLOAD_PATCHES}
+    grants |= {("events.k8s.io", "events", v, ()) for v in ("create", "patch")}
     if snapshots:
         grants |= {
             ("", r, v, ()) for r in ("configmaps", "secrets") for v in ("create", "delete", "patch")

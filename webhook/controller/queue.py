@@ -95,6 +95,12 @@ class RolloutQueue(Generic[K, S]):
             self._push(key, due)
             return False
 
+    def not_before(self, key: K) -> float:
+        """The earliest time (on this clock) `key` may be handed out: its last rollout plus
+        the minimum interval (0 when it never rolled)."""
+        with self._cond:
+            return self._not_before(key)
+
     def _not_before(self, key: K) -> float:
         last = self._last_rollout.get(key)
         return last + self.min_interval if last is not None else 0.0

@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -52,6 +53,7 @@ from webhook.core.names import pointer
 from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object, rolled_at_ops
 from webhook.core.refs import get_path, template_paths
 from webhook.kube.cache import SourceCache
+from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
 from webhook.kube.namespaces import NamespaceSet
@@ -132,6 +134,19 @@ def _skip_reason(reason: str) -> str:
     return reason
 
 
+# Kinds Kubernetes' own controllers make from another's template: owned, they are expected.
+_USUALLY_OWNED: Final = frozenset({"ReplicaSet", "Job"})
+_REPORTED_MAX: Final = 10_000
+
+
+def _regarding(ref: WorkloadRef, kinds: Mapping[str, WorkloadKind]) -> Regarding:
+    kind = kinds.get(ref.kind)
+    api_version = (
+        kind.prefix.removeprefix("/apis/").removeprefix("/api/") if kind is not None else ""
+    )
+    return Regarding(api_version, ref.kind, ref.namespace, ref.name)
+
+
 def _touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
     paths = template_paths(kind)
     assert paths is not None
@@ -159,7 +174,9 @@ class _KindHandler:
         try:
             options = self.controller.options
             return entry_from_object(obj, options.default_mode, options.max_sources)
-        except NotIndexed:
+        except NotIndexed as e:
+            if str(e) == "owned by a controller" and self.kind not in _USUALLY_OWNED:
+                self.controller.report_owned(obj)
             return None
         except Exception:
             # Never let one odd object stop the watch (it would fail again on every retry).
@@ -205,8 +222,11 @@ class RolloutController:
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         namespaces: NamespaceSet | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
         self.kube = kube
+        self.events = events
+        self._reported: OrderedDict[str, None] = OrderedDict()
         self.hkey = hkey
         self.cache = cache
         self.metrics = metrics
@@ -395,6 +415,18 @@ class RolloutController:
             last = self.clock() - max(0.0, time.time() - entry.rolled_at)
         if self.queue.add(entry.ref, stale, seen=seen, last_rollout=last):
             self.metrics.coalesced.inc()
+        elif self.events is not None:
+            wait = self.queue.not_before(entry.ref) - self.clock()
+            if wait > self.options.coalesce_window:
+                until = format_time(time.time() + wait)
+                names = ", ".join(sorted(map(str, stale)))
+                self.events.normal(
+                    _regarding(entry.ref, self.kinds),
+                    "RolloutDeferred",
+                    "Rollout",
+                    f"{names} changed; the minimum interval between rollouts defers this one "
+                    f"until {until}",
+                )
         return True
 
     def check_all(self, *, kind: str | None = None, namespace: str | None = None) -> int:
@@ -420,6 +452,30 @@ class RolloutController:
         now = self.clock()
         for entry in consumers:
             self.check(entry, seen=now)
+
+    def report_owned(self, obj: JSONObject) -> None:
+        """An operator's workload (a Deployment a controller owns) is left to its owner: said
+        once per object, by the leader, in an Event on it (the API server does not even send
+        it to the webhook where the chart's matchConditions apply)."""
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if self.events is None or not uid or not self.acting():
+            return
+        if str(meta.get("namespace", "")) not in self.namespaces or uid in self._reported:
+            return
+        self._reported[uid] = None
+        while len(self._reported) > _REPORTED_MAX:
+            self._reported.popitem(last=False)
+        owner: dict[str, str] = next(
+            (r for r in meta.get("ownerReferences") or () if r.get("controller") is True), {}
+        )
+        self.events.normal(
+            obj,
+            "SkippedOwned",
+            "Skip",
+            f"not pinned: owned by {owner.get('kind', '?')} {owner.get('name', '?')}, another "
+            "controller, whose template decides",
+        )
 
     def namespace_selected(self, namespace: str) -> None:
         self.check_all(namespace=namespace)
@@ -451,6 +507,13 @@ class RolloutController:
         if n > _RETRY_LIMIT:
             self._failures.pop(ref, None)
             log.error("%s: giving up after %d failures (%s)", ref, n, error)
+            if self.events is not None:
+                self.events.warning(
+                    _regarding(ref, self.kinds),
+                    "RolloutFailed",
+                    "Rollout",
+                    f"gave up after {n} attempts: {error}; the next change or resync tries again",
+                )
             return
         self._failures[ref] = n
         delay = min(2.0**n, 60.0)
@@ -568,8 +631,23 @@ class RolloutController:
                 self.metrics.rollout_latency.observe(max(0.0, self.clock() - first_seen))
             names = ", ".join(sorted(map(str, changed))) or "recorded state"
             log.info("re-stamped %s: %s changed", ref, names)
+            if self.events is not None:
+                self.events.normal(
+                    result.obj,
+                    "RolloutStarted",
+                    "Rollout",
+                    f"{names} changed: pod template re-stamped, a rolling update starts",
+                )
         elif not _touches_template(ref.kind, result.ops):
             self.metrics.skipped.labels("record-only").inc()
+            if self.events is not None:
+                self.events.normal(
+                    result.obj,
+                    "Recorded",
+                    "Record",
+                    "recorded the digests of its sources on the workload without a rollout "
+                    "(a baseline, a required source that appeared, or a kept rollback)",
+                )
         if entry is None or dict(entry.recorded) != intended:
             # Stored is not what was planned: something in the write path (admission on a
             # replica that decided otherwise, another writer) changed it. Never counted as

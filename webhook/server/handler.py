@@ -18,9 +18,17 @@ from typing import Any, Final, Protocol, TypeVar
 from prometheus_client import Counter
 
 from webhook.core.digest import BadSource, record_from_object
-from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceRecord, SourceUnavailable
+from webhook.core.model import (
+    JSONObject,
+    Plan,
+    SnapshotRequest,
+    SourceId,
+    SourceRecord,
+    SourceUnavailable,
+)
 from webhook.core.plan import MAX_SOURCES, plan_object
 from webhook.core.shape import ShapeError, check_request
+from webhook.kube.events import EventRecorder, Regarding
 from webhook.metrics import Metrics
 from webhook.server import large
 from webhook.server.admission import (
@@ -99,12 +107,14 @@ class Admitter:
         read_deadline: float = 3.0,
         read_workers: int = 4,
         allow_snapshots: bool = True,
+        events: EventRecorder | None = None,
     ) -> None:
         """`in_scope(namespace)`: whether configpin acts in a namespace (the selection the
         webhook configuration makes, enforced here whatever a request claims), from memory.
         `confirm_scope(namespace, timeout)`: asked (blocking, on the reader threads) when
         memory says no, for a namespace selected a moment ago."""
         self.hkey = hkey
+        self.events = events
         self.in_scope = in_scope
         self.confirm_scope = confirm_scope
         self.max_sources = max_sources
@@ -347,6 +357,8 @@ class Admitter:
                         return denied(review, read, code=500), "denied"
                     return allowed(review, [f"{read}: admitted unchanged"]), "error"
                 plan = read
+        if self.events is not None and not review.dry_run and obj is not None:
+            self._record_events(review, obj, plan)
         if plan.skipped is not None:
             return allowed(review, plan.warnings), "skipped"
         if plan.problems and self.strict:
@@ -392,6 +404,44 @@ class Admitter:
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    def _record_events(self, review: Review, obj: JSONObject, plan: Plan) -> None:
+        """Events for people (`kubectl describe`, `kubectl events`): what admission could not
+        pin and why. Queued without waiting; repeats fold into one Event's series."""
+        events = self.events
+        assert events is not None
+        kind = str(obj.get("kind") or "")
+        meta = obj.get("metadata") or {}
+        owned = plan.skipped is not None and plan.skipped.startswith("owned by")
+        if owned or not meta.get("name"):
+            # owned objects are the controller's to say (it sees them where the chart's
+            # matchConditions keep them from the webhook); a name the API server has not
+            # generated yet cannot be pointed at
+            return
+        # the object of a CREATE may not carry its namespace yet (1.20): the request's
+        regarding = Regarding(
+            str(obj.get("apiVersion") or ""),
+            kind,
+            review.namespace or str(meta.get("namespace") or ""),
+            str(meta["name"]),
+            str(meta.get("uid") or ""),
+        )
+        if plan.problems:
+            events.warning(regarding, "SourceMissing", "Admit", "; ".join(plan.problems))
+        elif plan.skipped == "too many sources":
+            events.warning(regarding, "NotPinned", "Admit", "; ".join(plan.warnings))
+        elif plan.skipped == "mode off" and review.operation == "CREATE":
+            # (an owned workload is said by the controller, which sees it wherever the
+            # chart's matchConditions keep it from the webhook)
+            events.normal(regarding, "OptedOut", "Admit", "not pinned: configpin.io/mode is off")
+        elif plan.observed and plan.observed != plan.sources and review.operation == "UPDATE":
+            events.normal(
+                regarding,
+                "RollbackKept",
+                "Admit",
+                "the pod template points at older snapshot copies (a rollback): kept until "
+                "a source changes again",
+            )
 
     async def _confirmed_in_scope(self, namespace: str) -> bool:
         confirm = self.confirm_scope
