@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import ssl
 import subprocess
@@ -26,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
+    default_service_account_ready,
     free_port,
     register_webhook,
     unregister_webhook,
@@ -226,3 +228,18 @@ def leading_configpin(
     ) as cp:
         wait_for(lambda: cp.metric("configpin_leader") == 1, what=f"configpin {instance} leading")
         yield cp
+
+
+@contextlib.contextmanager
+def instance_namespace(api: client.ApiClient, instance: str, prefix: str) -> Iterator[str]:
+    """A fresh namespace opted in for the configpin of `instance` only (its instance label),
+    ready for pods; deleted on the way out."""
+    core = client.CoreV1Api(api)
+    name = f"{prefix}-{secrets.token_hex(4)}"
+    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: instance}
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    try:
+        wait_for(lambda: default_service_account_ready(api, name), what=f"{name}'s default SA")
+        yield name
+    finally:
+        core.delete_namespace(name)

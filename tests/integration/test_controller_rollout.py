@@ -9,7 +9,6 @@ minimum interval; its namespaces carry the instance label, so no other configpin
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,16 +18,14 @@ import pytest
 from kubernetes import client
 
 from tests.integration.configpin_proc import (
-    INSTANCE_LABEL,
     Configpin,
     ensure_namespace,
+    instance_namespace,
     leading_configpin,
     running_configpin,
 )
 from tests.integration.controlplane import (
-    ENABLED_LABEL,
     ControlPlane,
-    default_service_account_ready,
     server_minor,
     wait_for,
 )
@@ -65,13 +62,8 @@ def cp(
 
 @pytest.fixture
 def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    core = client.CoreV1Api(k8s)
-    name = f"roll-{secrets.token_hex(4)}"
-    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
-    yield name
-    core.delete_namespace(name)
+    with instance_namespace(k8s, INSTANCE, "roll") as name:
+        yield name
 
 
 @pytest.fixture

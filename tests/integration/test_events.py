@@ -3,18 +3,19 @@ repeats folded into a series, a hot loop held by the per-object rate limit."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
+from tests.integration.configpin_proc import (
+    Configpin,
+    instance_namespace,
+    leading_configpin,
+)
 from tests.integration.controlplane import (
-    ENABLED_LABEL,
     ControlPlane,
-    default_service_account_ready,
     wait_for,
 )
 from tests.integration.manifests import configmap, deployment
@@ -103,13 +104,8 @@ def cp(
 
 @pytest.fixture
 def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    core = client.CoreV1Api(k8s)
-    name = f"events-{secrets.token_hex(4)}"
-    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
-    yield name
-    core.delete_namespace(name)
+    with instance_namespace(k8s, INSTANCE, "events") as name:
+        yield name
 
 
 def _reasons(kube: Kube, ns: str, name: str) -> dict[str, dict[str, Any]]:

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
+from tests.integration.configpin_proc import (
+    Configpin,
+    instance_namespace,
+    leading_configpin,
+)
 from tests.integration.controlplane import (
-    ENABLED_LABEL,
     ControlPlane,
-    default_service_account_ready,
     wait_for,
 )
 from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
@@ -49,13 +51,8 @@ def cp(
 
 @pytest.fixture
 def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    core = client.CoreV1Api(k8s)
-    name = f"status-{secrets.token_hex(4)}"
-    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    wait_for(lambda: default_service_account_ready(k8s, name), what="default SA")
-    yield name
-    core.delete_namespace(name)
+    with instance_namespace(k8s, INSTANCE, "status") as name:
+        yield name
 
 
 def _status(plane: ControlPlane, *args: str, kubectl: bool = False) -> tuple[int, str, str]:
