@@ -149,6 +149,31 @@ def revision(dep: JSONObject) -> int:
     return int((dep["metadata"].get("annotations") or {})[REVISION])
 
 
+def _change_each_and_see_one_rollout(kube: Kube, ns: str, names: list[str]) -> list[JSONObject]:
+    """Change the consumed key of each `<name>-config`; each Deployment rolls exactly once,
+    onto a record of that ConfigMap. Returns the settled Deployments."""
+    for name in names:
+        kube.patch(
+            path("configmaps", ns, f"{name}-config"),
+            {"data": {"a": "2"}},
+            content_type="application/merge-patch+json",
+        )
+    for name in names:
+        wait_for(
+            lambda n=name: replicasets(kube, ns, n) == 2,  # type: ignore[misc]
+            what=f"the rollout of {name}",
+        )
+    time.sleep(SETTLE)  # a second rollout of any of them would have started by now
+    settled = []
+    for name in names:
+        dep = settled_deployment(kube, ns, name)
+        assert replicasets(kube, ns, name) == 2
+        assert revision(dep) == 2
+        assert set(sources(dep)) == {f"configmap/{name}-config"}
+        settled.append(dep)
+    return settled
+
+
 def settled_deployment(kube: Kube, ns: str, name: str) -> JSONObject:
     def current() -> JSONObject | None:
         dep = kube.get(path("deployments", ns, name))
@@ -222,23 +247,7 @@ def test_adopting_a_namespace_of_20_deployments_restarts_none(
             assert replicasets(kube, ns, name) == 1
 
         rollouts = cp_adopt.metric("configpin_rollouts_total", kind="Deployment")
-        for name in names:
-            kube.patch(
-                path("configmaps", ns, f"{name}-config"),
-                {"data": {"a": "2"}},
-                content_type="application/merge-patch+json",
-            )
-        for name in names:
-            wait_for(
-                lambda n=name: replicasets(kube, ns, n) == 2,  # type: ignore[misc]
-                what=f"the rollout of {name}",
-            )
-        time.sleep(SETTLE)  # a second rollout of any of them would have started by now
-        for name in names:
-            dep = settled_deployment(kube, ns, name)
-            assert replicasets(kube, ns, name) == 2
-            assert revision(dep) == 2
-            assert set(sources(dep)) == {f"configmap/{name}-config"}
+        for dep in _change_each_and_see_one_rollout(kube, ns, names):
             assert ANN_OBSERVED not in (dep["metadata"].get("annotations") or {})
         assert cp_adopt.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 20
     finally:
@@ -319,23 +328,7 @@ def test_a_first_install_listing_the_deployment_first_rolls_once(
         assert revision(dep) == 1
         assert replicasets(kube, ns, name) == 1
 
-    for name in names:
-        kube.patch(
-            path("configmaps", ns, f"{name}-config"),
-            {"data": {"a": "2"}},
-            content_type="application/merge-patch+json",
-        )
-    for name in names:
-        wait_for(
-            lambda n=name: replicasets(kube, ns, n) == 2,  # type: ignore[misc]
-            what=f"the rollout of {name}",
-        )
-    time.sleep(SETTLE)
-    for name in names:
-        dep = settled_deployment(kube, ns, name)
-        assert replicasets(kube, ns, name) == 2
-        assert revision(dep) == 2
-        assert set(sources(dep)) == {f"configmap/{name}-config"}
+    for dep in _change_each_and_see_one_rollout(kube, ns, names):
         assert observed(dep) == {}
 
 

@@ -91,11 +91,10 @@ class Regarding:
 class _Series:
     name: str  # the Event object's name
     namespace: str
-    first: float
+    last: float  # when it was last observed
+    flushed_at: float  # when the API server last heard of it
     count: int = 1
-    last: float = 0.0
     flushed_count: int = 1
-    flushed_at: float = 0.0
 
 
 @dataclass
@@ -261,7 +260,7 @@ class EventRecorder:
             self.on_drop("api error")
             return
         self._series[item.key] = _Series(
-            name, item.regarding.namespace, item.at, 1, item.at, 1, item.at
+            name, item.regarding.namespace, last=item.at, flushed_at=item.at
         )
         while len(self._series) > CACHE_SIZE:
             self._series.popitem(last=False)
