@@ -253,6 +253,23 @@ class Settings(BaseSettings):
             "unreachable. Older ones get a baseline that restarts nothing."
         ),
     )
+    controller_qps: float = Field(
+        200.0,
+        ge=0,
+        description=(
+            "Client-side rate limit of the controller's fan-out: requests per second (reads and "
+            "writes of workloads being re-stamped), as client-go's QPS; 0: unlimited. Admission "
+            "never waits on it."
+        ),
+    )
+    controller_burst: int = Field(
+        400,
+        ge=1,
+        description=(
+            "Requests the controller may send at once above --controller-qps before the rate "
+            "applies, as client-go's burst."
+        ),
+    )
     resync_period: float = Field(
         300.0,
         ge=0,

@@ -122,6 +122,13 @@ class Metrics:
             buckets=_ROLL_BUCKETS,
             registry=r,
         )
+        self.rate_limit_wait = Histogram(
+            "configpin_client_rate_limit_wait_seconds",
+            "Time a controller request waited for the client-side rate limit "
+            "(--controller-qps, --controller-burst).",
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
+            registry=r,
+        )
         self.events_dropped = Counter(
             "configpin_events_dropped_total",
             "Kubernetes Events not written: rate limited per object, queue full, or refused by "

@@ -152,6 +152,8 @@ def _rollout_controller(
             max_sources=settings.max_sources,
             allow_snapshots=settings.snapshots,
             resync_period=settings.resync_period,
+            qps=settings.controller_qps,
+            burst=settings.controller_burst,
         ),
         snapshots=snapshots,
         namespaces=namespaces,

@@ -57,6 +57,7 @@ from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
 from webhook.kube.namespaces import NamespaceSet
+from webhook.kube.ratelimit import LimitedKube, RateLimiter
 from webhook.kube.raw import Kube
 from webhook.kube.workloads import (
     Decision,
@@ -105,6 +106,10 @@ class ControllerOptions:
     # never), besides on every change and relist: a check that found nothing to do because
     # an event was missed, or a rollout given up after its retries, is looked at again.
     resync_period: float = 300.0
+    # Client-side rate limit of every request a rollout worker sends (client-go's QPS and
+    # burst): a change consumed by thousands of workloads does not arrive all at once.
+    qps: float = 200.0
+    burst: int = 400
 
 
 def _created(obj: JSONObject | None) -> float | None:
@@ -225,6 +230,12 @@ class RolloutController:
         events: EventRecorder | None = None,
     ) -> None:
         self.kube = kube
+        # What the workers fan out (reads and writes of workloads) goes through one bucket;
+        # the watches and the lease do not.
+        self.limited = LimitedKube(
+            kube,
+            RateLimiter(options.qps, options.burst, observe=metrics.rate_limit_wait.observe),
+        )
         self.events = events
         self._reported: OrderedDict[str, None] = OrderedDict()
         self.hkey = hkey
@@ -610,7 +621,7 @@ class RolloutController:
             return Decision(ops)
 
         result = update_workload(
-            self.kube,
+            self.limited,
             kind.path(ref.namespace, ref.name),
             decide,
             on_conflict=self.metrics.conflicts.inc,

@@ -18,6 +18,7 @@ from typing import Final
 
 from webhook.core.model import JSONObject, PatchOp
 from webhook.kube.errors import Conflict, KubeError, NotFound
+from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube, path
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class TooManyConflicts(KubeError):
 
 
 def update_workload(
-    kube: Kube,
+    kube: Kube | LimitedKube,
     api_path: str,
     decide: Callable[[JSONObject], Decision],
     *,
