@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from webhook import __version__
 from webhook.core.constants import MODES
+from webhook.core.owners import parse_owner_kinds, use_owner_kinds
+from webhook.core.refs import ARGO_ROLLOUT, parse_custom_kinds, use_custom_kinds
 from webhook.digestkey import BadDigestKey, load_key_file, new_key_text
 from webhook.logs import setup_logging
 from webhook.manifests import STDIN
@@ -118,6 +120,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="file or folder (*.yaml, *.yml, *.json, recursively); '-' or none: standard input",
     )
     r.add_argument("--mode", choices=MODES, default="checksum")
+    _kind_arguments(r)
     keys = r.add_mutually_exclusive_group()
     keys.add_argument("--digest-key-file", type=Path, help="the key file the server uses")
     keys.add_argument(
@@ -174,12 +177,48 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         from webhook import status
 
         status.add_arguments(st)
+        _kind_arguments(st)
 
     sub.add_parser(
         "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
     )
     sub.add_parser("version", help="print the version")
     return parser
+
+
+def _kind_arguments(p: argparse.ArgumentParser) -> None:
+    """The workload kinds beyond the built-in ones, as `configpin serve` takes them."""
+    p.add_argument(
+        "--workload-kinds",
+        default="",
+        metavar="G/V/RESOURCE/KIND=PATH,...",
+        help="custom kinds with a pod template, as configpin serve's --workload-kinds",
+    )
+    p.add_argument(
+        "--argo-rollouts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Argo Rollouts' Rollout as a workload kind (default: on)",
+    )
+    p.add_argument(
+        "--pin-owned-by",
+        default="",
+        metavar="KIND.GROUP,...",
+        help="owner kinds whose workloads are pinned, as configpin serve's --pin-owned-by",
+    )
+
+
+def _use_kinds(command: str, args: argparse.Namespace) -> str | None:
+    """Handle the kinds the arguments name; the problem, if they are wrong."""
+    try:
+        custom = parse_custom_kinds(args.workload_kinds)
+        owners = parse_owner_kinds(args.pin_owned_by)
+    except ValueError as e:
+        return f"configpin {command}: {e}"
+    argo = (ARGO_ROLLOUT,) if args.argo_rollouts else ()
+    use_custom_kinds((*(k for k in argo if all(c.kind != k.kind for c in custom)), *custom))
+    use_owner_kinds(owners)
+    return None
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -324,6 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(settings.log_level, settings.log_format)
         return cmd_serve(settings)
     setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
+    if args.command in ("render", "status"):
+        problem = _use_kinds(args.command, args)
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
     if args.command == "render":
         return cmd_render(args)
     if args.command == "certs":

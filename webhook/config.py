@@ -9,6 +9,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from webhook.core.owners import parse_owner_kinds
+from webhook.core.refs import ARGO_ROLLOUT, CustomKind, parse_custom_kinds
+
 Mode = Literal["checksum", "snapshot", "off"]
 
 
@@ -286,6 +289,32 @@ class Settings(BaseSettings):
             "Snapshot copies that no revision uses any more are deleted after this many seconds."
         ),
     )
+    workload_kinds: str = Field(
+        "",
+        description=(
+            "Custom resources with a pod template that configpin pins and rolls like a "
+            "Deployment, comma-separated group/version/resource/Kind=path (path: where the pod "
+            "template is), e.g. apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template. A kind "
+            "whose CRD is not served is left alone."
+        ),
+        json_schema_extra={"default_text": "none"},
+    )
+    argo_rollouts: bool = Field(
+        True,
+        description=(
+            "Pin and roll Argo Rollouts (argoproj.io/v1alpha1 Rollout, spec.template) where its "
+            "CRD is served; a Rollout with spec.workloadRef is pinned through its Deployment."
+        ),
+    )
+    pin_owned_by: str = Field(
+        "",
+        description=(
+            "Owner kinds whose workloads are pinned although a controller owns them, "
+            "comma-separated Kind.group (e.g. Foo.example.com); any other owned workload is "
+            "pinned only when annotated configpin.io/owned: pin."
+        ),
+        json_schema_extra={"default_text": "none"},
+    )
     webhook_config_name: str = Field(
         "configpin",
         description=(
@@ -309,6 +338,28 @@ class Settings(BaseSettings):
         if self.mode == "snapshot" and not self.snapshots:
             raise ValueError("--mode snapshot needs snapshots allowed (--snapshots)")
         return self
+
+    @field_validator("workload_kinds")
+    @classmethod
+    def _known_kinds(cls, value: str) -> str:
+        parse_custom_kinds(value)
+        return value
+
+    @field_validator("pin_owned_by")
+    @classmethod
+    def _owner_kinds(cls, value: str) -> str:
+        parse_owner_kinds(value)
+        return value
+
+    def custom_kinds(self) -> tuple[CustomKind, ...]:
+        """The configured custom kinds, Argo Rollouts first when enabled (a configured
+        Rollout entry replaces the built-in one)."""
+        configured = parse_custom_kinds(self.workload_kinds)
+        argo = (ARGO_ROLLOUT,) if self.argo_rollouts else ()
+        return (*(k for k in argo if all(c.kind != k.kind for c in configured)), *configured)
+
+    def owner_kinds(self) -> frozenset[tuple[str, str]]:
+        return parse_owner_kinds(self.pin_owned_by)
 
     @field_validator("tls_cipher_suites")
     @classmethod

@@ -106,6 +106,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.owned_skipped = Counter(
+            "configpin_owned_workloads_skipped_total",
+            "Workloads another controller (an operator) owns, left unpinned (said once per "
+            "workload by the leader; opt in with configpin.io/owned: pin or --pin-owned-by).",
+            registry=r,
+        )
         self.resyncs = Counter(
             "configpin_controller_resyncs_total",
             "Periodic full checks of every workload against the cluster's content.",

@@ -32,7 +32,7 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.plan import plan_object
-from webhook.core.refs import WORKLOAD_KINDS
+from webhook.core.refs import is_workload_kind
 from webhook.core.snapshot import snapshot_object
 from webhook.manifests import STDIN, Document, InputError, decode, dump, read_text
 
@@ -331,7 +331,7 @@ def apply_patch(obj: JSONObject, ops: list[PatchOp]) -> JSONObject:
 
 
 def _is_workload(obj: JSONObject) -> bool:
-    return obj.get("kind") in WORKLOAD_KINDS
+    return is_workload_kind(str(obj.get("kind", "")))
 
 
 def render(

@@ -13,6 +13,8 @@ from webhook.certs import ensure_dev_certs
 from webhook.config import Settings
 from webhook.controller.rollout import ControllerOptions, RolloutController, SnapshotEnsurer
 from webhook.controller.snapshots import SnapshotLifetime
+from webhook.core.owners import use_owner_kinds
+from webhook.core.refs import use_custom_kinds
 from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
@@ -164,6 +166,8 @@ def _rollout_controller(
 
 
 def serve(settings: Settings) -> int:
+    use_custom_kinds(settings.custom_kinds())
+    use_owner_kinds(settings.owner_kinds())
     metrics = Metrics()
     lifecycle = Lifecycle()
     ready_checks: list[Callable[[], bool]] = []

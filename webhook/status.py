@@ -34,12 +34,22 @@ from kubernetes import client, config
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OBSERVED,
+    ANN_OWNED,
     ANN_ROLLED_AT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
+    OWNED_PIN,
 )
-from webhook.core.plan import is_controlled, parse_mapping
-from webhook.core.refs import find_sites, get_path, template_paths
+from webhook.core.owners import left_to_owner, operator_owned, owned_reason
+from webhook.core.plan import parse_mapping
+from webhook.core.refs import (
+    custom_kind,
+    custom_kinds,
+    find_sites,
+    get_path,
+    template_paths,
+    workload_ref,
+)
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube
 from webhook.kube.workloads import cronjob_prefix
@@ -166,6 +176,9 @@ class StatusReader:
         self._cronjobs: str | None = None
 
     def prefix(self, kind: str) -> str | None:
+        custom = custom_kind(kind)
+        if custom is not None:
+            return custom.prefix
         prefix = KINDS[kind][1]
         if kind == "CronJob":
             if self._cronjobs is None:
@@ -177,7 +190,8 @@ class StatusReader:
         prefix = self.prefix(kind)
         if prefix is None:
             return None
-        resource = KINDS[kind][0]
+        custom = custom_kind(kind)
+        resource = custom.resource if custom is not None else KINDS[kind][0]
         parts = [prefix]
         if namespace:
             parts.append(f"/namespaces/{namespace}")
@@ -193,14 +207,19 @@ class StatusReader:
             path = self._path(kind, namespace)
             if path is None:
                 continue
-            for page in self.kube.list_pages(path, labelSelector=selector):
+            pages = self.kube.list_pages(path, labelSelector=selector)
+            if custom_kind(kind) is not None:
+                pages = _unless_unserved(pages)  # a CRD that is not installed: nothing to list
+            for page in pages:
                 for item in page.get("items") or ():
                     item.setdefault("kind", kind)
                     item.setdefault("apiVersion", self.api_version(kind))
                     meta = item.get("metadata") or {}
                     # owned objects (a Deployment's ReplicaSets, a CronJob's Jobs) follow
                     # their owner's template; configpin's copies are not workloads
-                    if is_controlled(item) or (meta.get("labels") or {}).get(LABEL_SNAPSHOT):
+                    if (meta.get("labels") or {}).get(LABEL_SNAPSHOT):
+                        continue
+                    if left_to_owner(item) is not None and not operator_owned(item):
                         continue
                     yield item
 
@@ -230,6 +249,19 @@ class StatusReader:
         st.copies = _copies(obj, recorded)
         if st.mode == "off":
             st.state, st.reason = "not-pinned", "mode off (configpin.io/mode)"
+            return st
+        owner = left_to_owner(obj)
+        if owner is not None:
+            st.state = "not-pinned"
+            st.reason = (
+                f"{owned_reason(owner)}, another controller (pin it anyway: "
+                f"{ANN_OWNED}: {OWNED_PIN}, or configpin's --pin-owned-by)"
+            )
+            return st
+        ref = workload_ref(obj)
+        if ref is not None:
+            st.state = "not-pinned"
+            st.reason = f"workloadRef: its pod template is {ref[1]} {ref[2]}'s, pinned there"
             return st
         if kind in _FIXED_TEMPLATE:
             st.sources = [SourceStatus(k, v, v) for k, v in sorted(recorded.items())]
@@ -281,6 +313,13 @@ class StatusReader:
         finally:
             resp.release_conn()
         return json.loads(data), warnings
+
+
+def _unless_unserved(pages: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    try:
+        yield from pages
+    except NotFound:
+        return
 
 
 def _warning_text(header: str) -> str:
@@ -374,6 +413,18 @@ def _table(rows: Sequence[WorkloadStatus], wide: bool, all_ns: bool) -> str:
     )
 
 
+def _kinds() -> list[str]:
+    return [*KINDS, *(k.kind for k in custom_kinds())]
+
+
+def _custom_alias(text: str) -> str | None:
+    name = text.lower().split(".")[0]
+    for custom in custom_kinds():
+        if name in (custom.kind.lower(), custom.resource):
+            return custom.kind
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         api, default_ns = _connect(args)
@@ -387,7 +438,7 @@ def run(args: argparse.Namespace) -> int:
             if args.target:
                 kind_text, _, name = args.target.rpartition("/")
                 if kind_text:
-                    kind = _ALIASES.get(kind_text.lower().split(".")[0])
+                    kind = _ALIASES.get(kind_text.lower().split(".")[0]) or _custom_alias(kind_text)
                     if kind is None:
                         print(f"configpin status: unknown kind {kind_text!r}", file=sys.stderr)
                         return 2
@@ -395,13 +446,13 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     objects = [
                         o
-                        for o in reader.workloads(namespace, KINDS, None)
+                        for o in reader.workloads(namespace, _kinds(), None)
                         if o["metadata"]["name"] == name
                     ]
                     if not objects:
                         raise NotFound(name, 404, "no workload of that name")
             else:
-                objects = list(reader.workloads(namespace, KINDS, args.selector))
+                objects = list(reader.workloads(namespace, _kinds(), args.selector))
         except KubeError as e:
             print(f"configpin status: {e}", file=sys.stderr)
             return 2

@@ -17,9 +17,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
@@ -131,6 +132,7 @@ def start_configpin(
     env: dict[str, str] | None = None,
     verify: bool = True,
     client_cert: tuple[Path, Path] | None = None,
+    chart_values: Mapping[str, Any] | None = None,
 ) -> Configpin:
     """Start one configpin process; wait until /readyz says ready; register its webhook."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +194,7 @@ def start_configpin(
                 cp.ca_pem,
                 failure_policy=failure_policy,
                 namespace_expressions=match,
+                chart_values=chart_values,
             )
         cp.webhook_name = webhook_name
         time.sleep(1.0)  # the API server picks webhook configurations up through an informer
@@ -218,13 +221,20 @@ def leading_configpin(
     instance: str,
     webhook_name: str | None = None,
     args: Sequence[str] = (),
+    chart_values: Mapping[str, Any] | None = None,
 ) -> Iterator[Configpin]:
     """A configpin of `instance` (its own Lease, `lease_name(instance)`), yielded once it
-    leads; stopped and its webhook unregistered on the way out."""
+    leads; stopped and its webhook unregistered on the way out. `chart_values`: the chart
+    values its webhook is rendered with (as `helm install` would)."""
     with plane.api_client() as api:
         ensure_namespace(api)
     with running_configpin(
-        plane, workdir, args=args, instance=instance, webhook_name=webhook_name
+        plane,
+        workdir,
+        args=args,
+        instance=instance,
+        webhook_name=webhook_name,
+        chart_values=chart_values,
     ) as cp:
         wait_for(lambda: cp.metric("configpin_leader") == 1, what=f"configpin {instance} leading")
         yield cp

@@ -15,6 +15,7 @@ import contextlib
 import copy
 import datetime
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -626,12 +627,14 @@ def default_webhook_rules() -> list[dict[str, Any]]:
 _CHART_WEBHOOKS: dict[str, dict[str, Any]] = {}
 
 
-def _chart_webhook(kube_version: str, api_versions: Sequence[str]) -> dict[str, Any]:
+def _chart_webhook(
+    kube_version: str, api_versions: Sequence[str], values: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     from tests.unit._chart import one, render
 
-    key = f"{kube_version} {len(api_versions)}"
+    key = f"{kube_version} {len(api_versions)} {json.dumps(values or {}, sort_keys=True)}"
     if key not in _CHART_WEBHOOKS:
-        objects = render({}, kube_version, api_versions)
+        objects = render(values or {}, kube_version, api_versions)
         [hook] = one(objects, "MutatingWebhookConfiguration")["webhooks"]
         _CHART_WEBHOOKS[key] = hook
     return copy.deepcopy(_CHART_WEBHOOKS[key])
@@ -640,15 +643,18 @@ def _chart_webhook(kube_version: str, api_versions: Sequence[str]) -> dict[str, 
 _CAPABILITIES: dict[str, tuple[str, list[str]]] = {}
 
 
-def chart_webhook(api_client: client.ApiClient) -> dict[str, Any]:
+def chart_webhook(
+    api_client: client.ApiClient, values: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The webhook entry of the chart's MutatingWebhookConfiguration, rendered for the
-    capabilities of the cluster behind ``api_client``, as ``helm install`` would render it."""
+    capabilities of the cluster behind ``api_client`` (and chart ``values``), as
+    ``helm install`` would render it."""
     from tests.unit._chart import cluster_capabilities
 
     host = api_client.configuration.host
     if host not in _CAPABILITIES:
         _CAPABILITIES[host] = cluster_capabilities(api_client)
-    return _chart_webhook(*_CAPABILITIES[host])
+    return _chart_webhook(*_CAPABILITIES[host], values)
 
 
 def register_webhook(
@@ -663,6 +669,7 @@ def register_webhook(
     timeout_seconds: int = 5,
     rules: Sequence[Mapping[str, Any]] | None = None,
     match_conditions: bool = True,
+    chart_values: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create (or replace) MutatingWebhookConfiguration ``name`` sending reviews to ``url``.
 
@@ -674,7 +681,7 @@ def register_webhook(
     Returns the body sent. The apiserver learns of the configuration through an informer, so
     it takes effect shortly after this returns (well under a second), not at once.
     """
-    hook = chart_webhook(api_client)
+    hook = chart_webhook(api_client, chart_values)
     hook["name"] = WEBHOOK_NAME
     hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()}
     hook["failurePolicy"] = failure_policy

@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -37,7 +37,11 @@ NON_DEFAULT = {
     "webhook": {"failurePolicy": "Fail"},
     "replicaCount": 3,
     "mode": "snapshot",
+    "argoRollouts": False,
+    "workloadKinds": ["apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"],
 }
+ARGO = ("argoproj.io", "v1alpha1", "rollouts")
+CLONESET = ("apps.kruise.io", "v1alpha1", "clonesets")
 WORKLOAD_RULES = {
     ("", "pods"),
     ("", "replicationcontrollers"),
@@ -541,8 +545,12 @@ WORKLOAD_PATCHES = {
 }
 
 
-def expected_cluster_grants(*, snapshots: bool, webhook: str | None) -> set[Any]:
-    grants = {
+def expected_cluster_grants(
+    *, snapshots: bool, webhook: str | None, custom: Sequence[tuple[str, str, str]] = (ARGO,)
+) -> set[Any]:
+    # a custom workload kind: read and re-stamped, that resource only
+    grants = {(g, r, v, ()) for g, _, r in custom for v in (*READ, "patch")}
+    grants |= {
         (g, r, v, ())
         for g, r in {("", "configmaps"), ("", "secrets"), ("", "namespaces"), *WORKLOAD_READS}
         for v in READ
@@ -573,8 +581,11 @@ def test_cluster_role_is_exactly_least_privilege(
     # mode: snapshot implies the writes. With cert-manager, configpin never touches its
     # webhook configuration.
     assert rbac_grants(one(custom, "ClusterRole")) == expected_cluster_grants(
-        snapshots=True, webhook=None
+        snapshots=True, webhook=None, custom=[CLONESET]
     )
+    assert flags(custom)["--workload-kinds"] == NON_DEFAULT["workloadKinds"][0]
+    assert flags(custom)["--no-argo-rollouts"] is None
+    assert flags(default)["--argo-rollouts"] is None
     assert flags(custom)["--snapshots"] is None
     allowed = render({"snapshots": {"enabled": True}})
     assert rbac_grants(one(allowed, "ClusterRole")) == expected_cluster_grants(
@@ -685,16 +696,50 @@ def test_webhook_choices_are_explained() -> None:
     assert "controller" in comment_before(template, "failurePolicy:")
 
 
-def test_webhook_rules_cover_pods_and_workloads(objects: list[Manifest]) -> None:
+def test_webhook_rules_cover_pods_and_workloads(
+    objects: list[Manifest], request: pytest.FixtureRequest
+) -> None:
     rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
     covered = set()
+    custom = {"default": ARGO, "custom": CLONESET}[request.node.callspec.params["objects"]]
     for rule in rules:
         assert rule["operations"] == ["CREATE", "UPDATE"]
         assert rule["scope"] == "Namespaced"
         assert "*" not in rule["apiVersions"]
-        assert "v1" in rule["apiVersions"]
+        group = rule["apiGroups"][0]
+        assert (custom[1] if group == custom[0] else "v1") in rule["apiVersions"]
         covered |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
-    assert covered == WORKLOAD_RULES
+    assert covered == WORKLOAD_RULES | {(custom[0], custom[2])}
+
+
+def test_custom_kinds_one_value_for_flag_rules_and_rbac() -> None:
+    entries = [
+        "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template",
+        "example.com/v1beta2/widgets/Widget=spec.pod.template",
+    ]
+    objects = render({"workloadKinds": entries, "pinOwnedBy": ["Foo.example.com"]})
+    assert flags(objects)["--workload-kinds"] == ",".join(entries)
+    assert flags(objects)["--pin-owned-by"] == "Foo.example.com"
+    widget = ("example.com", "v1beta2", "widgets")
+    assert rbac_grants(one(objects, "ClusterRole")) == expected_cluster_grants(
+        snapshots=False,
+        webhook=one(objects, "MutatingWebhookConfiguration")["metadata"]["name"],
+        custom=[ARGO, CLONESET, widget],
+    )
+    rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
+    assert {
+        "apiGroups": ["example.com"],
+        "apiVersions": ["v1beta2"],
+        "resources": ["widgets"],
+        "operations": ["CREATE", "UPDATE"],
+        "scope": "Namespaced",
+    } in rules
+    # what serve would refuse at start, the chart refuses first
+    for bad in ("clonesets/CloneSet", "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec[0]"):
+        with pytest.raises(helm.HelmValuesError, match="workloadKinds"):
+            render({"workloadKinds": [bad]})
+    with pytest.raises(helm.HelmValuesError, match="pinOwnedBy"):
+        render({"pinOwnedBy": ["deployments.apps"]})
 
 
 @pytest.mark.parametrize("release_namespace", ["configpin-system", "platform"])

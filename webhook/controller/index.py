@@ -28,11 +28,20 @@ from webhook.core.constants import (
     MODE_OFF,
 )
 from webhook.core.model import JSONObject, SourceId, SourceRecord
-from webhook.core.plan import MAX_SOURCES, effective_mode, is_controlled, parse_mapping
-from webhook.core.refs import consumption, find_sites, get_path, template_paths
+from webhook.core.owners import left_to_owner
+from webhook.core.plan import MAX_SOURCES, effective_mode, parse_mapping
+from webhook.core.refs import (
+    consumption,
+    custom_kind,
+    find_sites,
+    get_path,
+    template_paths,
+    workload_ref,
+)
 
-# Kinds the controller re-stamps. Pods and Jobs are absent: their templates are immutable
-# (a Job keeps the config it was created with; its CronJob's jobTemplate is re-stamped).
+# Built-in kinds the controller re-stamps (and the configured custom kinds). Pods and Jobs
+# are absent: their templates are immutable (a Job keeps the config it was created with;
+# its CronJob's jobTemplate is re-stamped).
 CONTROLLED_KINDS: Final = (
     "Deployment",
     "StatefulSet",
@@ -99,15 +108,17 @@ def entry_from_object(
     """The index entry of a workload; raises NotIndexed (with the reason) for one the
     controller leaves alone."""
     kind = str(obj.get("kind", ""))
-    if kind not in CONTROLLED_KINDS:
+    if kind not in CONTROLLED_KINDS and custom_kind(kind) is None:
         raise NotIndexed(f"kind {kind or '?'} is not rolled")
     paths = template_paths(kind)
     assert paths is not None
     meta = obj.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
         raise NotIndexed("configpin's own object")
-    if is_controlled(obj):
+    if left_to_owner(obj) is not None:
         raise NotIndexed("owned by a controller")
+    if workload_ref(obj) is not None:
+        raise NotIndexed("no pod spec")  # a Rollout's workloadRef: its Deployment is indexed
     mode, _ = effective_mode(obj, default_mode)
     if mode == MODE_OFF:
         raise NotIndexed("mode off")

@@ -47,9 +47,10 @@ from webhook.controller.leader import (
     new_identity,
 )
 from webhook.controller.queue import RolloutQueue
-from webhook.core.constants import MODE_SNAPSHOT
+from webhook.core.constants import ANN_OWNED, MODE_SNAPSHOT, OWNED_PIN
 from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
 from webhook.core.names import pointer
+from webhook.core.owners import controller_of, operator_owned
 from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object, rolled_at_ops
 from webhook.core.refs import get_path, template_paths
 from webhook.kube.cache import SourceCache
@@ -139,8 +140,6 @@ def _skip_reason(reason: str) -> str:
     return reason
 
 
-# Kinds Kubernetes' own controllers make from another's template: owned, they are expected.
-_USUALLY_OWNED: Final = frozenset({"ReplicaSet", "Job"})
 _REPORTED_MAX: Final = 10_000
 
 
@@ -180,7 +179,7 @@ class _KindHandler:
             options = self.controller.options
             return entry_from_object(obj, options.default_mode, options.max_sources)
         except NotIndexed as e:
-            if str(e) == "owned by a controller" and self.kind not in _USUALLY_OWNED:
+            if str(e) == "owned by a controller" and operator_owned(obj):
                 self.controller.report_owned(obj)
             return None
         except Exception:
@@ -477,15 +476,15 @@ class RolloutController:
         self._reported[uid] = None
         while len(self._reported) > _REPORTED_MAX:
             self._reported.popitem(last=False)
-        owner: dict[str, str] = next(
-            (r for r in meta.get("ownerReferences") or () if r.get("controller") is True), {}
-        )
+        owner = controller_of(obj) or {}
+        self.metrics.owned_skipped.inc()
         self.events.normal(
             obj,
             "SkippedOwned",
             "Skip",
             f"not pinned: owned by {owner.get('kind', '?')} {owner.get('name', '?')}, another "
-            "controller, whose template decides",
+            f"controller, whose template decides (pin it anyway: {ANN_OWNED}: {OWNED_PIN} on "
+            "it, or --pin-owned-by for its owner's kind)",
         )
 
     def namespace_selected(self, namespace: str) -> None:

@@ -36,7 +36,7 @@ from webhook.core.constants import ANN_SOURCES
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 from webhook.core.plan import is_controlled, parse_mapping
-from webhook.core.refs import Path, find_sites, get_path, template_paths
+from webhook.core.refs import Path, custom_kinds, find_sites, get_path, template_paths
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.informer import Informer
@@ -52,7 +52,7 @@ from webhook.kube.snapshots import (
     remove_owners,
     unmark,
 )
-from webhook.kube.workloads import cronjob_prefix
+from webhook.kube.workloads import WorkloadKind, cronjob_prefix, served_custom_kinds
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,10 @@ class OwnerKind:
     kind: str
     template: Path  # where the pod template is (metadata + spec); () for a Pod itself
 
+    @property
+    def prefix(self) -> str:
+        return ("/apis/" if "/" in self.api_version else "/api/") + self.api_version
+
 
 OWNER_KINDS: Final = (
     OwnerKind("replicasets", "apps/v1", "ReplicaSet", ("spec", "template")),
@@ -98,6 +102,15 @@ _CRONJOB_TEMPLATE: Final = ("spec", "jobTemplate", "spec", "template")
 def cronjob_owner_kind(prefix: str) -> OwnerKind:
     """CronJobs as owners, served at `prefix` (batch/v1 from 1.21, batch/v1beta1 before)."""
     return OwnerKind("cronjobs", prefix.removeprefix("/apis/"), "CronJob", _CRONJOB_TEMPLATE)
+
+
+def custom_owner_kind(kind: WorkloadKind) -> OwnerKind:
+    """A served custom workload kind as an owner: like a CronJob, it owns the copies its
+    template points at, while it does (Argo Rollouts' ReplicaSets and OpenKruise's
+    ControllerRevisions, its revisions, own what they use for as long as they exist)."""
+    paths = template_paths(kind.kind)
+    assert paths is not None
+    return OwnerKind(kind.resource, kind.prefix.removeprefix("/apis/"), kind.kind, paths[0][:-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,22 +286,27 @@ class SnapshotAdopter:
         return self._cronjobs_found and all(i.synced.is_set() for i in self.informers)
 
     def _watch_cronjobs(self) -> None:
-        """Add the CronJob watch once discovery says where CronJobs are served."""
+        """Add the CronJob watch (and the served custom kinds') once discovery says where
+        they are served."""
         try:
             prefix = cronjob_prefix(self.kube)
+            kinds = [cronjob_owner_kind(prefix)] if prefix is not None else []
+            kinds += [custom_owner_kind(k) for k in served_custom_kinds(self.kube)]
         except KubeError as e:
             log.warning("cannot tell where CronJobs are served (%s); asking again", e)
             return
         self._cronjobs_found = True
-        if prefix is None:
-            return
-        kind = cronjob_owner_kind(prefix)
-        informer = Informer(
-            self.kube, kind.resource, _CronJobWatch(self, kind), self.metrics, prefix=prefix
-        )
-        self.informers.append(informer)
-        if not self._stop.is_set():
-            informer.start()
+        for kind in kinds:
+            informer = Informer(
+                self.kube,
+                kind.resource,
+                _CronJobWatch(self, kind),
+                self.metrics,
+                prefix=kind.prefix,
+            )
+            self.informers.append(informer)
+            if not self._stop.is_set():
+                informer.start()
 
     # --- the owner index (from the informers' threads)
     def _link(self, owner: Owner) -> None:
@@ -435,7 +453,9 @@ class SnapshotAdopter:
 
     def _alive(self, owner: Owner) -> bool:
         try:
-            obj = self.kube.get(path(owner.kind.resource, owner.namespace, owner.name))
+            obj = self.kube.get(
+                path(owner.kind.resource, owner.namespace, owner.name, prefix=owner.kind.prefix)
+            )
         except NotFound:
             return False
         meta = obj.get("metadata") or {}
@@ -621,7 +641,8 @@ class SnapshotSweeper:
         """Every ConfigMap/Secret name that anything in the namespace references, read fresh
         from the API server (never from a cache that may lag a re-use)."""
         names: set[tuple[SourceKind, str]] = set()
-        for resource, kind, prefixes in _REFERRERS:
+        custom = [(k.resource, k.kind, (k.prefix,)) for k in custom_kinds()]
+        for resource, kind, prefixes in (*_REFERRERS, *custom):
             names |= referenced_names(
                 spec
                 for obj in self._list(resource, namespace, prefixes)
@@ -642,6 +663,8 @@ class SnapshotSweeper:
                 continue
             self._prefix[resource] = prefix
             return items
+        if any(k.resource == resource and k.prefix in prefixes for k in custom_kinds()):
+            return []  # a custom kind whose CRD is not installed: nothing references a copy
         raise NotFound(f"list {resource}", 404, "no API version of it is served")
 
 

@@ -33,3 +33,10 @@ ANN_OBSERVED: Final = "configpin.io/observed"
 # The minimum interval between two rollouts counts from here, so it holds across restarts
 # and leader changes, not only in the memory of the replica that rolled.
 ANN_ROLLED_AT: Final = "configpin.io/rolled-at"
+
+# On a workload's own metadata: "pin" pins a workload that another controller (an operator)
+# owns; by default such a workload is left to its owner. Never read on a Pod, nor on a
+# workload owned by a kind configpin knows (a Deployment's ReplicaSets, which copy its
+# annotations, follow the Deployment's template).
+ANN_OWNED: Final = "configpin.io/owned"
+OWNED_PIN: Final = "pin"

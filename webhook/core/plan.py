@@ -36,7 +36,17 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.names import SUFFIX_LEN, pointer, snapshot_name
-from webhook.core.refs import Consumption, Path, consumption, find_sites, get_path, template_paths
+from webhook.core.owners import left_to_owner, owned_reason
+from webhook.core.refs import (
+    Consumption,
+    Path,
+    consumption,
+    find_sites,
+    get_path,
+    kind_matches,
+    template_paths,
+    workload_ref,
+)
 
 Lookup = Callable[[SourceId], SourceRecord | None]
 """Returns the record of a source, None when it does not exist; raises SourceUnavailable."""
@@ -255,8 +265,13 @@ def plan_object(
     meta = obj.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
         return Plan(skipped="configpin's own object")
-    if is_controlled(obj):
-        return Plan(skipped="owned by a controller: its owner's template decides")
+    if not kind_matches(obj):
+        return Plan(skipped=f"kind {kind} of another API group is not handled")
+    owner = left_to_owner(obj)
+    if owner is not None:
+        return Plan(skipped=f"{owned_reason(owner)}, a controller: its owner's template decides")
+    if workload_ref(obj) is not None:
+        return Plan(skipped="workloadRef: the pod template is the referenced workload's")
     if kind in _IMMUTABLE_TEMPLATE and operation != "CREATE":
         return Plan(skipped=f"the pod template of a {kind} cannot change after creation")
     mode, mode_warning = effective_mode(obj, default_mode)

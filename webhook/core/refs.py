@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,13 +26,174 @@ _WORKLOAD_PATHS: Final[Mapping[str, tuple[Path, Path]]] = {
         ("spec", "jobTemplate", "spec", "template", "spec"),
     ),
 }
-WORKLOAD_KINDS: Final = frozenset(_WORKLOAD_PATHS)
+BUILTIN_KINDS: Final = frozenset(_WORKLOAD_PATHS)
+# The API group each built-in kind is served in (an object that says otherwise is not one).
+_BUILTIN_GROUPS: Final[Mapping[str, str]] = {
+    "Pod": "",
+    "ReplicationController": "",
+    "Deployment": "apps",
+    "StatefulSet": "apps",
+    "DaemonSet": "apps",
+    "ReplicaSet": "apps",
+    "Job": "batch",
+    "CronJob": "batch",
+}
+BUILTIN_GROUP_KINDS: Final = frozenset((g, k) for k, g in _BUILTIN_GROUPS.items()) | {
+    ("apps", "ControllerRevision")
+}
 CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
+
+_GROUP: Final = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$"
+)
+_VERSION: Final = re.compile(r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$")
+_RESOURCE: Final = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_KIND: Final = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+_FIELD: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+# Groups of Kubernetes' own APIs: their kinds are known, never configured.
+_RESERVED_GROUP: Final = re.compile(r"(^|\.)(k8s\.io|kubernetes\.io)$")
+
+
+@dataclass(frozen=True, slots=True)
+class CustomKind:
+    """A custom resource with a pod template: `group/version/resource/Kind=path.to.template`
+    (the template holds `metadata` and `spec`, as a Deployment's `spec.template` does)."""
+
+    group: str
+    version: str
+    resource: str
+    kind: str
+    template: tuple[str, ...]
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.group}/{self.version}/{self.resource}/{self.kind}={'.'.join(self.template)}"
+
+    @classmethod
+    def parse(cls, text: str) -> CustomKind:
+        """Raises ValueError saying what is wrong and what is expected."""
+        example = "expected group/version/resource/Kind=path, e.g. "
+        example += "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
+        gvrk, sep, template = text.strip().partition("=")
+        parts = gvrk.split("/")
+        if not sep or len(parts) != 4:
+            raise ValueError(f"{text!r}: {example}")
+        group, version, resource, kind = parts
+        fields = tuple(template.split("."))
+        problems = []
+        if not _GROUP.match(group):
+            problems.append(f"group {group!r} is not a DNS subdomain with a dot (as a CRD's)")
+        elif _RESERVED_GROUP.search(group):
+            problems.append(f"group {group!r} is one of Kubernetes' own")
+        if not _VERSION.match(version):
+            problems.append(f"version {version!r} is not like v1, v1beta1, v1alpha1")
+        if not _RESOURCE.match(resource):
+            problems.append(f"resource {resource!r} is not a lower-case plural name")
+        if not _KIND.match(kind):
+            problems.append(f"Kind {kind!r} is not a CamelCase kind name")
+        elif kind in BUILTIN_KINDS:
+            problems.append(f"Kind {kind!r} is a built-in workload kind")
+        if not all(_FIELD.match(f) for f in fields):
+            problems.append(f"template path {template!r} is not dot-separated field names")
+        if problems:
+            raise ValueError(f"{text!r}: {'; '.join(problems)} ({example})")
+        return cls(group, version, resource, kind, fields)
+
+
+ARGO_ROLLOUT: Final = CustomKind(
+    "argoproj.io", "v1alpha1", "rollouts", "Rollout", ("spec", "template")
+)
+"""Argo Rollouts' Rollout: pinned as a Deployment is, when its CRD is served (a Rollout with
+`spec.workloadRef` has no template of its own: see `workload_ref`)."""
+
+
+def parse_custom_kinds(text: str) -> tuple[CustomKind, ...]:
+    """A comma-separated list of `CustomKind.parse` entries; a Kind may appear once."""
+    kinds: list[CustomKind] = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        kind = CustomKind.parse(item)
+        if any(k.kind == kind.kind for k in kinds):
+            raise ValueError(f"{item.strip()!r}: Kind {kind.kind!r} is configured twice")
+        kinds.append(kind)
+    return tuple(kinds)
+
+
+# Custom kinds this process handles: set once at start (`use_custom_kinds`) by `serve`,
+# `render` and `status`, and in the worker process for large reviews.
+_custom: dict[str, CustomKind] = {}
+
+
+def use_custom_kinds(kinds: Iterable[CustomKind]) -> None:
+    """Handle exactly these custom kinds from now on (their Kinds must be distinct, and none
+    a built-in one: `parse_custom_kinds` makes sure)."""
+    chosen = {k.kind: k for k in kinds if k.kind not in BUILTIN_KINDS}
+    _custom.clear()
+    _custom.update(chosen)
+
+
+def custom_kinds() -> tuple[CustomKind, ...]:
+    return tuple(_custom.values())
+
+
+def custom_kind(kind: str) -> CustomKind | None:
+    return _custom.get(kind)
+
+
+def is_workload_kind(kind: str) -> bool:
+    return kind in BUILTIN_KINDS or kind in _custom
 
 
 def template_paths(kind: str) -> tuple[Path, Path] | None:
     """(metadata path, pod spec path) for a workload kind, None for kinds we do not handle."""
-    return _WORKLOAD_PATHS.get(kind)
+    found = _WORKLOAD_PATHS.get(kind)
+    if found is not None:
+        return found
+    custom = _custom.get(kind)
+    if custom is None:
+        return None
+    return (*custom.template, "metadata"), (*custom.template, "spec")
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def kind_matches(obj: Mapping[str, Any]) -> bool:
+    """Whether the object is of the API group its kind is handled in. An object read from a
+    list carries no apiVersion (the caller knows what it listed): that passes. A custom
+    resource of another group that happens to share a handled Kind's name does not."""
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version:
+        return True
+    kind = str(obj.get("kind", ""))
+    custom = _custom.get(kind)
+    group = custom.group if custom is not None else _BUILTIN_GROUPS.get(kind)
+    return group is not None and group_of(api_version) == group
+
+
+def workload_ref(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """An Argo Rollout's `spec.workloadRef`: (apiVersion, kind, name) of the workload whose
+    template the Rollout runs, always in the Rollout's own namespace (Argo resolves it there;
+    the field has no namespace, and one written there anyway is not read). None when the
+    object is not a Rollout with a well-formed workloadRef."""
+    if obj.get("kind") != ARGO_ROLLOUT.kind:
+        return None
+    ref = get_path(obj, ("spec", "workloadRef"))
+    if not isinstance(ref, dict):
+        return None
+    values = (ref.get("apiVersion"), ref.get("kind"), ref.get("name"))
+    if not all(isinstance(v, str) for v in values):
+        return None
+    return str(values[0]), str(values[1]), str(values[2])
 
 
 def get_path(obj: Any, path: Path) -> Any:

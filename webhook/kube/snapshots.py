@@ -32,6 +32,7 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
+from webhook.core.refs import custom_kind
 from webhook.core.snapshot import snapshot_object
 from webhook.kube.cache import SourceCache, is_snapshot
 from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
@@ -81,7 +82,8 @@ class Copy:
     created: float  # creationTimestamp, seconds since the epoch (0: unknown)
     owners: frozenset[str]  # uids of its ownerReferences
     unused_since: str | None  # the sweep's mark
-    cronjobs: frozenset[str] = frozenset()  # those uids that are CronJobs'
+    # those uids that own it only while their template points at it (CronJobs, custom kinds)
+    cronjobs: frozenset[str] = frozenset()
 
     @property
     def key(self) -> CopyKey:
@@ -104,8 +106,18 @@ class Copy:
             created=_epoch(meta.get("creationTimestamp")),
             owners=owners,
             unused_since=(meta.get("annotations") or {}).get(ANN_UNUSED),
-            cronjobs=frozenset(str(r["uid"]) for r in refs if r.get("kind") == "CronJob"),
+            cronjobs=frozenset(str(r["uid"]) for r in refs if _owns_while_pointing(r)),
         )
+
+
+def _owns_while_pointing(ref: JSONObject) -> bool:
+    """An owner that holds a copy only while its template points at it: a CronJob, or a
+    custom workload kind (its revisions, if it keeps any, own the copies they use)."""
+    kind = str(ref.get("kind", ""))
+    custom = custom_kind(kind)
+    if custom is not None:
+        return str(ref.get("apiVersion", "")).rpartition("/")[0] == custom.group
+    return kind == "CronJob"
 
 
 CopyListener: TypeAlias = Callable[[CopyKey, Copy | None], None]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from webhook.core.model import JSONObject, PatchOp
+from webhook.core.refs import custom_kinds
 from webhook.kube.errors import Conflict, KubeError, NotFound
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube, path
@@ -61,6 +62,19 @@ def cronjob_prefix(kube: Kube) -> str | None:
     return None
 
 
+def served_custom_kinds(kube: Kube) -> list[WorkloadKind]:
+    """The configured custom kinds (`webhook.core.refs.custom_kinds`) this cluster serves:
+    a kind whose CRD is not installed is left out, quietly (raises KubeError if discovery
+    fails for another reason)."""
+    kinds = []
+    for custom in custom_kinds():
+        if _serves(kube, custom.prefix, custom.resource):
+            kinds.append(WorkloadKind(custom.kind, custom.resource, custom.prefix))
+        else:
+            log.info("%s is not served here: not watching it", custom)
+    return kinds
+
+
 def discover_kinds(kube: Kube) -> list[WorkloadKind]:
     """The workload kinds to watch on this cluster (raises KubeError if discovery fails)."""
     kinds = list(_STATIC)
@@ -69,7 +83,7 @@ def discover_kinds(kube: Kube) -> list[WorkloadKind]:
         log.warning("this cluster serves no CronJobs (batch/v1 or v1beta1): not watching them")
     else:
         kinds.append(WorkloadKind("CronJob", "cronjobs", prefix))
-    return kinds
+    return kinds + served_custom_kinds(kube)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,9 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
+from webhook.core.owners import pinned_owners
 from webhook.core.plan import MAX_SOURCES, plan_object
+from webhook.core.refs import custom_kinds
 from webhook.core.shape import ShapeError, check_request
 from webhook.kube.events import EventRecorder, Regarding
 from webhook.metrics import Metrics
@@ -140,6 +142,7 @@ class Admitter:
         self._read_through = metrics.source_reads.labels("read_through")
         self._read_fresh = metrics.source_reads.labels("fresh")
         self._counts: dict[tuple[str, str, str], Counter] = {}
+        self._kinds = _KINDS | {k.kind for k in custom_kinds()}
         # Large reviews are decided in a worker process (large.py), one at a time.
         self._worker: ProcessPoolExecutor | None = None
         self.large_reviews = asyncio.Lock()
@@ -154,7 +157,10 @@ class Admitter:
         """Start the worker process for large reviews now rather than at the first one."""
         if self._worker is None:
             self._worker = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=large.configure,
+                initargs=(custom_kinds(), pinned_owners()),
             )
             self._worker.submit(large.warm)
 
@@ -283,7 +289,7 @@ class Admitter:
                 out, result = denied(review, msg, code=500), "error"
             else:
                 out, result = allowed(review, [f"{msg}: admitted unchanged"]), "error"
-        key = (_label(kind, _KINDS), _label(review.operation, _OPERATIONS), result)
+        key = (_label(kind, self._kinds), _label(review.operation, _OPERATIONS), result)
         counter = self._counts.get(key)
         if counter is None:
             counter = self._counts[key] = self.metrics.admissions.labels(*key)

@@ -21,8 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
+from webhook.core.owners import use_owner_kinds
 from webhook.core.plan import plan_object
-from webhook.core.refs import consumption, find_sites, get_path, template_paths
+from webhook.core.refs import (
+    CustomKind,
+    consumption,
+    find_sites,
+    get_path,
+    template_paths,
+    use_custom_kinds,
+)
 from webhook.core.shape import ShapeError, check_request
 from webhook.server import memory
 from webhook.server.admission import BadReview, Review, parse_review
@@ -145,6 +153,12 @@ def plan(
     del review
     memory.release()  # the parsed review was most of this process's memory
     return result
+
+
+def configure(kinds: tuple[CustomKind, ...], owners: frozenset[tuple[str, str]]) -> None:
+    """The worker's initializer: the custom kinds and opted-in owners of its parent."""
+    use_custom_kinds(kinds)
+    use_owner_kinds(owners)
 
 
 def warm() -> None:

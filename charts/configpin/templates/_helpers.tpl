@@ -124,3 +124,22 @@ the kube version check keeps offline rendering (which assumes every API Helm kno
 true
 {{- end }}
 {{- end }}
+
+{{/*
+The custom workload kinds as rules: a list of {group, version, resource} (from
+.Values.workloadKinds, group/version/resource/Kind=path, and argoRollouts), as JSON.
+*/}}
+{{- define "configpin.customKinds" -}}
+{{- $kinds := list -}}
+{{- if .Values.argoRollouts -}}
+{{- $kinds = append $kinds (dict "group" "argoproj.io" "version" "v1alpha1" "resource" "rollouts") -}}
+{{- end -}}
+{{- range .Values.workloadKinds -}}
+{{- $parts := splitList "/" (first (splitList "=" .)) -}}
+{{- if ne (len $parts) 4 -}}
+{{- fail (printf "workloadKinds: %q is not group/version/resource/Kind=path" .) -}}
+{{- end -}}
+{{- $kinds = append $kinds (dict "group" (index $parts 0) "version" (index $parts 1) "resource" (index $parts 2)) -}}
+{{- end -}}
+{{- toJson $kinds -}}
+{{- end -}}
