@@ -184,6 +184,9 @@ def _crd(
 ROLLOUT_CRD = _crd("argoproj.io", "rollouts", "Rollout", "v1alpha1", _ROLLOUT_SCHEMA)
 CLONESET_CRD = _crd("apps.kruise.io", "clonesets", "CloneSet", "v1alpha1", _CLONESET_SCHEMA)
 CLONESET = "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
+# Any other kind with a pod template, whose schema keeps the template whole.
+WIDGET_CRD = _crd("widgets.example.com", "widgets", "Widget", "v1", _CLONESET_SCHEMA)
+WIDGET = "widgets.example.com/v1/widgets/Widget=spec.template"
 
 
 def _served(kube: Kube, group_version: str, plural: str) -> bool:

@@ -23,7 +23,14 @@ from kubernetes import client
 
 from tests.integration.configpin_proc import Configpin, instance_namespace, leading_configpin
 from tests.integration.controlplane import ControlPlane, wait_for
-from tests.integration.crds import CLONESET, CLONESET_CRD, ROLLOUT_CRD, installed
+from tests.integration.crds import (
+    CLONESET,
+    CLONESET_CRD,
+    ROLLOUT_CRD,
+    WIDGET,
+    WIDGET_CRD,
+    installed,
+)
 from tests.integration.manifests import (
     configmap,
     container,
@@ -48,6 +55,7 @@ CLONESETS = "/apis/apps.kruise.io/v1alpha1"
 KINDS = {
     "Rollout": ("argoproj.io/v1alpha1", ROLLOUTS, "rollouts"),
     "CloneSet": ("apps.kruise.io/v1alpha1", CLONESETS, "clonesets"),
+    "Widget": ("widgets.example.com/v1", "/apis/widgets.example.com/v1", "widgets"),
 }
 
 
@@ -66,14 +74,17 @@ def cp(
             webhook_name="configpin-custom-kinds",
             args=[
                 "--workload-kinds",
-                CLONESET,
+                f"{CLONESET},{WIDGET}",
+                # a kind whose CRD appears later is watched from the next resync
+                "--resync-period",
+                "1",
                 "--snapshots",
                 "--coalesce-window",
                 "0.3",
                 "--min-rollout-interval",
                 "0",
             ],
-            chart_values={"workloadKinds": [CLONESET]},
+            chart_values={"workloadKinds": [CLONESET, WIDGET]},
         ) as proc,
     ):
         yield proc
@@ -278,10 +289,23 @@ def test_operator_owned_skipped_with_an_event_and_pinned_when_opted_in(
     pinned = kube.create(path("deployments", ns), _owned_by(owner, "opted-in", {ANN_OWNED: "pin"}))
     first = _sources(pinned)
     assert list(first) == ["configmap/app-config"]
+    # the operator puts its own template back (configpin's record dropped): admitted with the
+    # record restored, so nothing is stale and nothing rolls; the source's change then rolls
+    # it once (one generation)
+    reverted = kube.patch(
+        path("deployments", ns, "opted-in"),
+        {"spec": {"template": {"metadata": {"annotations": {ANN_SOURCES: None}}}}},
+        MERGE_PATCH,
+    )
+    assert _sources(reverted) == first
+    generation = reverted["metadata"]["generation"]
     kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "2"}}, MERGE_PATCH)
     wait_for(
         lambda: _sources(kube.get(path("deployments", ns, "opted-in"))) != first,
         what="the opted-in Deployment re-stamped",
+    )
+    assert kube.get(path("deployments", ns, "opted-in"))["metadata"]["generation"] == (
+        generation + 1
     )
     # the one left to its operator is still unpinned
     assert _sources(kube.get(path("deployments", ns, "operated"))) == {}
@@ -348,14 +372,31 @@ def test_status_reports_custom_kinds(
     assert rows[("Rollout", "web")]["state"] == "not-pinned"
 
 
-def test_a_kind_not_served_is_left_alone(k8s: client.ApiClient, cp: Configpin) -> None:
-    """A configured kind whose CRD is not installed is no error: discovery leaves it out."""
-    unserved = parse_custom_kinds("widgets.example.com/v1/widgets/Widget=spec.template")
+def test_a_kind_not_served_is_left_alone_then_watched_once_served(
+    k8s: client.ApiClient, ns: str, cp: Configpin
+) -> None:
+    """A configured kind whose CRD is not installed is no error: discovery leaves it out;
+    once its CRD is installed, the next resync watches it."""
+    kube = Kube(k8s)
+    configured = parse_custom_kinds(f"{CLONESET},{WIDGET}")
     before = custom_kinds()
-    use_custom_kinds((*parse_custom_kinds(CLONESET), *unserved))
+    use_custom_kinds(configured)
     try:
-        found = {k.kind for k in served_custom_kinds(Kube(k8s))}
+        assert {k.kind for k in served_custom_kinds(kube)} == {"CloneSet"}
     finally:
         use_custom_kinds(before)
-    assert found == {"CloneSet"}
     assert "Traceback" not in cp.log()
+
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    with installed(k8s, WIDGET_CRD):
+        wait_for(lambda: "Widget is served now" in cp.log(), what="configpin watching Widgets")
+        created = kube.create(
+            _path("Widget", ns), custom_workload("Widget", "w", _spec_reading("app-config"))
+        )
+        first = _sources(created)
+        assert list(first) == ["configmap/app-config"]
+        kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "2"}}, MERGE_PATCH)
+        wait_for(
+            lambda: _sources(kube.get(_path("Widget", ns, "w"))) != first,
+            what="the Widget re-stamped",
+        )

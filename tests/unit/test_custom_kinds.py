@@ -4,9 +4,11 @@ parsing the settings, planning, indexing, and what a tenant cannot make configpi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from tests.unit.conftest import (
@@ -20,6 +22,7 @@ from tests.unit.conftest import (
     recorded_sources,
     vol_cm,
 )
+from webhook.cli import main
 from webhook.config import Settings
 from webhook.controller.index import NotIndexed, entry_from_object
 from webhook.core.constants import ANN_OWNED, ANN_SOURCES
@@ -40,6 +43,7 @@ from webhook.core.refs import (
     workload_ref,
 )
 from webhook.core.shape import ShapeError, check_object
+from webhook.digestkey import new_key_text
 from webhook.kube.snapshots import Copy
 
 CLONESET = "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
@@ -314,3 +318,58 @@ def test_registry_is_what_was_set() -> None:
     use_custom_kinds(())
     assert custom_kinds() == ()
     assert template_paths("Rollout") is None
+
+
+# --- configpin render ----------------------------------------------------------------------
+
+RENDER_INPUT = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data: {a: "1"}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      containers: [{name: app, image: x, envFrom: [{configMapRef: {name: app-config}}]}]
+---
+apiVersion: apps.kruise.io/v1alpha1
+kind: CloneSet
+metadata: {name: clones}
+spec:
+  template:
+    spec:
+      containers: [{name: app, image: x, envFrom: [{configMapRef: {name: app-config}}]}]
+"""
+
+
+def _rendered(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    source = tmp_path / "in.yaml"
+    source.write_text(RENDER_INPUT)
+    key = tmp_path / "key"
+    key.write_bytes(new_key_text())
+    assert main(["render", "-f", str(source), "--digest-key-file", str(key), *args]) == 0
+    return {d["kind"]: d for d in yaml.safe_load_all(capsys.readouterr().out) if d}
+
+
+def test_render_pins_rollouts_and_configured_kinds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _rendered(tmp_path, capsys, "--workload-kinds", CLONESET, "--mode", "snapshot")
+    for kind in ("Rollout", "CloneSet"):
+        template = out[kind]["spec"]["template"]
+        assert ANN_SOURCES in template["metadata"]["annotations"], kind
+        name = template["spec"]["containers"][0]["envFrom"][0]["configMapRef"]["name"]
+        assert name.startswith("app-config-"), kind
+    # not configured, not known: left as it is
+    out = _rendered(tmp_path, capsys, "--no-argo-rollouts")
+    assert "metadata" not in out["Rollout"]["spec"]["template"]
+    assert "metadata" not in out["CloneSet"]["spec"]["template"]
+
+
+def test_render_refuses_a_wrong_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "-f", str(tmp_path), "--workload-kinds", "clonesets"]) == 2
+    assert "group/version/resource/Kind=path" in capsys.readouterr().err

@@ -52,8 +52,9 @@ from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, S
 from webhook.core.names import pointer
 from webhook.core.owners import controller_of, operator_owned
 from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object, rolled_at_ops
-from webhook.core.refs import get_path, template_paths
+from webhook.core.refs import custom_kinds, get_path, template_paths
 from webhook.kube.cache import SourceCache
+from webhook.kube.errors import KubeError
 from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
@@ -64,6 +65,7 @@ from webhook.kube.workloads import (
     Decision,
     WorkloadKind,
     discover_kinds,
+    served_custom_kinds,
     update_workload,
 )
 from webhook.metrics import Metrics
@@ -304,16 +306,7 @@ class RolloutController:
             if self._own_namespaces:
                 self.namespaces.start()
             for kind in self.kinds.values():
-                informer = Informer(
-                    self.kube,
-                    kind.resource,
-                    _KindHandler(self, kind.kind),
-                    self.metrics,
-                    prefix=kind.prefix,
-                    watch_timeout=self.options.watch_timeout,
-                )
-                self.informers[kind.kind] = informer
-                informer.start()
+                self._watch_kind(kind)
         deadline = time.monotonic() + self.options.sync_timeout
         waiting = [self.namespaces.informer, *self.informers.values()]
         for informer in waiting:
@@ -354,8 +347,40 @@ class RolloutController:
         )
         self.elector.start()
 
+    def _watch_kind(self, kind: WorkloadKind) -> None:
+        informer = Informer(
+            self.kube,
+            kind.resource,
+            _KindHandler(self, kind.kind),
+            self.metrics,
+            prefix=kind.prefix,
+            watch_timeout=self.options.watch_timeout,
+        )
+        self.kinds[kind.kind] = kind
+        self.informers[kind.kind] = informer
+        informer.start()
+
+    def watch_new_kinds(self) -> list[str]:
+        """Watch the configured custom kinds whose CRD was installed since the start (each
+        resync asks discovery again); returns the kinds added."""
+        if not custom_kinds():
+            return []
+        try:
+            served = served_custom_kinds(self.kube)
+        except KubeError as e:
+            log.warning("cannot ask which custom kinds are served (%s); next resync", e)
+            return []
+        added = []
+        for kind in served:
+            if kind.kind not in self.informers and not self._stop.is_set():
+                log.info("%s is served now: watching it", kind.kind)
+                self._watch_kind(kind)
+                added.append(kind.kind)
+        return added
+
     def _resync(self) -> None:
         while not self._stop.wait(self.options.resync_period):
+            self.watch_new_kinds()
             try:
                 queued = self.check_all()
             except Exception:  # the loop must go on

@@ -296,7 +296,24 @@ class SnapshotAdopter:
             log.warning("cannot tell where CronJobs are served (%s); asking again", e)
             return
         self._cronjobs_found = True
+        self._watch_owners(kinds)
+
+    def watch_new_kinds(self) -> None:
+        """Watch the configured custom kinds whose CRD was installed since the start."""
+        if not self._cronjobs_found or not custom_kinds():
+            return
+        try:
+            kinds = [custom_owner_kind(k) for k in served_custom_kinds(self.kube)]
+        except KubeError as e:
+            log.warning("cannot ask which custom kinds are served (%s); next resync", e)
+            return
+        self._watch_owners(kinds)
+
+    def _watch_owners(self, kinds: Iterable[OwnerKind]) -> None:
+        watched = {i.api_path for i in self.informers}
         for kind in kinds:
+            if path(kind.resource, prefix=kind.prefix) in watched:
+                continue
             informer = Informer(
                 self.kube,
                 kind.resource,
@@ -388,6 +405,7 @@ class SnapshotAdopter:
             if not leading or time.monotonic() >= next_resync:
                 # Newly leading (or periodically): look at everything once.
                 leading, next_resync = True, time.monotonic() + self.resync
+                self.watch_new_kinds()
                 self.resync_all()
             if key is None:
                 continue
