@@ -42,7 +42,9 @@ _CONTAINER = {
     "properties": {
         "name": {"type": "string"},
         "image": {"type": "string"},
+        "command": {"type": "array", "items": {"type": "string"}},
         "args": {"type": "array", "items": {"type": "string"}},
+        "securityContext": _PRESERVE,
         "env": {
             "type": "array",
             "items": {
@@ -106,6 +108,12 @@ _ROLLOUT_SCHEMA: dict[str, Any] = {
                             "properties": {
                                 "containers": {"type": "array", "items": _CONTAINER},
                                 "initContainers": {"type": "array", "items": _CONTAINER},
+                                "hostIPC": {"type": "boolean"},
+                                "hostNetwork": {"type": "boolean"},
+                                "hostPID": {"type": "boolean"},
+                                "nodeName": {"type": "string"},
+                                "securityContext": _PRESERVE,
+                                "serviceAccountName": {"type": "string"},
                                 "volumes": {"x-kubernetes-preserve-unknown-fields": True},
                             },
                             "required": ["containers"],
@@ -217,3 +225,18 @@ def installed(api: client.ApiClient, *crds: dict[str, Any]) -> Iterator[None]:
         for crd in crds:
             with contextlib.suppress(NotFound):
                 kube.delete(f"{base}/{crd['metadata']['name']}")
+        # deletion waits for the custom resources to go: the next install must not meet it
+        for crd in crds:
+            wait_for(
+                lambda name=crd["metadata"]["name"]: _gone(kube, f"{base}/{name}"),
+                timeout=120,
+                what=f"{crd['metadata']['name']} deleted",
+            )
+
+
+def _gone(kube: Kube, api_path: str) -> bool:
+    try:
+        kube.get(api_path)
+    except NotFound:
+        return True
+    return False

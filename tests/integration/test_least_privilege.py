@@ -27,6 +27,7 @@ from tests.integration.controlplane import (
     server_minor,
     wait_for,
 )
+from tests.integration.crds import CLONESET, CLONESET_CRD, ROLLOUT_CRD, WIDGET_CRD, installed
 from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
 from tests.unit._chart import cluster_capabilities, render
 from webhook.kube.errors import Forbidden, Invalid, NotFound
@@ -468,3 +469,166 @@ def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
             assert "Forbidden" not in cp.log() and "forbidden" not in cp.log()
     finally:
         admin.delete(path("namespaces", name=ns))
+
+
+def test_custom_kinds_under_the_charts_rbac_and_policy(
+    install: Any,
+    admin: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """Argo Rollouts and a configured kind (CloneSet), with their CRDs served: configpin, as
+    the chart's ServiceAccount, pins and re-points them in snapshot mode; as that account,
+    what configpin never does to them is refused (RBAC: a kind not configured; 1.30+, the
+    policy: anything but ConfigMap/Secret names in their pod spec)."""
+    values = {"snapshots": {"enabled": True}, "workloadKinds": [CLONESET]}
+    with installed(k8s, ROLLOUT_CRD, CLONESET_CRD, WIDGET_CRD):
+        inst = install(values)
+        objects = {
+            o["kind"]: o
+            for o in render(
+                values, *cluster_capabilities(k8s), release=inst.release, namespace=inst.namespace
+            )
+        }
+        args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        given = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        assert given["--workload-kinds"] == CLONESET
+        sa = objects["ServiceAccount"]["metadata"]["name"]
+        _kubeconfig_for(control_plane, admin, inst.namespace, sa, tmp_path / "sa.kubeconfig")
+        ns = f"{inst.release}-app"
+        labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: inst.release}
+        admin.create(
+            path("namespaces"),
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}},
+        )
+        try:
+            _custom_kinds_as_configpin(inst, admin, k8s, control_plane, tmp_path, given, ns)
+        finally:
+            admin.delete(path("namespaces", name=ns))
+
+
+def _custom(kind: str, name: str, group_version: str) -> dict[str, Any]:
+    spec = pod_spec(container(env_from=[env_from("configmap", "app-config")]))
+    return {
+        "apiVersion": group_version,
+        "kind": kind,
+        "metadata": {"name": name, "annotations": {"configpin.io/mode": "snapshot"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        },
+    }
+
+
+def _env_from_name(obj: dict[str, Any]) -> str:
+    return str(
+        obj["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMapRef"]["name"]
+    )
+
+
+def _custom_kinds_as_configpin(
+    inst: Any,
+    admin: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+    given: dict[str, str],
+    ns: str,
+) -> None:
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    kinds = {
+        "Rollout": ("/apis/argoproj.io/v1alpha1", "rollouts", "argoproj.io/v1alpha1"),
+        "CloneSet": ("/apis/apps.kruise.io/v1alpha1", "clonesets", "apps.kruise.io/v1alpha1"),
+    }
+    with running_configpin(
+        control_plane,
+        tmp_path / "cp",
+        instance=inst.release,
+        webhook_name=f"{inst.release}-webhook",
+        chart_values={"workloadKinds": [CLONESET]},
+        args=[
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            inst.namespace,
+            "--lease-name",
+            given["--lease-name"],
+            "--digest-key-secret",
+            given["--digest-key-secret"],
+            "--workload-kinds",
+            given["--workload-kinds"],
+            "--snapshots",
+            "--min-rollout-interval",
+            "0",
+            "--coalesce-window",
+            "0",
+        ],
+    ) as cp:
+        wait_for(lambda: cp.metric("configpin_leader") == 1, what="configpin leading")
+        admin.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+        first = {}
+        for kind, (prefix, resource, group_version) in kinds.items():
+            made = admin.create(
+                path(resource, ns, prefix=prefix), _custom(kind, "web", group_version)
+            )
+            first[kind] = _env_from_name(made)
+            assert first[kind].startswith("app-config-"), kind
+        admin.patch(
+            path("configmaps", ns, "app-config"),
+            {"data": {"a": "2"}},
+            "application/merge-patch+json",
+        )
+        for kind, (prefix, resource, _) in kinds.items():
+            wait_for(
+                lambda p=prefix, r=resource, k=kind: (
+                    _env_from_name(admin.get(path(r, ns, "web", prefix=p))) != first[k]
+                ),
+                timeout=30,
+                what=f"the {kind} re-pointed by configpin's ServiceAccount",
+            )
+            # and it owns its current copy (an ownerReference written under the policy)
+            current = _env_from_name(admin.get(path(resource, ns, "web", prefix=prefix)))
+            wait_for(
+                lambda c=current, k=kind: (
+                    k
+                    in {
+                        r["kind"]
+                        for r in admin.get(path("configmaps", ns, c))["metadata"].get(
+                            "ownerReferences"
+                        )
+                        or ()
+                    }
+                ),
+                what=f"the copy owned by the {kind}",
+            )
+        assert "Forbidden" not in cp.log() and "forbidden" not in cp.log()
+
+    as_configpin = inst.kube
+    rollouts = path("rollouts", ns, "web", prefix="/apis/argoproj.io/v1alpha1")
+    # RBAC: a custom resource that is not configured is out of reach
+    admin.create(
+        path("widgets", ns, prefix="/apis/widgets.example.com/v1"),
+        _custom("Widget", "w", "widgets.example.com/v1"),
+    )
+    with pytest.raises(Forbidden):
+        as_configpin.patch(
+            path("widgets", ns, "w", prefix="/apis/widgets.example.com/v1"),
+            [{"op": "add", "path": "/metadata/annotations/x", "value": "y"}],
+            JSON_PATCH,
+        )
+    if server_minor(k8s) < 30:
+        return
+    # the policy (1.30+): on a custom kind too, only the names of ConfigMaps/Secrets change
+    image = "/spec/template/spec/containers/0/image"
+    with pytest.raises(Forbidden, match="only ConfigMap and Secret names"):
+        as_configpin.patch(
+            rollouts, [{"op": "replace", "path": image, "value": "evil:1"}], JSON_PATCH
+        )
+    with pytest.raises(Forbidden, match="only annotations"):
+        as_configpin.patch(
+            rollouts,
+            [{"op": "add", "path": "/spec/template/metadata/labels/x", "value": "y"}],
+            JSON_PATCH,
+        )

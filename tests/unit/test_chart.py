@@ -41,6 +41,7 @@ NON_DEFAULT = {
     "workloadKinds": ["apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"],
 }
 ARGO = ("argoproj.io", "v1alpha1", "rollouts")
+CLONESET_ENTRY = "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
 CLONESET = ("apps.kruise.io", "v1alpha1", "clonesets")
 WORKLOAD_RULES = {
     ("", "pods"),
@@ -1029,3 +1030,29 @@ def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
     assert custom["--max-connections"] == "300"
     settings = Settings(tls_cipher_suites=custom["--tls-cipher-suites"])
     assert settings.cipher_suites() == tuple(suites)
+
+
+def test_the_policy_confines_custom_kinds_at_their_template_path() -> None:
+    vap = ["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+    values = {
+        "snapshots": {"enabled": True},
+        "workloadKinds": ["example.com/v1/widgets/Widget=spec.pod.template", CLONESET_ENTRY],
+    }
+    [policy] = select(render(values, "1.36.2", vap), "ValidatingAdmissionPolicy")
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    for group, version, resource in (ARGO, CLONESET, ("example.com", "v1", "widgets")):
+        assert {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "resources": [resource],
+            "operations": ["UPDATE"],
+        } in rules
+    expressions = [v["expression"] for v in policy["spec"]["validations"]]
+    widget = "(request.resource.group == 'example.com' && request.resource.resource == 'widgets')"
+    # its own checks, at spec.pod.template; the spec.template checks do not apply to it
+    assert any(
+        f"!({widget})" in e and "object.spec.pod.template.spec.containers" in e for e in expressions
+    )
+    assert all(
+        f"!({widget}))" in e for e in expressions if "object.spec.template.spec.containers" in e
+    )

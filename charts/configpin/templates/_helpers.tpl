@@ -126,20 +126,21 @@ true
 {{- end }}
 
 {{/*
-The custom workload kinds as rules: a list of {group, version, resource} (from
+The custom workload kinds: a list of {group, version, resource, template} (from
 .Values.workloadKinds, group/version/resource/Kind=path, and argoRollouts), as JSON.
 */}}
 {{- define "configpin.customKinds" -}}
 {{- $kinds := list -}}
 {{- if .Values.argoRollouts -}}
-{{- $kinds = append $kinds (dict "group" "argoproj.io" "version" "v1alpha1" "resource" "rollouts") -}}
+{{- $kinds = append $kinds (dict "group" "argoproj.io" "version" "v1alpha1" "resource" "rollouts" "template" "spec.template") -}}
 {{- end -}}
 {{- range .Values.workloadKinds -}}
-{{- $parts := splitList "/" (first (splitList "=" .)) -}}
-{{- if ne (len $parts) 4 -}}
+{{- $halves := splitList "=" . -}}
+{{- $parts := splitList "/" (first $halves) -}}
+{{- if or (ne (len $parts) 4) (ne (len $halves) 2) -}}
 {{- fail (printf "workloadKinds: %q is not group/version/resource/Kind=path" .) -}}
 {{- end -}}
-{{- $kinds = append $kinds (dict "group" (index $parts 0) "version" (index $parts 1) "resource" (index $parts 2)) -}}
+{{- $kinds = append $kinds (dict "group" (index $parts 0) "version" (index $parts 1) "resource" (index $parts 2) "template" (last $halves)) -}}
 {{- end -}}
 {{- toJson $kinds -}}
 {{- end -}}
