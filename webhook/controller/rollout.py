@@ -53,7 +53,7 @@ from webhook.core.names import pointer
 from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object, rolled_at_ops
 from webhook.core.refs import get_path, template_paths
 from webhook.kube.cache import SourceCache
-from webhook.kube.events import EventRecorder, Regarding
+from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
 from webhook.kube.namespaces import NamespaceSet
@@ -78,7 +78,12 @@ class SnapshotEnsurer(Protocol):
     """What snapshot mode needs before a template may point at a copy (see webhook.kube)."""
 
     def ensure(
-        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
     ) -> list[str]: ...
 
 
@@ -553,6 +558,7 @@ class RolloutController:
         cache, namespace = self.cache, ref.namespace
         read_obj: JSONObject | None = None
         intended: dict[str, str] = {}
+        created: list[JSONObject] = []  # copies made for it (snapshot mode), said once done
 
         def read(sid: SourceId) -> SourceRecord | None:
             return cache.get(namespace, sid)
@@ -608,7 +614,9 @@ class RolloutController:
                 if self.snapshots is None:
                     log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
                     return Decision.leave("no-snapshots")
-                for warning in self.snapshots.ensure(namespace, plan.snapshots, dry_run=False):
+                for warning in self.snapshots.ensure(
+                    namespace, plan.snapshots, dry_run=False, on_created=created.append
+                ):
                     log.warning("%s: %s", ref, warning)
             if not self.is_leader():
                 return Decision.leave("not-leader")
@@ -620,13 +628,20 @@ class RolloutController:
                 ops += rolled_at_ops(obj, format_time(time.time()))
             return Decision(ops)
 
-        result = update_workload(
-            self.limited,
-            kind.path(ref.namespace, ref.name),
-            decide,
-            on_conflict=self.metrics.conflicts.inc,
-            before_write=before_write,
-        )
+        try:
+            result = update_workload(
+                self.limited,
+                kind.path(ref.namespace, ref.name),
+                decide,
+                on_conflict=self.metrics.conflicts.inc,
+                before_write=before_write,
+            )
+        finally:
+            if created and self.events is not None and read_obj is not None:
+                for copy in created:
+                    self.events.normal(
+                        read_obj, "CopyCreated", "Snapshot", copy_created_note(copy), related=copy
+                    )
         if not result.patched:
             self.metrics.skipped.labels(result.skip or "unchanged").inc()
             return False
