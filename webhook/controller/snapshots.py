@@ -238,6 +238,7 @@ class SnapshotAdopter:
         self.kube = kube
         self.events = events
         self._reported: dict[str, None] = {}  # uids of look-alikes said in an Event (ordered)
+        self._reported_lock = threading.Lock()  # watch threads and the worker both report
         self.cache = cache
         self.index = index
         self.writer = writer
@@ -273,11 +274,14 @@ class SnapshotAdopter:
         if self.events is None:
             return
         for (kind, namespace, name), uid in found:
-            if not uid or uid in self._reported or not self.namespace_filter(namespace):
+            if not uid or not self.namespace_filter(namespace):
                 continue
-            self._reported[uid] = None
-            while len(self._reported) > _REPORTED_MAX:
-                del self._reported[next(iter(self._reported))]
+            with self._reported_lock:
+                if uid in self._reported:
+                    continue
+                self._reported[uid] = None
+                while len(self._reported) > _REPORTED_MAX:
+                    del self._reported[next(iter(self._reported))]
             self.events.warning(
                 Regarding("v1", kind.api_kind, namespace, name, uid),
                 "LookalikeIgnored",
