@@ -135,6 +135,18 @@ class Metrics:
             buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
             registry=r,
         )
+        self.workloads_stale = Gauge(
+            "configpin_workloads_stale",
+            "Workloads (on the leader) that consume a source whose content differs from what "
+            "they recorded: a rollout is due, deferred, or failing. 0 on other replicas.",
+            registry=r,
+        )
+        self.stale_seconds_max = Gauge(
+            "configpin_workload_stale_seconds_max",
+            "Seconds the longest-stale workload has been stale, as this leader has seen it (0 "
+            "when none is).",
+            registry=r,
+        )
         self.events_dropped = Counter(
             "configpin_events_dropped_total",
             "Kubernetes Events not written: rate limited per object, queue full, or refused by "

@@ -100,6 +100,7 @@ def _snapshot_lifetime(
     hkey: bytes,
     metrics: Metrics,
     controller: RolloutController,
+    events: EventRecorder | None,
 ) -> SnapshotLifetime:
     """How long copies live (adoption by revisions, the sweep): where the change controller
     acts, and only while it leads."""
@@ -113,6 +114,7 @@ def _snapshot_lifetime(
         grace=settings.snapshot_grace_period,
         namespaces=controller.namespaces,
         is_leader=controller.acting,
+        events=events,
     )
     lifetime.start()
     return lifetime
@@ -232,7 +234,15 @@ def serve(settings: Settings) -> int:
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
             if snapshots is not None:
                 lifetime = _snapshot_lifetime(
-                    settings, kube, cache, snapshot_index, snapshots, hkey, metrics, controller
+                    settings,
+                    kube,
+                    cache,
+                    snapshot_index,
+                    snapshots,
+                    hkey,
+                    metrics,
+                    controller,
+                    events,
                 )
                 stoppers.insert(0, lifetime.stop)
     admitter = Admitter(

@@ -21,6 +21,7 @@ import copy
 import datetime
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,9 +41,11 @@ from webhook.core.constants import (
     LABEL_SNAPSHOT,
     OWNED_PIN,
 )
+from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
 from webhook.core.plan import parse_mapping
 from webhook.core.refs import (
+    RefSite,
     custom_kind,
     custom_kinds,
     find_sites,
@@ -74,6 +77,7 @@ _ALIASES: Final = {
     "rs": "ReplicaSet",
     "rc": "ReplicationController",
 }
+_HEX: Final = re.compile(r"[0-9a-f]+")
 # The pod template of these never changes after creation: what they record is what they run.
 _FIXED_TEMPLATE: Final = frozenset({"Job"})
 
@@ -124,9 +128,12 @@ def _annotations(meta: Any) -> dict[str, Any]:
     return annotations if isinstance(annotations, dict) else {}
 
 
-def _dry_run_copy(obj: dict[str, Any]) -> dict[str, Any]:
+def _dry_run_copy(obj: dict[str, Any], sources: Iterable[str] = ()) -> dict[str, Any]:
     """The workload as a new object under a generated name, its configpin record removed, so
-    that admission decides afresh what it would record now."""
+    that admission decides afresh what it would record now. References to snapshot copies of
+    `sources` (recorded "configmap/<name>" keys) are put back to the sources' own names:
+    admission keeps a template that points at existing copies as it is (a rollback is
+    respected), so only the names of the sources make it look at their current content."""
     body = copy.deepcopy(obj)
     body.pop("status", None)
     meta = body.setdefault("metadata", {})
@@ -143,6 +150,12 @@ def _dry_run_copy(obj: dict[str, Any]) -> dict[str, Any]:
     ):
         meta.pop(key, None)
     meta["generateName"] = str(meta.pop("name", "workload"))[:40] + "-status-"
+    spec = _pod_spec(body)
+    if spec is not None:
+        for site, source in _copy_sites(spec, sources):
+            parent = get_path(spec, site.path[:-1])
+            if isinstance(parent, dict):
+                parent[site.path[-1]] = source
     return body
 
 
@@ -152,21 +165,48 @@ def _template_meta(obj: dict[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _copies(obj: dict[str, Any], recorded: dict[str, str]) -> list[str]:
-    """The snapshot copies the pod template points at: referenced names that are not the
-    source names the record is keyed by (a copy is named `<source>-<suffix>`)."""
+def _pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
     paths = template_paths(str(obj.get("kind", "")))
     spec = get_path(obj, paths[1]) if paths else None
-    if not isinstance(spec, dict):
+    return spec if isinstance(spec, dict) else None
+
+
+_SUFFIX: Final = SUFFIX_LEN + 1  # "-" and the hex of the content digest
+
+
+def copy_of(name: str, sources: Iterable[str]) -> str | None:
+    """Of `sources` (names), the one whose snapshot copy `name` is by its form
+    (webhook.core.names.snapshot_name: the source's name, cut and tagged when long, then
+    "-" and 10 hex of the content digest)."""
+    tail = name[-_SUFFIX:]
+    if len(name) <= _SUFFIX or tail[0] != "-" or not _HEX.fullmatch(tail[1:]):
+        return None
+    for source in sources:
+        if source != name and snapshot_name(source, "0" * SUFFIX_LEN)[:-_SUFFIX] == name[:-_SUFFIX]:
+            return source
+    return None
+
+
+def _copy_sites(spec: dict[str, Any], sources: Iterable[str]) -> Iterator[tuple[RefSite, str]]:
+    """The references to snapshot copies of `sources` ("configmap/<name>" keys), each with the
+    name of its source."""
+    by_kind: dict[str, list[str]] = {}
+    for key in sources:
+        kind, _, name = key.partition("/")
+        by_kind.setdefault(kind, []).append(name)
+    for site in find_sites(spec):
+        source = copy_of(site.source.name, by_kind.get(site.source.kind.value, ()))
+        if source is not None:
+            yield site, source
+
+
+def _copies(obj: dict[str, Any], recorded: dict[str, str]) -> list[str]:
+    """The snapshot copies the pod template points at."""
+    spec = _pod_spec(obj)
+    if spec is None:
         return []
-    sources = {key.split("/", 1)[1] for key in recorded}
     return sorted(
-        {
-            f"{site.source.kind}/{site.source.name}"
-            for site in find_sites(spec)
-            if site.source.name not in sources
-            and any(site.source.name.startswith(f"{n}-") for n in sources)
-        }
+        {f"{site.source.kind}/{site.source.name}" for site, _ in _copy_sites(spec, recorded)}
     )
 
 
@@ -306,7 +346,13 @@ class StatusReader:
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         path = self._path(kind, namespace)
         assert path is not None
-        resp = self.kube.open("POST", path, query={"dryRun": "All"}, body=_dry_run_copy(obj))
+        own = _annotations(obj.get("metadata") or {})
+        sources = {
+            **(parse_mapping(_annotations(_template_meta(obj)).get(ANN_SOURCES)) or {}),
+            **(parse_mapping(own.get(ANN_OBSERVED)) or {}),
+        }
+        body = _dry_run_copy(obj, sources)
+        resp = self.kube.open("POST", path, query={"dryRun": "All"}, body=body)
         try:
             warnings = [_warning_text(w) for w in resp.headers.getlist("Warning")]
             data = resp.read()

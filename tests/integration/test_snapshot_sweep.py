@@ -23,6 +23,7 @@ from tests.integration.controlplane import (
     wait_for,
 )
 from tests.integration.manifests import configmap, container, env_from, pod_spec
+from tests.integration.test_events import described_reason
 from tests.integration.test_snapshot_mode import (
     copies_in,
     deployment,
@@ -112,7 +113,14 @@ def test_an_unused_copy_is_swept_after_the_grace_period(kube: Kube, ns: str, cp:
     )
     wait_for(lambda: get(kube, "configmaps", ns, name) is None, what="the copy swept")
     assert cp.metric("configpin_snapshots_swept_total") > before
-    assert get(kube, "configmaps", ns, "app-config") is not None, "sources are never swept"
+    source = get(kube, "configmaps", ns, "app-config")
+    assert source is not None, "sources are never swept"
+    # said on the source, where `kubectl describe configmap app-config` finds it (the copy
+    # itself is gone)
+    removed = described_reason(kube, {"kind": "ConfigMap", **source}, "CopyRemoved")
+    assert removed["type"] == "Normal"
+    assert name in removed["message"]
+    assert removed["related"]["name"] == name
 
 
 def test_a_copy_reused_after_its_mark_is_kept(kube: Kube, ns: str) -> None:

@@ -27,7 +27,8 @@ from tests.integration.controlplane import (
     wait_for,
 )
 from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
-from webhook.core.constants import ANN_SOURCES
+from tests.integration.test_snapshot_mode import copies_in, template_spec
+from webhook.core.constants import ANN_MODE, ANN_SOURCES, MODE_SNAPSHOT
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "status"
@@ -142,3 +143,40 @@ def test_status_names_a_missing_source_and_what_is_not_pinned(
     code, _, err = _status(control_plane, "deployment/absent", "-n", ns)
     assert code == 2
     assert "absent" in err
+
+
+def test_status_of_a_snapshot_mode_workload_follows_its_source(
+    control_plane: ControlPlane, k8s: client.ApiClient, ns: str
+) -> None:
+    """Its template points at a copy, which admission keeps as it is: status compares the
+    record with what the source holds now, not with the copy."""
+    kube = Kube(k8s)
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    created = kube.create(
+        path("deployments", ns), deployment("snap", annotations={ANN_MODE: MODE_SNAPSHOT})
+    )
+    [copy] = copies_in(template_spec(created)).values()
+    code, out, err = _status(control_plane, "deployment/snap", "-n", ns, "-o", "json")
+    assert code == 0, out + err
+    [row] = json.loads(out)
+    assert row["state"] == "current"
+    assert row["copies"] == [f"configmap/{copy}"]
+
+    kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "2"}}, MERGE_PATCH)
+    code, out, err = _status(control_plane, "deployment/snap", "-n", ns, "-o", "json")
+    assert code == 1, out + err
+    [row] = json.loads(out)
+    assert row["state"] == "stale"
+    assert [(s["source"], s["state"]) for s in row["sources"]] == [
+        ("configmap/app-config", "stale")
+    ]
+    wait_for(
+        lambda: (
+            copies_in(template_spec(kube.get(path("deployments", ns, "snap")))).get("app-config")
+            not in (None, copy)
+        ),
+        timeout=WINDOW + 30,
+        what="the controller's rollout onto a new copy",
+    )
+    code, out, err = _status(control_plane, "deployment/snap", "-n", ns)
+    assert code == 0, out + err

@@ -1018,6 +1018,30 @@ def test_alerts_and_dashboard_name_only_metrics_configpin_serves() -> None:
     assert "ConfigpinNoLeader" not in {r["alert"] for r in rules}
 
 
+def test_the_stale_alert_fires_past_a_threshold_from_the_values() -> None:
+    """ConfigpinWorkloadsStale: the longest-stale workload past metrics.prometheusRule.
+    staleMinutes; a threshold within the minimum interval between rollouts is refused (a
+    workload is stale that long by design)."""
+    rules = one(render(MONITORING), "PrometheusRule")["spec"]["groups"][0]["rules"]
+    stale = next(r for r in rules if r["alert"] == "ConfigpinWorkloadsStale")
+    assert stale["expr"].startswith("max(configpin_workload_stale_seconds_max{")
+    assert stale["expr"].endswith("}) > 900")
+    assert "ConfigpinRolloutsFailing" in {r["alert"] for r in rules}
+    custom = {
+        "metrics": {
+            **MONITORING["metrics"],
+            "prometheusRule": {"enabled": True, "staleMinutes": 45},
+        }
+    }
+    rules = one(render(custom), "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert next(r for r in rules if r["alert"] == "ConfigpinWorkloadsStale")["expr"].endswith(
+        "> 2700"
+    )
+    too_soon = {**custom, "controller": {"minRolloutIntervalSeconds": 3600}}
+    with pytest.raises(helm.HelmRenderError, match="staleMinutes"):
+        render(too_soon)
+
+
 def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
     given = flags(default)
     assert given["--max-connections"] == "1000"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonpatch
@@ -61,7 +61,12 @@ class CheckingWriter:
         return False  # nothing made yet
 
     def ensure(
-        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
     ) -> list[str]:
         current = record_from_object(KEY, SourceKind.CONFIGMAP, self.reader.server)
         for req in requests:

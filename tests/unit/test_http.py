@@ -429,7 +429,12 @@ class _Writer:
         return False  # a writer that knows nothing in advance: every admission asks
 
     def ensure(
-        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
     ) -> list[str]:
         self.calls.append((namespace, list(requests), dry_run))
         if self.fail:

@@ -55,7 +55,7 @@ from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_obj
 from webhook.core.refs import custom_kinds, get_path, template_paths
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import KubeError
-from webhook.kube.events import EventRecorder, Regarding
+from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
 from webhook.kube.namespaces import NamespaceSet
@@ -74,6 +74,7 @@ from webhook.sources import Miss
 log = logging.getLogger(__name__)
 
 _RETRY_LIMIT: Final = 6  # failed applies of one workload retried with backoff, then left
+STALE_EVERY: Final = 5.0  # seconds between two counts of the stale workloads
 _NEVER_ACT_IN: Final = ("kube-system",)
 
 
@@ -81,7 +82,12 @@ class SnapshotEnsurer(Protocol):
     """What snapshot mode needs before a template may point at a copy (see webhook.kube)."""
 
     def ensure(
-        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
     ) -> list[str]: ...
 
 
@@ -277,6 +283,11 @@ class RolloutController:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._failures: dict[WorkloadRef, int] = {}
+        # since when (self.clock) each workload has been seen stale, while leading
+        self._stale_lock = threading.Lock()
+        self._stale_since: dict[WorkloadRef, float] = {}
+        metrics.workloads_stale.set_function(lambda: len(self._stale_since))
+        metrics.stale_seconds_max.set_function(self._stale_seconds_max)
 
     # --- lifecycle
     def start(self) -> None:
@@ -338,6 +349,9 @@ class RolloutController:
             t = threading.Thread(target=self._resync, name="controller-resync", daemon=True)
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._count_stale, name="controller-stale", daemon=True)
+        t.start()
+        self._threads.append(t)
         self.up.set(1)
         log.info(
             "controller started: %d workloads indexed, kinds %s, identity %s",
@@ -390,6 +404,42 @@ class RolloutController:
             if queued:
                 log.info("periodic resync: %d workloads were not current", queued)
 
+    # --- how long workloads stay stale (configpin_workloads_stale, ..._stale_seconds_max)
+    def _count_stale(self) -> None:
+        while not self._stop.wait(STALE_EVERY):
+            try:
+                self.measure_staleness()
+            except Exception:  # the loop must go on
+                log.exception("counting stale workloads failed")
+
+    def measure_staleness(self) -> int:
+        """Which workloads are stale now, from memory (the index and the source cache): a
+        workload stays counted from the first time it was seen stale until it is current.
+        Only the leader counts; returns how many are stale."""
+        if not self.acting():
+            with self._stale_lock:
+                self._stale_since.clear()
+            return 0
+        now = self.clock()
+        stale = {
+            e.ref
+            for e in self.index.entries()
+            if e.ref.namespace in self.namespaces
+            and stale_sources(e, self._peek(e.ref.namespace), self.hkey)
+        }
+        with self._stale_lock:
+            self._stale_since = {ref: self._stale_since.get(ref, now) for ref in stale}
+        return len(stale)
+
+    def _seen_stale(self, ref: WorkloadRef, when: float) -> None:
+        with self._stale_lock:
+            self._stale_since.setdefault(ref, when)
+
+    def _stale_seconds_max(self) -> float:
+        with self._stale_lock:
+            oldest = min(self._stale_since.values(), default=None)
+        return 0.0 if oldest is None else max(0.0, self.clock() - oldest)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Finish the patches in flight, then release the Lease (a standby takes over at
         once, and no write of ours can land after it has)."""
@@ -426,6 +476,8 @@ class RolloutController:
     def _stopped_leading(self) -> None:
         log.info("not leading any more: dropping %d pending rollouts", len(self.queue))
         self.queue.clear()
+        with self._stale_lock:
+            self._stale_since.clear()
 
     # --- checks (called from watch threads: in memory only, no API calls)
     def _peek(self, namespace: str) -> Callable[[SourceId], SourceRecord | None]:
@@ -444,7 +496,10 @@ class RolloutController:
         stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
         if not stale:
             self.metrics.skipped.labels("current").inc()
+            with self._stale_lock:
+                self._stale_since.pop(entry.ref, None)
             return False
+        self._seen_stale(entry.ref, self.clock() if seen is None else seen)
         last = None
         if entry.rolled_at is not None:  # the workload's own record: on this clock
             last = self.clock() - max(0.0, time.time() - entry.rolled_at)
@@ -577,6 +632,7 @@ class RolloutController:
         cache, namespace = self.cache, ref.namespace
         read_obj: JSONObject | None = None
         intended: dict[str, str] = {}
+        created: list[JSONObject] = []  # copies made for it (snapshot mode), said once done
 
         def read(sid: SourceId) -> SourceRecord | None:
             return cache.get(namespace, sid)
@@ -632,7 +688,9 @@ class RolloutController:
                 if self.snapshots is None:
                     log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
                     return Decision.leave("no-snapshots")
-                for warning in self.snapshots.ensure(namespace, plan.snapshots, dry_run=False):
+                for warning in self.snapshots.ensure(
+                    namespace, plan.snapshots, dry_run=False, on_created=created.append
+                ):
                     log.warning("%s: %s", ref, warning)
             if not self.is_leader():
                 return Decision.leave("not-leader")
@@ -644,13 +702,20 @@ class RolloutController:
                 ops += rolled_at_ops(obj, format_time(time.time()))
             return Decision(ops)
 
-        result = update_workload(
-            self.limited,
-            kind.path(ref.namespace, ref.name),
-            decide,
-            on_conflict=self.metrics.conflicts.inc,
-            before_write=before_write,
-        )
+        try:
+            result = update_workload(
+                self.limited,
+                kind.path(ref.namespace, ref.name),
+                decide,
+                on_conflict=self.metrics.conflicts.inc,
+                before_write=before_write,
+            )
+        finally:
+            if created and self.events is not None and read_obj is not None:
+                for copy in created:
+                    self.events.normal(
+                        read_obj, "CopyCreated", "Snapshot", copy_created_note(copy), related=copy
+                    )
         if not result.patched:
             self.metrics.skipped.labels(result.skip or "unchanged").inc()
             return False

@@ -39,9 +39,11 @@ from webhook.core.plan import is_controlled, parse_mapping
 from webhook.core.refs import Path, custom_kinds, find_sites, get_path, template_paths
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
 from webhook.kube.snapshots import (
+    RESOURCE,
     Copy,
     CopyKey,
     SnapshotIndex,
@@ -56,6 +58,8 @@ from webhook.kube.workloads import WorkloadKind, cronjob_prefix, served_custom_k
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+_REPORTED_MAX: Final = 10_000
 
 NamespaceFilter = Callable[[str], bool]
 
@@ -242,8 +246,12 @@ class SnapshotAdopter:
         is_leader: Callable[[], bool] = lambda: True,
         namespace_filter: NamespaceFilter = _always,
         resync: float = 300.0,
+        events: EventRecorder | None = None,
     ) -> None:
         self.kube = kube
+        self.events = events
+        self._reported: dict[str, None] = {}  # uids of look-alikes said in an Event (ordered)
+        self._reported_lock = threading.Lock()  # watch threads and the worker both report
         self.cache = cache
         self.index = index
         self.writer = writer
@@ -267,6 +275,35 @@ class SnapshotAdopter:
         self._cronjobs_found = False  # where CronJobs are served is asked once, then watched
         self._cronjob_copies: dict[str, frozenset[CopyKey]] = {}  # live CronJob uid -> copies
         index.listeners.append(self._copy_changed)
+        index.lookalike_listeners.append(self._lookalike)
+
+    # --- look-alikes: said once each, by the leader, where configpin acts
+    def _lookalike(self, key: CopyKey, uid: str) -> None:
+        if self.is_leader():
+            self.report_lookalikes([(key, uid)])
+
+    def report_lookalikes(self, found: Iterable[tuple[CopyKey, str]]) -> None:
+        """A LookalikeIgnored Event on each look-alike not said yet (by this replica)."""
+        if self.events is None:
+            return
+        for (kind, namespace, name), uid in found:
+            if not uid or not self.namespace_filter(namespace):
+                continue
+            with self._reported_lock:
+                if uid in self._reported:
+                    continue
+                self._reported[uid] = None
+                while len(self._reported) > _REPORTED_MAX:
+                    del self._reported[next(iter(self._reported))]
+            self.events.warning(
+                Regarding("v1", kind.api_kind, namespace, name, uid),
+                "LookalikeIgnored",
+                "Snapshot",
+                "carries the label configpin.io/snapshot=true but is not a copy configpin made "
+                "(no valid signature, not immutable, or a name that does not match its "
+                "content): configpin never adopts, reuses or deletes it, and a workload that "
+                "needs a copy of this name is admitted unchanged",
+            )
 
     # --- lifecycle
     def start(self) -> None:
@@ -422,6 +459,7 @@ class SnapshotAdopter:
     def resync_all(self) -> None:
         with self._lock:
             self._enqueue([*self._by_copy, *(c.key for c in self.index.copies())])
+        self.report_lookalikes(self.index.lookalikes())
 
     def reconcile(self, key: CopyKey) -> str:
         """Make one copy owned by every live object that uses it. Returns what was done."""
@@ -551,8 +589,10 @@ class SnapshotSweeper:
         interval: float | None = None,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        events: EventRecorder | None = None,
     ) -> None:
         self.kube = kube
+        self.events = events
         self.index = index
         self.metrics = metrics
         self.grace = grace
@@ -643,8 +683,29 @@ class SnapshotSweeper:
             self.metrics.snapshots_swept.inc()
             result.deleted.append(what)
             log.info("swept unused %s in %s (marked %s)", what, c.namespace, c.unused_since)
+            self._removed(c)
         else:
             result.kept.append(what)  # re-used (or gone) since we looked
+
+    def _removed(self, c: Copy) -> None:
+        """CopyRemoved, on the source: the copy is gone, so `kubectl describe` of it finds
+        nothing; the source is what people look at (`kubectl events --for configmap/NAME`)."""
+        if self.events is None or not c.source:
+            return
+        kind = c.kind.api_kind
+        try:  # its uid, which `kubectl describe` selects Events by (the cache keeps none)
+            source = self.kube.get(path(RESOURCE[c.kind], c.namespace, c.source))
+            uid = str((source.get("metadata") or {}).get("uid") or "")
+        except KubeError:
+            uid = ""  # gone too (or unreadable): the Event names it all the same
+        self.events.normal(
+            Regarding("v1", kind, c.namespace, c.source, uid),
+            "CopyRemoved",
+            "Sweep",
+            f"deleted {kind} {c.name}, a snapshot copy of this {kind} that no revision, "
+            f"workload or pod used for a grace period (unused since {c.unused_since})",
+            related=Regarding("v1", kind, c.namespace, c.name, c.uid),
+        )
 
     def _unmark(self, c: Copy, result: SweepResult) -> None:
         try:
@@ -704,6 +765,7 @@ class SnapshotLifetime:
         grace: float,
         namespaces: Namespaces,
         is_leader: Callable[[], bool] = lambda: True,
+        events: EventRecorder | None = None,
     ) -> None:
         self.namespaces = namespaces
         self.adopter = SnapshotAdopter(
@@ -715,6 +777,7 @@ class SnapshotLifetime:
             metrics,
             is_leader=lambda: is_leader() and namespaces.synced(),
             namespace_filter=namespaces.__contains__,
+            events=events,
         )
         self.sweeper = SnapshotSweeper(
             kube,
@@ -723,6 +786,7 @@ class SnapshotLifetime:
             grace=grace,
             is_leader=lambda: is_leader() and self.ready(),
             namespace_filter=namespaces.__contains__,
+            events=events,
         )
 
     def ready(self) -> bool:

@@ -10,6 +10,12 @@ client-go's recorder does it:
   what a hot loop would otherwise write into etcd; drops are counted.
 - One bounded queue and one sender thread: recording never blocks the caller or waits on the
   API server, and a full queue drops (counted) instead of growing.
+- An Event about an object being created (admission of a CREATE: the object has no uid yet)
+  waits until the object exists and then carries its uid, which `kubectl describe` selects
+  Events by. The sender reads the object by name a few times, backing off, for up to
+  ``CREATE_WAIT`` seconds (later webhooks and validation may still be running when configpin
+  answers); an object created before the admission (a create that will fail as AlreadyExists)
+  or never created (another webhook or validation denied it) gets no Event.
 
 A note never carries Secret content: callers name sources and keys, never values.
 """
@@ -28,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from webhook.core import digest
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube
 
@@ -44,10 +51,28 @@ QUEUE_SIZE: Final = 1000
 CACHE_SIZE: Final = 4096
 NOTE_MAX: Final = 1024  # the API server refuses longer notes
 FIELD_MAX: Final = 128  # reason, action, reportingController, reportingInstance
+# An object being created: looked for after 0.25 s, then twice as late each time, for up to
+# CREATE_WAIT s (above the API server's 30 s ceiling on a webhook's timeout, with room for
+# several webhooks after configpin's).
+CREATE_FIRST_LOOK: Final = 0.25
+CREATE_WAIT: Final = 64.0
+CREATE_WAITING_MAX: Final = 256
+# creationTimestamp has whole seconds, and the API server's clock is not configpin's: an
+# object created up to this long before the admission's own time still counts as created by it
+CLOCK_SLACK: Final = 2.0
 
 
 def _micro_time(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _epoch(stamp: Any) -> float:
+    if not isinstance(stamp, str):
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _clip(text: str, limit: int) -> str:
@@ -75,6 +100,9 @@ class Regarding:
             str(meta.get("uid") or ""),
         )
 
+    def with_uid(self, uid: str) -> Regarding:
+        return Regarding(self.api_version, self.kind, self.namespace, self.name, uid)
+
     def ref(self) -> dict[str, str]:
         ref = {
             "apiVersion": self.api_version,
@@ -85,6 +113,16 @@ class Regarding:
         if self.uid:
             ref["uid"] = self.uid
         return ref
+
+
+def copy_created_note(copy: Mapping[str, Any]) -> str:
+    """The note of CopyCreated: which copy, of which source (names only)."""
+    reg = Regarding.of(copy)
+    source = digest.copy_source_name(copy) or "?"
+    return (
+        f"created {reg.kind} {reg.name}, an immutable snapshot copy of {reg.kind.lower()}/"
+        f"{source}, which the pod template now points at"
+    )
 
 
 @dataclass
@@ -112,6 +150,24 @@ class _Item:
     action: str
     note: str
     at: float
+    related: Regarding | None = None
+    creating: str | None = None  # API path of the object being created (no uid yet)
+    look_at: float = 0.0  # when to look for it next
+    wait: float = 0.0  # how long after `at` it is looked for next
+
+
+def _key(item: _Item) -> tuple[Any, ...]:
+    reg = item.regarding
+    return (
+        reg.namespace,
+        reg.kind,
+        reg.name,
+        reg.uid,
+        item.type,
+        item.reason,
+        item.action,
+        item.note,
+    )
 
 
 @dataclass
@@ -127,11 +183,13 @@ class EventRecorder:
     _series: OrderedDict[tuple[Any, ...], _Series] = field(init=False)
     _buckets: OrderedDict[tuple[str, str, str], _Bucket] = field(init=False)
     _thread: threading.Thread | None = field(init=False, default=None)
+    _creating: list[_Item] = field(init=False)
 
     def __post_init__(self) -> None:
         self._queue = queue.Queue(QUEUE_SIZE)
         self._series = OrderedDict()
         self._buckets = OrderedDict()
+        self._creating = []
         self.controller = _clip(self.controller, FIELD_MAX)
         self.instance = _clip(self.instance or "configpin", FIELD_MAX)
 
@@ -144,30 +202,56 @@ class EventRecorder:
         reason: str,
         action: str,
         note: str,
+        *,
+        related: Regarding | Mapping[str, Any] | None = None,
+        creating: str | None = None,
     ) -> None:
-        """Queue an event about `regarding` (an object dict or a Regarding)."""
+        """Queue an event about `regarding` (an object dict or a Regarding); `related`: a
+        second object it concerns. `creating`: the API path of `regarding`, an object being
+        created now (it has no uid yet): the Event is written once it exists, with its uid,
+        and never if it does not come to exist."""
         reg = regarding if isinstance(regarding, Regarding) else Regarding.of(regarding)
         if not reg.name or not reg.namespace or not reg.kind:
             return
-        note = _clip(note, NOTE_MAX)
-        key = (reg.namespace, reg.kind, reg.name, reg.uid, type_, reason, action, note)
+        if related is not None and not isinstance(related, Regarding):
+            related = Regarding.of(related)
         item = _Item(
-            key, reg, type_, _clip(reason, FIELD_MAX), _clip(action, FIELD_MAX), note, self.clock()
+            (),
+            reg,
+            type_,
+            _clip(reason, FIELD_MAX),
+            _clip(action, FIELD_MAX),
+            _clip(note, NOTE_MAX),
+            self.clock(),
+            related=related,
+            creating=creating if not reg.uid else None,
+            wait=CREATE_FIRST_LOOK,
         )
+        item.key = _key(item)
         try:
             self._queue.put_nowait(item)
         except queue.Full:
             self.on_drop("queue full")
 
     def normal(
-        self, regarding: Regarding | Mapping[str, Any], reason: str, action: str, note: str
+        self,
+        regarding: Regarding | Mapping[str, Any],
+        reason: str,
+        action: str,
+        note: str,
+        **kwargs: Any,
     ) -> None:
-        self.event(regarding, NORMAL, reason, action, note)
+        self.event(regarding, NORMAL, reason, action, note, **kwargs)
 
     def warning(
-        self, regarding: Regarding | Mapping[str, Any], reason: str, action: str, note: str
+        self,
+        regarding: Regarding | Mapping[str, Any],
+        reason: str,
+        action: str,
+        note: str,
+        **kwargs: Any,
     ) -> None:
-        self.event(regarding, WARNING, reason, action, note)
+        self.event(regarding, WARNING, reason, action, note, **kwargs)
 
     # -- the sender
 
@@ -188,23 +272,80 @@ class EventRecorder:
 
     def _run(self) -> None:
         while True:
+            timeout = SERIES_FLUSH
+            if self._creating:
+                first = min(i.look_at for i in self._creating)
+                timeout = max(0.0, min(timeout, first - self.clock()))
+            idle = False
             try:
-                item = self._queue.get(timeout=SERIES_FLUSH)
+                item = self._queue.get(timeout=timeout)
             except queue.Empty:
-                self._flush_series(self.clock(), force=False)
-                continue
-            if item is None:
+                idle, item = True, None  # time to look for objects being created, or flush
+            if item is None and not idle:
                 self._flush_series(self.clock(), force=True)
                 return
-            try:
-                self._record(item)
-            except Exception:  # an event must never take the sender down
-                log.exception(
-                    "could not record event %s on %s/%s",
-                    item.reason,
-                    item.regarding.kind,
-                    item.regarding.name,
-                )
+            if item is not None:
+                self._guarded(self._take, item)
+            for waiting in self._due(self.clock()):
+                self._guarded(self._look, waiting)
+            if idle:
+                self._flush_series(self.clock(), force=False)
+
+    def _guarded(self, step: Callable[[_Item], None], item: _Item) -> None:
+        try:
+            step(item)
+        except Exception:  # an event must never take the sender down
+            log.exception(
+                "could not record event %s on %s/%s",
+                item.reason,
+                item.regarding.kind,
+                item.regarding.name,
+            )
+
+    def _take(self, item: _Item) -> None:
+        if item.creating is None:
+            self._record(item)
+            return
+        if len(self._creating) >= CREATE_WAITING_MAX:
+            self.on_drop("queue full")
+            return
+        item.look_at = item.at + item.wait
+        self._creating.append(item)
+
+    def _due(self, now: float) -> list[_Item]:
+        due = [i for i in self._creating if i.look_at <= now]
+        if due:
+            self._creating = [i for i in self._creating if i.look_at > now]
+        return due
+
+    def _look(self, item: _Item) -> None:
+        """Look for an object being created: found, the Event is written with its uid."""
+        assert item.creating is not None
+        try:
+            obj = self.kube.get(item.creating, timeout=5.0)
+        except NotFound:
+            obj = None
+        except KubeError as e:
+            log.info("looking for %s/%s: %s", item.regarding.kind, item.regarding.name, e)
+            obj = None
+        if obj is None:
+            item.wait *= 2
+            item.look_at = item.at + item.wait
+            if item.wait <= CREATE_WAIT:
+                self._creating.append(item)
+            else:  # denied after configpin answered, or never sent on: nothing to say it of
+                self.on_drop("never created")
+            return
+        meta = obj.get("metadata") or {}
+        created = _epoch(meta.get("creationTimestamp"))
+        if not meta.get("uid") or created < item.at - CLOCK_SLACK:
+            # an older object of that name: this create failed (AlreadyExists)
+            self.on_drop("never created")
+            return
+        item.regarding = item.regarding.with_uid(str(meta["uid"]))
+        item.creating = None
+        item.key = _key(item)
+        self._record(item)
 
     def _allowed(self, reg: Regarding, now: float) -> bool:
         key = (reg.namespace, reg.kind, reg.name)
@@ -245,6 +386,8 @@ class EventRecorder:
             "note": item.note,
             "type": item.type,
         }
+        if item.related is not None:
+            body["related"] = item.related.ref()
         try:
             self.kube.create(
                 f"/apis/events.k8s.io/v1/namespaces/{item.regarding.namespace}/events", body
@@ -294,4 +437,4 @@ class EventRecorder:
                 self._patch_series(series)
 
 
-__all__ = ["NORMAL", "WARNING", "EventRecorder", "Regarding"]
+__all__ = ["NORMAL", "WARNING", "EventRecorder", "Regarding", "copy_created_note"]

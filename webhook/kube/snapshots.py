@@ -123,6 +123,9 @@ def _owns_while_pointing(ref: JSONObject) -> bool:
 CopyListener: TypeAlias = Callable[[CopyKey, Copy | None], None]
 """Called from a watch thread when a copy appeared, changed (its metadata) or went (None)."""
 
+LookalikeListener: TypeAlias = Callable[[CopyKey, str], None]
+"""Called from a watch thread with the key and uid of a look-alike seen for the first time."""
+
 
 class SnapshotIndex:
     """configpin's copies, from the source cache's watches (a SnapshotObserver).
@@ -136,6 +139,7 @@ class SnapshotIndex:
         self.metrics = metrics
         self.hkey = hkey
         self.listeners: list[CopyListener] = []
+        self.lookalike_listeners: list[LookalikeListener] = []
         self._lock = threading.Lock()
         self._copies: dict[CopyKey, Copy] = {}
         self._per_namespace: dict[str, int] = {}
@@ -173,6 +177,11 @@ class SnapshotIndex:
                 key[2],
                 key[1],
             )
+            for listener in self.lookalike_listeners:
+                try:
+                    listener(key, uid)
+                except Exception:
+                    log.exception("look-alike listener failed for %s", key)
         return None
 
     def _forget_lookalike(self, key: CopyKey) -> None:
@@ -252,6 +261,11 @@ class SnapshotIndex:
     def copies(self) -> list[Copy]:
         with self._lock:
             return list(self._copies.values())
+
+    def lookalikes(self) -> list[tuple[CopyKey, str]]:
+        """The look-alikes known now: key and uid."""
+        with self._lock:
+            return list(self._lookalikes.items())
 
     def __len__(self) -> int:
         return len(self._copies)
@@ -361,15 +375,24 @@ class SnapshotWriter:
                 self._recent.pop(key, None)
 
     def ensure(
-        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool = False
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool = False,
+        on_created: Callable[[JSONObject], None] | None = None,
     ) -> list[str]:
         """Make every requested copy exist with its content; raises SnapshotError otherwise.
+        `on_created` is called with each copy this call created (as the API server stored
+        it; not one that existed, or that another replica made a moment before).
 
         Dry-run creates nothing (the webhook declares sideEffects NoneOnDryRun)."""
         if dry_run:
             return []
         for request in requests:
-            self._ensure(namespace, request)
+            made = self._ensure(namespace, request)
+            if made is not None and on_created is not None:
+                on_created(made)
         return []
 
     def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
@@ -389,9 +412,10 @@ class SnapshotWriter:
         copy = self.index.get((kind, namespace, req.snapshot_name))
         return copy is None or copy.unused_since is None
 
-    def _ensure(self, namespace: str, req: SnapshotRequest) -> None:
+    def _ensure(self, namespace: str, req: SnapshotRequest) -> JSONObject | None:
+        """The copy, when this call created it."""
         if self._settled_one(namespace, req):
-            return  # the common case: no API call
+            return None  # the common case: no API call
         kind = req.source.kind
         key: CopyKey = (kind, namespace, req.snapshot_name)
         found = self.cache.peek(namespace, SourceId(kind, req.snapshot_name))
@@ -400,14 +424,14 @@ class SnapshotWriter:
             try:
                 unmark(self.kube, key)
                 log.info("%s/%s in %s marked unused is in use again", kind, key[2], namespace)
-                return
+                return None
             except NotFound:
                 pass  # swept a moment ago: make it again
             except KubeError as e:
                 raise SnapshotError(f"un-marking {kind.value}/{req.snapshot_name}: {e}") from e
         elif self._recently_made(key, req):
-            return
-        self._create(namespace, req)
+            return None
+        return self._create(namespace, req)
 
     def _recently_made(self, key: CopyKey, req: SnapshotRequest) -> bool:
         with self._lock:
@@ -441,7 +465,8 @@ class SnapshotWriter:
         ):
             raise SnapshotError(f"{what} exists with other content than {req.source}'s")
 
-    def _create(self, namespace: str, req: SnapshotRequest) -> None:
+    def _create(self, namespace: str, req: SnapshotRequest) -> JSONObject | None:
+        """Create the copy; the copy when this call made it, None when it existed."""
         sid, kind = req.source, req.source.kind
         key: CopyKey = (kind, namespace, req.snapshot_name)
         api_path = path(RESOURCE[kind], namespace)
@@ -454,18 +479,23 @@ class SnapshotWriter:
                 kind, source, req.snapshot_name, signature=signature, namespace=namespace
             )
             try:
-                self.kube.create(api_path, body)
+                made = self.kube.create(api_path, body)
             except AlreadyExists:
                 if self._adopt_existing(namespace, req):
                     self._remember(key, req.content_digest)
-                    return
+                    return None
                 continue  # it went between our create and our read: once more
             except KubeError as e:
                 raise SnapshotError(f"creating {kind.value}/{req.snapshot_name}: {e}") from e
             self.metrics.snapshots_created.labels(kind.value).inc()
             self._remember(key, req.content_digest)
             log.info("created %s/%s in %s (copy of %s)", kind, req.snapshot_name, namespace, sid)
-            return
+            # its metadata only: callers name it, and a Secret's values stay out of their hands
+            return {
+                "apiVersion": "v1",
+                "kind": body.get("kind"),
+                "metadata": made.get("metadata") or {},
+            }
         raise SnapshotError(f"{kind.value}/{req.snapshot_name} keeps appearing and going")
 
     def _read_source(self, namespace: str, req: SnapshotRequest) -> JSONObject:

@@ -7,8 +7,10 @@ unchanged with a warning that says so, unless the operator chose strict mode (th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import multiprocessing
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -30,7 +32,8 @@ from webhook.core.owners import pinned_owners
 from webhook.core.plan import MAX_SOURCES, plan_object
 from webhook.core.refs import custom_kinds
 from webhook.core.shape import ShapeError, check_request
-from webhook.kube.events import EventRecorder, Regarding
+from webhook.kube.events import EventRecorder, Regarding, copy_created_note
+from webhook.kube.raw import path
 from webhook.metrics import Metrics
 from webhook.server import large
 from webhook.server.admission import (
@@ -48,9 +51,15 @@ log = logging.getLogger(__name__)
 
 class SnapshotWriter(Protocol):
     def ensure(
-        self, namespace: str, requests: Sequence[SnapshotRequest], *, dry_run: bool
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
     ) -> list[str]:
         """Make every requested snapshot exist with its content; return warnings. Blocks.
+        `on_created` is called with each copy it created (as the API server stored it).
 
         Raises on failure: the object must then not point at a copy that does not exist."""
         ...
@@ -80,6 +89,8 @@ _KINDS: Final = frozenset(
     }
 )
 _OPERATIONS: Final = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# group, version and resource of a review's `resource`, before they go into an API path
+_API_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def _label(value: str, allowed: frozenset[str]) -> str:
@@ -371,6 +382,7 @@ class Admitter:
             return denied(review, "; ".join(plan.problems), warnings=plan.warnings), "denied"
         warnings = list(plan.warnings)
         writer = self.snapshots
+        created: list[JSONObject] = []
         if (
             plan.snapshots
             and writer is not None
@@ -378,7 +390,13 @@ class Admitter:
         ):
             try:
                 warnings += await asyncio.to_thread(
-                    writer.ensure, namespace, plan.snapshots, dry_run=review.dry_run
+                    functools.partial(
+                        writer.ensure,
+                        namespace,
+                        plan.snapshots,
+                        dry_run=review.dry_run,
+                        on_created=created.append,
+                    )
                 )
             except Exception as first:
                 # Most often the cache had not yet seen a source change, so the planned copy
@@ -397,49 +415,89 @@ class Admitter:
                     )
                     warnings = list(plan.warnings)
                     warnings += await asyncio.to_thread(
-                        writer.ensure, namespace, plan.snapshots, dry_run=review.dry_run
+                        functools.partial(
+                            writer.ensure,
+                            namespace,
+                            plan.snapshots,
+                            dry_run=review.dry_run,
+                            on_created=created.append,
+                        )
                     )
                 except Exception as e:
                     log.warning(
                         "snapshots for %s in %s failed: %s", kind_name(review), namespace, e
                     )
+                    self._copies_created(review, created)
                     msg = f"snapshot copies could not be created ({e})"
                     if self.strict:
                         return denied(review, msg, code=500, warnings=warnings), "denied"
                     return allowed(review, [*warnings, f"{msg}: admitted unchanged"]), "error"
+        self._copies_created(review, created)
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    def _regarding(self, review: Review) -> tuple[Regarding, str | None] | None:
+        """What admission Events about the reviewed object point at, and, for a CREATE (no
+        uid yet), the API path the recorder finds it at once it exists (None: unknown)."""
+        obj = review.obj
+        meta = (obj or {}).get("metadata") or {}
+        if obj is None or not meta.get("name"):
+            return None  # a name the API server has not generated yet cannot be pointed at
+        # the object of a CREATE may not carry its namespace yet (1.20): the request's
+        namespace = review.namespace or str(meta.get("namespace") or "")
+        regarding = Regarding(
+            str(obj.get("apiVersion") or ""),
+            str(obj.get("kind") or ""),
+            namespace,
+            str(meta["name"]),
+            str(meta.get("uid") or ""),
+        )
+        if regarding.uid or review.operation != "CREATE":
+            return regarding, None
+        resource = review.request.get("resource")
+        if not isinstance(resource, dict):
+            return regarding, None
+        group, version, plural = (
+            str(resource.get(k) or "") for k in ("group", "version", "resource")
+        )
+        if not all(_API_NAME.fullmatch(x) for x in (version, plural)) or (
+            group and not _API_NAME.fullmatch(group)
+        ):
+            return regarding, None
+        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        return regarding, path(plural, namespace, regarding.name, prefix=prefix)
 
     def _record_events(self, review: Review, obj: JSONObject, plan: Plan) -> None:
         """Events for people (`kubectl describe`, `kubectl events`): what admission could not
         pin and why. Queued without waiting; repeats fold into one Event's series."""
         events = self.events
         assert events is not None
-        kind = str(obj.get("kind") or "")
-        meta = obj.get("metadata") or {}
         owned = plan.skipped is not None and plan.skipped.startswith("owned by")
-        if owned or not meta.get("name"):
+        about = self._regarding(review)
+        if owned or about is None:
             # owned objects are the controller's to say (it sees them where the chart's
-            # matchConditions keep them from the webhook); a name the API server has not
-            # generated yet cannot be pointed at
+            # matchConditions keep them from the webhook)
             return
-        # the object of a CREATE may not carry its namespace yet (1.20): the request's
-        regarding = Regarding(
-            str(obj.get("apiVersion") or ""),
-            kind,
-            review.namespace or str(meta.get("namespace") or ""),
-            str(meta["name"]),
-            str(meta.get("uid") or ""),
-        )
+        regarding, creating = about
         if plan.problems:
-            events.warning(regarding, "SourceMissing", "Admit", "; ".join(plan.problems))
+            events.warning(
+                regarding, "SourceMissing", "Admit", "; ".join(plan.problems), creating=creating
+            )
         elif plan.skipped == "too many sources":
-            events.warning(regarding, "NotPinned", "Admit", "; ".join(plan.warnings))
+            events.warning(
+                regarding, "NotPinned", "Admit", "; ".join(plan.warnings), creating=creating
+            )
         elif plan.skipped == "mode off" and review.operation == "CREATE":
             # (an owned workload is said by the controller, which sees it wherever the
             # chart's matchConditions keep it from the webhook)
-            events.normal(regarding, "OptedOut", "Admit", "not pinned: configpin.io/mode is off")
+            events.normal(
+                regarding,
+                "OptedOut",
+                "Admit",
+                "not pinned: configpin.io/mode is off",
+                creating=creating,
+            )
         elif plan.observed and plan.observed != plan.sources and review.operation == "UPDATE":
             events.normal(
                 regarding,
@@ -447,6 +505,24 @@ class Admitter:
                 "Admit",
                 "the pod template points at older snapshot copies (a rollback): kept until "
                 "a source changes again",
+            )
+
+    def _copies_created(self, review: Review, created: Sequence[JSONObject]) -> None:
+        """CopyCreated on the object whose admission made each copy (snapshot mode)."""
+        if self.events is None or not created or review.dry_run:
+            return
+        about = self._regarding(review)
+        if about is None:
+            return
+        regarding, creating = about
+        for copy in created:
+            self.events.normal(
+                regarding,
+                "CopyCreated",
+                "Snapshot",
+                copy_created_note(copy),
+                related=copy,
+                creating=creating,
             )
 
     async def _confirmed_in_scope(self, namespace: str) -> bool:

@@ -1,0 +1,134 @@
+"""How many workloads are stale, and for how long (configpin_workloads_stale,
+configpin_workload_stale_seconds_max), counted by the leader from its index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.conftest import (
+    ALL,
+    HKEY,
+    WORKLOAD_NAMESPACE,
+    Store,
+    apply,
+    configmap,
+    container,
+    env_cm,
+    plan,
+    pod_spec,
+    workload,
+)
+from webhook.controller.index import entry_from_object
+from webhook.controller.leader import AlwaysLeader
+from webhook.controller.rollout import ControllerOptions, RolloutController
+from webhook.core.model import SourceId
+from webhook.metrics import Metrics
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class StoreCache:
+    """The source cache's `peek`, answered from a Store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.listeners: list[Any] = []
+
+    def peek(self, namespace: str, sid: SourceId) -> Any:
+        return self.store.lookup(sid)
+
+
+def _controller(store: Store, clock: Clock, metrics: Metrics) -> RolloutController:
+    controller = RolloutController(
+        None,  # type: ignore[arg-type]  # no API call is made here
+        HKEY,
+        StoreCache(store),  # type: ignore[arg-type]
+        metrics,
+        ControllerOptions(),
+        clock=clock,
+        namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
+    )
+    controller._synced.set()  # as after its watches synced
+    controller.elector = AlwaysLeader(lambda: None)
+    controller.elector.start()
+    return controller
+
+
+def _sample(metrics: Metrics, name: str) -> float:
+    value = metrics.registry.get_sample_value(name)
+    assert value is not None
+    return value
+
+
+def test_a_workload_counts_as_stale_from_the_change_until_it_is_current() -> None:
+    store = Store([configmap("app-config", {"a": "1"})])
+    clock, metrics = Clock(), Metrics()
+    controller = _controller(store, clock, metrics)
+    spec = pod_spec(container(env=[env_cm("app-config", "a")]))
+    web = workload("Deployment", spec, name="web")
+    stamped = apply(web, plan(web, store))
+    other = apply(workload("Deployment", spec, name="other"), plan(web, store))
+    for obj in (stamped, other):
+        controller.index.put(entry_from_object(obj, "checksum"))
+
+    assert controller.measure_staleness() == 0
+    assert _sample(metrics, "configpin_workloads_stale") == 0
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 0
+
+    store.put(configmap("app-config", {"a": "2"}))  # both consume it: both stale
+    clock.now += 10
+    assert controller.measure_staleness() == 2
+    clock.now += 90
+    assert _sample(metrics, "configpin_workloads_stale") == 2
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 90
+
+    # `web` is rolled (its record now names the new content); `other` is still waiting
+    rolled = apply(stamped, plan(stamped, store, operation="UPDATE", old=stamped, refresh=ALL))
+    controller.index.put(entry_from_object(rolled, "checksum"))
+    assert controller.measure_staleness() == 1
+    clock.now += 5
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 95
+
+    # the content goes back to what `other` recorded: nothing is stale any more
+    store.put(configmap("app-config", {"a": "1"}))
+    controller.index.remove(entry_from_object(rolled, "checksum").ref)  # (web: deleted)
+    assert controller.measure_staleness() == 0
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 0
+
+
+def test_only_the_leader_counts() -> None:
+    store = Store([configmap("app-config", {"a": "1"})])
+    clock, metrics = Clock(), Metrics()
+    controller = _controller(store, clock, metrics)
+    web = workload("Deployment", pod_spec(container(env=[env_cm("app-config", "a")])))
+    controller.index.put(entry_from_object(apply(web, plan(web, store)), "checksum"))
+    store.put(configmap("app-config", {"a": "2"}))
+    assert controller.measure_staleness() == 1
+    assert controller.elector is not None
+    controller.elector.stop()  # leadership lost: another replica counts now
+    assert controller.measure_staleness() == 0
+    assert _sample(metrics, "configpin_workloads_stale") == 0
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 0
+
+
+def test_a_workload_seen_stale_by_a_check_counts_from_the_change() -> None:
+    """A change is checked at once (source_changed): its age counts from then, not from the
+    next periodic count."""
+    store = Store([configmap("app-config", {"a": "1"})])
+    clock, metrics = Clock(), Metrics()
+    controller = _controller(store, clock, metrics)
+    web = workload("Deployment", pod_spec(container(env=[env_cm("app-config", "a")])))
+    entry = entry_from_object(apply(web, plan(web, store)), "checksum")
+    controller.index.put(entry)
+    store.put(configmap("app-config", {"a": "2"}))
+    assert controller.check(entry, seen=clock.now)
+    clock.now += 30
+    controller.measure_staleness()
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 30
+    controller.queue.close()
