@@ -282,6 +282,13 @@ class Settings(BaseSettings):
             "rollout given up after its retries is caught here."
         ),
     )
+    refresh_pods: bool = Field(
+        True,
+        description=(
+            "Honour configpin.io/on-change: refresh: patch one annotation on the running pods "
+            "of such a workload (needs pods patch) instead of rolling it; off: they roll."
+        ),
+    )
     snapshot_grace_period: float = Field(
         600.0,
         ge=0,

@@ -147,6 +147,33 @@ class Metrics:
             "when none is).",
             registry=r,
         )
+        self.refreshes = Counter(
+            "configpin_refreshes_total",
+            "Workloads with configpin.io/on-change: refresh whose running pods were told to "
+            "sync their volumes instead of a rollout, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.pods_refreshed = Counter(
+            "configpin_pods_refreshed_total",
+            "Pods whose configpin.io/refreshed annotation was patched (each makes the kubelet "
+            "sync that pod's volumes at once).",
+            registry=r,
+        )
+        self.refresh_fallbacks = Counter(
+            "configpin_refresh_fallbacks_total",
+            "Changes to on-change: refresh workloads that rolled instead, by why: env (an env "
+            "var or envFrom), subpath, snapshot-mode, references (re-pointed from copies), "
+            "forbidden (no pod patch permission), disabled (--refresh-pods=false).",
+            ["reason"],
+            registry=r,
+        )
+        self.refresh_latency = Histogram(
+            "configpin_change_to_refresh_seconds",
+            "From a source change seen to the last pod of the workload refreshed.",
+            buckets=_ROLL_BUCKETS,
+            registry=r,
+        )
         self.events_dropped = Counter(
             "configpin_events_dropped_total",
             "Kubernetes Events not written: rate limited per object, queue full, or refused by "

@@ -158,6 +158,7 @@ def _rollout_controller(
             resync_period=settings.resync_period,
             qps=settings.controller_qps,
             burst=settings.controller_burst,
+            refresh_pods=settings.refresh_pods,
         ),
         snapshots=snapshots,
         namespaces=namespaces,

@@ -547,7 +547,11 @@ WORKLOAD_PATCHES = {
 
 
 def expected_cluster_grants(
-    *, snapshots: bool, webhook: str | None, custom: Sequence[tuple[str, str, str]] = (ARGO,)
+    *,
+    snapshots: bool,
+    webhook: str | None,
+    custom: Sequence[tuple[str, str, str]] = (ARGO,),
+    refresh_pods: bool = True,
 ) -> set[Any]:
     # a custom workload kind: read and re-stamped, that resource only
     grants = {(g, r, v, ()) for g, _, r in custom for v in (*READ, "patch")}
@@ -558,6 +562,8 @@ def expected_cluster_grants(
     }
     grants |= {(g, r, "patch", ()) for g, r in WORKLOAD_PATCHES}
     grants |= {("events.k8s.io", "events", v, ()) for v in ("create", "patch")}
+    if refresh_pods:  # on-change: refresh, one annotation on a workload's running pods
+        grants.add(("", "pods", "patch", ()))
     if snapshots:
         grants |= {
             ("", r, v, ()) for r in ("configmaps", "secrets") for v in ("create", "delete", "patch")
@@ -593,6 +599,13 @@ def test_cluster_role_is_exactly_least_privilege(
         snapshots=True, webhook=webhook
     )
     assert flags(allowed)["--snapshots"] is None
+    # controller.refreshPods off: no pod write granted, and configpin told so (they roll).
+    assert flags(default)["--refresh-pods"] is None
+    no_refresh = render({"controller": {"refreshPods": False}})
+    assert rbac_grants(one(no_refresh, "ClusterRole")) == expected_cluster_grants(
+        snapshots=False, webhook=webhook, refresh_pods=False
+    )
+    assert flags(no_refresh)["--no-refresh-pods"] is None
 
 
 def test_the_policy_is_rendered_only_where_served() -> None:

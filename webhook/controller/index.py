@@ -19,17 +19,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import orjson
+
 from webhook.core import digest
 from webhook.core.constants import (
     ANN_OBSERVED,
+    ANN_REFRESHED,
     ANN_ROLLED_AT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
     MODE_OFF,
+    ON_CHANGE_REFRESH,
 )
 from webhook.core.model import JSONObject, SourceId, SourceRecord
 from webhook.core.owners import left_to_owner
-from webhook.core.plan import MAX_SOURCES, effective_mode, parse_mapping
+from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
 from webhook.core.refs import (
     consumption,
     custom_kind,
@@ -76,6 +80,11 @@ class WorkloadEntry:
     recorded: Mapping[str, str]  # "configmap/<name>" -> digest it was last brought up to date with
     rolled_at: float | None = None  # configpin.io/rolled-at, seconds since the epoch
     stamped: bool = True  # it carries a record (admitted by configpin, or a baseline), even {}
+    # on-change: refresh (as honoured: not in snapshot mode) and the record of what its pods
+    # were last refreshed to; `pods` fingerprints its status, which moves as pods come and go
+    # (a scale-up, a replaced pod), so that a new pod is brought to the refreshed content.
+    refreshed: Mapping[str, str] | None = None
+    pods: int = 0
 
     def index_keys(self) -> set[SourceId]:
         """The sources whose change concerns this workload: those it names, and those it
@@ -141,7 +150,13 @@ def entry_from_object(
     ref = WorkloadRef(kind, sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
     recorded = {sys.intern(k): v for k, v in recorded.items()}
     rolled_at = parse_time(_annotations(meta).get(ANN_ROLLED_AT))
-    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped)
+    refreshed = None
+    pods = 0
+    if on_change_policy(obj, mode)[0] == ON_CHANGE_REFRESH:
+        refreshed = parse_mapping(_annotations(meta).get(ANN_REFRESHED))
+        if refreshed is not None:
+            pods = hash(orjson.dumps(obj.get("status"), option=orjson.OPT_SORT_KEYS))
+    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped, refreshed, pods)
 
 
 def parse_time(text: Any) -> float | None:

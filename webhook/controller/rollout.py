@@ -47,18 +47,44 @@ from webhook.controller.leader import (
     new_identity,
 )
 from webhook.controller.queue import RolloutQueue
-from webhook.core.constants import ANN_OWNED, MODE_SNAPSHOT, OWNED_PIN
+from webhook.core.constants import (
+    ANN_ON_CHANGE,
+    ANN_OWNED,
+    ANN_REFRESHED,
+    ANN_SOURCES,
+    MODE_SNAPSHOT,
+    ON_CHANGE_REFRESH,
+    OWNED_PIN,
+)
 from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
 from webhook.core.names import pointer
 from webhook.core.owners import controller_of, operator_owned
-from webhook.core.plan import MAX_SOURCES, dumps_mapping, observed_ops, plan_object, rolled_at_ops
-from webhook.core.refs import custom_kinds, get_path, template_paths
+from webhook.core.plan import (
+    MAX_SOURCES,
+    RollInstead,
+    dumps_mapping,
+    observed_ops,
+    parse_mapping,
+    plan_object,
+    refreshed_ops,
+    roll_instead,
+    rolled_at_ops,
+)
+from webhook.core.refs import (
+    consumption,
+    custom_kinds,
+    find_sites,
+    get_path,
+    template_paths,
+    unrefreshable,
+)
 from webhook.kube.cache import SourceCache
-from webhook.kube.errors import KubeError
+from webhook.kube.errors import Forbidden, KubeError
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
 from webhook.kube.namespaces import NamespaceSet
+from webhook.kube.pods import annotate_pod, workload_pods
 from webhook.kube.ratelimit import LimitedKube, RateLimiter
 from webhook.kube.raw import Kube
 from webhook.kube.workloads import (
@@ -119,6 +145,8 @@ class ControllerOptions:
     # burst): a change consumed by thousands of workloads does not arrive all at once.
     qps: float = 200.0
     burst: int = 400
+    # on-change: refresh is honoured (the pod patch is allowed); False: such workloads roll.
+    refresh_pods: bool = True
 
 
 def _created(obj: JSONObject | None) -> float | None:
@@ -164,6 +192,22 @@ def _touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
     assert paths is not None
     prefix = pointer(paths[0][:-1]) + "/"
     return any(str(op.get("path", "")).startswith(prefix) for op in ops)
+
+
+def _pod_spec(kind: str, obj: JSONObject) -> JSONObject:
+    paths = template_paths(kind)
+    assert paths is not None
+    spec = get_path(obj, paths[1])
+    return spec if isinstance(spec, dict) else {}
+
+
+def _asks_refresh(obj: JSONObject) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return isinstance(annotations, dict) and annotations.get(ANN_ON_CHANGE) == ON_CHANGE_REFRESH
+
+
+class NotLeading(Exception):
+    """Leadership was lost in the middle of a workload's pods."""
 
 
 class NotStored(Exception):
@@ -214,9 +258,10 @@ class _KindHandler:
             if c.index.remove(ref) is not None and kind == "DELETED":
                 c.queue.forget(ref)
             return
-        if c.index.put(entry) != entry:
+        old = c.index.put(entry)
+        if old != entry:
             try:
-                c.check(entry)
+                c.check(entry, pods_moved=old is None or old.pods != entry.pods)
             except Exception:  # the watch must go on
                 log.exception("checking %s failed", entry.ref)
 
@@ -489,8 +534,14 @@ class RolloutController:
 
         return lookup
 
-    def check(self, entry: WorkloadEntry, *, seen: float | None = None) -> bool:
-        """Queue the workload if it is stale; True when it was."""
+    def check(
+        self, entry: WorkloadEntry, *, seen: float | None = None, pods_moved: bool = False
+    ) -> bool:
+        """Queue the workload if it is stale; True when it was.
+
+        `pods_moved`: its pods may have changed (its status moved, a relist, a resync): a
+        current workload that was refreshed is queued all the same, so that a pod created
+        since (a scale-up, a replaced pod) is brought to the refreshed record."""
         if not self.acting() or entry.ref.namespace not in self.namespaces:
             return False
         stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
@@ -498,6 +549,8 @@ class RolloutController:
             self.metrics.skipped.labels("current").inc()
             with self._stale_lock:
                 self._stale_since.pop(entry.ref, None)
+            if pods_moved and entry.refreshed is not None and self.options.refresh_pods:
+                self.queue.add(entry.ref, (), seen=seen)
             return False
         self._seen_stale(entry.ref, self.clock() if seen is None else seen)
         last = None
@@ -526,7 +579,7 @@ class RolloutController:
         queued = 0
         for entry in self.index.entries(kind=kind, namespace=namespace):
             try:
-                queued += self.check(entry, seen=now)
+                queued += self.check(entry, seen=now, pods_moved=True)
             except Exception:  # one workload must not keep the others from being checked
                 log.exception("checking %s failed", entry.ref)
         if queued:
@@ -633,6 +686,8 @@ class RolloutController:
         read_obj: JSONObject | None = None
         intended: dict[str, str] = {}
         created: list[JSONObject] = []  # copies made for it (snapshot mode), said once done
+        refreshed: int | None = None  # pods told to sync, when refreshed instead of rolled
+        instead: RollInstead | None = None  # why an on-change: refresh workload rolls
 
         def read(sid: SourceId) -> SourceRecord | None:
             return cache.get(namespace, sid)
@@ -649,8 +704,8 @@ class RolloutController:
             return Decision(ops) if ops else Decision.leave("unchanged")
 
         def decide(obj: JSONObject) -> Decision:
-            nonlocal read_obj, intended
-            read_obj, intended = obj, {}
+            nonlocal read_obj, intended, refreshed, instead
+            read_obj, intended, refreshed, instead = obj, {}, None, None
             obj.setdefault("kind", ref.kind)
             try:
                 entry = entry_from_object(obj, self.options.default_mode, self.options.max_sources)
@@ -658,6 +713,8 @@ class RolloutController:
                 return Decision.leave(_skip_reason(str(e)))
             stale = stale_sources(entry, lookup, self.hkey)
             if not stale:
+                if entry.refreshed is not None and self.options.refresh_pods:
+                    self._catch_up_pods(ref, obj, read)
                 return Decision.leave("current")
             plan = plan_object(
                 obj,
@@ -684,6 +741,27 @@ class RolloutController:
                 return record_only(obj, completed, "a required source appeared")
             if not plan.patch:
                 return Decision.leave("unchanged")
+            if _asks_refresh(obj):
+                instead = roll_instead(obj, plan, stale)
+                if instead is None and not self.options.refresh_pods:
+                    instead = RollInstead(
+                        "disabled",
+                        "pod refresh is turned off on this configpin (--refresh-pods=false)",
+                        warning=True,
+                    )
+                if instead is None:
+                    try:
+                        refreshed = self._refresh_pods(ref, obj, plan.observed)
+                    except Forbidden as e:
+                        instead = RollInstead(
+                            "forbidden",
+                            f"configpin may not patch its pods ({e}); grant it or turn "
+                            "on-change: refresh off",
+                            warning=True,
+                        )
+                    else:
+                        intended = plan.observed
+                        return Decision(refreshed_ops(obj, dumps_mapping(plan.observed)))
             if plan.snapshots:
                 if self.snapshots is None:
                     log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
@@ -725,6 +803,10 @@ class RolloutController:
         if entry is not None:
             self.index.put(entry)  # the watch will say the same; until then, do not re-check
         rolled = _template(result.obj) != _template(read_obj)
+        if refreshed is not None:
+            self._refreshed(ref, result.obj, changed, refreshed, first_seen)
+        elif rolled and instead is not None:
+            self._rolled_instead(ref, result.obj, changed, instead)
         if rolled:
             self.metrics.rollouts.labels(ref.kind).inc()
             if first_seen is not None:
@@ -738,7 +820,7 @@ class RolloutController:
                     "Rollout",
                     f"{names} changed: pod template re-stamped, a rolling update starts",
                 )
-        elif not _touches_template(ref.kind, result.ops):
+        elif refreshed is None and not _touches_template(ref.kind, result.ops):
             self.metrics.skipped.labels("record-only").inc()
             if self.events is not None:
                 self.events.normal(
@@ -755,6 +837,116 @@ class RolloutController:
             self.metrics.skipped.labels("not-stored").inc()
             raise NotStored(rolled)
         return rolled
+
+    # --- refresh (on-change: refresh)
+    def _refresh_pods(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
+        """Tell each live pod of the workload that lags `target` (the per-source digests of
+        what its volumes now hold) to sync: one annotation, `configpin.io/refreshed`, which
+        also says what it was handed. Pods are patched before the workload records the
+        refresh, so a restart or a new leader finds them done, never the record ahead of
+        them. A pod that consumes a changed source otherwise than the template (an older
+        revision during a rollout) is left to that rollout. Each patch waits for the
+        controller's shared rate limit, as its workload writes do. Returns the pods patched."""
+        text = dumps_mapping(target)
+        wanted = consumption(find_sites(_pod_spec(ref.kind, obj)))
+        patched = 0
+        for pod in workload_pods(self.kube, ref.kind, obj):
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(ANN_REFRESHED) == text:
+                continue
+            base = (
+                parse_mapping(annotations.get(ANN_REFRESHED))
+                or parse_mapping(annotations.get(ANN_SOURCES))
+                or {}
+            )
+            changed: set[SourceId] = set()
+            for key, value in target.items():
+                if base.get(key) != value:
+                    try:
+                        changed.add(SourceId.parse(key))
+                    except ValueError:
+                        continue
+            if not changed:
+                continue
+            spec = pod.get("spec") or {}
+            has = consumption(find_sites(spec))
+            if unrefreshable(spec, changed) or any(
+                sid not in has or sid not in wanted or has[sid].keys != wanted[sid].keys
+                for sid in changed
+            ):
+                continue
+            if not self.is_leader():
+                raise NotLeading(f"{ref}: leadership lost while refreshing its pods")
+            if annotate_pod(self.limited, pod, ANN_REFRESHED, text):
+                patched += 1
+                self.metrics.pods_refreshed.inc()
+        return patched
+
+    def _catch_up_pods(
+        self, ref: WorkloadRef, obj: JSONObject, read: Callable[[SourceId], SourceRecord | None]
+    ) -> None:
+        """A current workload that was refreshed: pods created since (a scale-up, a replaced
+        pod) start with the content it was refreshed to, not its template's older record;
+        their annotation is brought to it. What is written is planned here from the sources,
+        never taken from the workload's own (tenant-writable) record."""
+        plan = plan_object(
+            obj,
+            hkey=self.hkey,
+            lookup=read,
+            default_mode=self.options.default_mode,
+            operation="UPDATE",
+            old=obj,
+            refresh=(),
+            namespace=ref.namespace,
+            max_sources=self.options.max_sources,
+            allow_snapshots=self.options.allow_snapshots,
+        )
+        if plan.skipped is not None or plan.on_change != ON_CHANGE_REFRESH:
+            return
+        try:
+            n = self._refresh_pods(ref, obj, plan.observed)
+        except Forbidden as e:
+            log.warning("%s: its new pods cannot be marked refreshed: %s", ref, e)
+            return
+        if n:
+            log.info("%s: %d pods created since its last refresh marked refreshed", ref, n)
+
+    def _refreshed(
+        self,
+        ref: WorkloadRef,
+        obj: JSONObject,
+        changed: Iterable[SourceId],
+        pods: int,
+        first_seen: float | None,
+    ) -> None:
+        self.metrics.refreshes.labels(ref.kind).inc()
+        if first_seen is not None:
+            self.metrics.refresh_latency.observe(max(0.0, self.clock() - first_seen))
+        names = ", ".join(sorted(map(str, changed))) or "recorded state"
+        log.info("refreshed %s: %s changed; %d running pods told to sync now", ref, names, pods)
+        if self.events is not None:
+            self.events.normal(
+                obj,
+                "Refreshed",
+                "Refresh",
+                f"{names} changed: {pods} running pods told to sync their mounted volumes "
+                "now; no rollout (the pod template is unchanged)",
+            )
+
+    def _rolled_instead(
+        self, ref: WorkloadRef, obj: JSONObject, changed: Iterable[SourceId], why: RollInstead
+    ) -> None:
+        self.metrics.refresh_fallbacks.labels(why.reason).inc()
+        names = ", ".join(sorted(map(str, changed))) or "recorded state"
+        log.info("%s: on-change is refresh, but rolled: %s", ref, why.why)
+        if self.events is not None:
+            record = self.events.warning if why.warning else self.events.normal
+            record(
+                obj,
+                "RolledInsteadOfRefresh",
+                "Rollout",
+                f"{names} changed; on-change is refresh, but {why.why}: rolled instead",
+            )
 
     def _entry_or_none(self, obj: JSONObject) -> WorkloadEntry | None:
         try:

@@ -40,3 +40,17 @@ ANN_ROLLED_AT: Final = "configpin.io/rolled-at"
 # annotations, follow the Deployment's template).
 ANN_OWNED: Final = "configpin.io/owned"
 OWNED_PIN: Final = "pin"
+
+# On a workload's own metadata: what a change does to it, `roll` (the default: its pod
+# template is re-stamped) or `refresh` (its running pods are told to sync their mounted
+# volumes now, where the change reaches them only through whole-volume mounts).
+ANN_ON_CHANGE: Final = "configpin.io/on-change"
+ON_CHANGE_ROLL: Final = "roll"
+ON_CHANGE_REFRESH: Final = "refresh"
+ON_CHANGE_POLICIES: Final = (ON_CHANGE_ROLL, ON_CHANGE_REFRESH)
+
+# Per-source digests (the JSON of `configpin.io/sources`) of what a refresh handed: on a pod,
+# the content it has been refreshed to since it started (its `configpin.io/sources` names the
+# template's); on a workload's own metadata, what its pods were last refreshed to. Removed
+# from the workload when its pod template is stamped again (new pods start from it).
+ANN_REFRESHED: Final = "configpin.io/refreshed"

@@ -94,6 +94,7 @@ class Plan:
     skipped: str | None = None
     # An UPDATE that left the pod template as it was: its record is kept as it is, unplanned.
     kept: bool = False
+    on_change: str = "roll"  # the workload's policy for changes, as it is honoured
 
     @property
     def changed(self) -> bool:

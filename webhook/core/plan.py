@@ -17,6 +17,8 @@ from webhook.core.constants import (
     ANN_CHECKSUM,
     ANN_MODE,
     ANN_OBSERVED,
+    ANN_ON_CHANGE,
+    ANN_REFRESHED,
     ANN_ROLLED_AT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
@@ -24,6 +26,9 @@ from webhook.core.constants import (
     MODE_OFF,
     MODE_SNAPSHOT,
     MODES,
+    ON_CHANGE_POLICIES,
+    ON_CHANGE_REFRESH,
+    ON_CHANGE_ROLL,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
 from webhook.core.model import (
@@ -45,6 +50,7 @@ from webhook.core.refs import (
     get_path,
     kind_matches,
     template_paths,
+    unrefreshable,
     workload_ref,
 )
 
@@ -93,6 +99,26 @@ def effective_mode(obj: Mapping[str, Any], default_mode: str) -> tuple[str, str 
     if value in MODES:
         return str(value), None
     return default_mode, f"{ANN_MODE}: unknown mode {value!r}, using {default_mode!r}"
+
+
+def on_change_policy(obj: Mapping[str, Any], mode: str) -> tuple[str, str | None]:
+    """What a change of a source does to this workload (`roll` or `refresh`), and a warning
+    when its annotation asks for what it cannot have: an unknown policy, or `refresh` in
+    snapshot mode, whose copies never change (a pod pointing at one cannot be handed new
+    content in place). Both roll."""
+    value = _annotations(obj.get("metadata")).get(ANN_ON_CHANGE)
+    if value is None or value == ON_CHANGE_ROLL:
+        return ON_CHANGE_ROLL, None
+    if value not in ON_CHANGE_POLICIES:
+        return ON_CHANGE_ROLL, (
+            f"{ANN_ON_CHANGE}: unknown policy {str(value)[:64]!r} (roll or refresh): it rolls"
+        )
+    if mode == MODE_SNAPSHOT:
+        return ON_CHANGE_ROLL, (
+            f"{ANN_ON_CHANGE}: refresh is refused in snapshot mode (a copy never changes, so "
+            "a running pod cannot be handed new content): it rolls"
+        )
+    return ON_CHANGE_REFRESH, None
 
 
 def recorded_observed(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, str]:
@@ -170,7 +196,7 @@ def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
 # What configpin writes on a pod template: the record, never a change the pods must follow.
 _TEMPLATE_RECORD: Final = (ANN_CHECKSUM, ANN_SOURCES)
 # What it writes on a workload's own metadata.
-_WORKLOAD_RECORD: Final = (ANN_OBSERVED, ANN_ROLLED_AT)
+_WORKLOAD_RECORD: Final = (ANN_OBSERVED, ANN_ROLLED_AT, ANN_REFRESHED)
 
 
 def _without_record(template: Any) -> Any:
@@ -230,6 +256,15 @@ def observed_ops(obj: JSONObject, observed: str | None) -> list[PatchOp]:
     return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed})
 
 
+def refreshed_ops(obj: JSONObject, record: str) -> list[PatchOp]:
+    """Ops that record on the workload's metadata a refresh of its running pods to `record`
+    (the JSON of per-source digests): what its pods were handed (`configpin.io/refreshed`)
+    is what it is now up to date with (`configpin.io/observed`)."""
+    return _annotation_ops(
+        ("metadata",), obj.get("metadata"), {ANN_OBSERVED: record, ANN_REFRESHED: record}
+    )
+
+
 def rolled_at_ops(obj: JSONObject, when: str) -> list[PatchOp]:
     """Ops that record on the workload's metadata when configpin last rolled it."""
     return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_ROLLED_AT: when})
@@ -284,6 +319,11 @@ def plan_object(
         mode = MODE_CHECKSUM
     if mode == MODE_OFF:
         return Plan(warnings=warnings, mode=mode, skipped="mode off")
+    on_change = ON_CHANGE_ROLL
+    if kind not in _IMMUTABLE_TEMPLATE:  # a Pod or Job is never rolled or refreshed
+        on_change, policy_warning = on_change_policy(obj, mode)
+        if policy_warning:
+            warnings.append(policy_warning)
     meta_path, spec_path = paths
     if namespace is None:
         namespace = str(meta.get("namespace") or "default")
@@ -295,8 +335,8 @@ def plan_object(
     if operation == "UPDATE" and old is not None and not refresh:
         kept = _kept_record(obj, old, meta_path, mode)
         if kept is not None:
-            if warnings:
-                return replace(kept, warnings=warnings)
+            if warnings or on_change != ON_CHANGE_ROLL:
+                return replace(kept, warnings=warnings, on_change=on_change)
             return kept
 
     template_meta = get_path(obj, meta_path)
@@ -357,8 +397,14 @@ def plan_object(
         # Written only while it differs from the template's record (a rollback being kept).
         # A second patch operation on the workload's own metadata costs the API server about
         # as much again as the first (bench/e2e_create.py), so the usual case carries none.
+        # A refresh record goes with it: the template's record is current again, and new
+        # pods start from the template.
         observed = dumps_mapping(b.observed) if b.observed != b.sources and b.observed else None
-        b.patch.extend(observed_ops(obj, observed))
+        b.patch.extend(
+            _annotation_ops(
+                ("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed, ANN_REFRESHED: None}
+            )
+        )
     return Plan(
         patch=b.patch,
         warnings=b.warnings,
@@ -367,6 +413,7 @@ def plan_object(
         sources=b.sources,
         observed=b.observed,
         mode=mode,
+        on_change=on_change,
     )
 
 
@@ -454,3 +501,40 @@ def _plan_pinned(
     _plan_live(b, live, record, mode, hkey)
     if mode != MODE_SNAPSHOT:
         b.point_at(live, source.name)  # checksum mode: back to the live source
+
+
+@dataclass(frozen=True)
+class RollInstead:
+    """Why a change to a workload that asks for refresh rolls it instead."""
+
+    reason: str  # a metric label: snapshot-mode, references, env, subpath (and the
+    # controller's own: disabled, forbidden)
+    why: str  # for people
+    warning: bool = False  # a setting or a permission stands in the way, not the workload
+
+
+def roll_instead(obj: JSONObject, plan: Plan, changed: Collection[SourceId]) -> RollInstead | None:
+    """Whether the controller's `plan` for a workload that asks for `on-change: refresh`,
+    following a change of `changed`, must roll it after all (None: a refresh reaches every
+    changed source: each reaches its pods only through whole-volume mounts)."""
+    if plan.on_change != ON_CHANGE_REFRESH:
+        return RollInstead(
+            "snapshot-mode", "refresh is refused in snapshot mode (a copy never changes)"
+        )
+    paths = template_paths(str(obj.get("kind", "")))
+    assert paths is not None
+    spec_prefix = pointer(paths[1]) + "/"
+    if any(str(op.get("path", "")).startswith(spec_prefix) for op in plan.patch):
+        return RollInstead(
+            "references",
+            "its pod template points at snapshot copies, which must point at the live sources "
+            "again",
+        )
+    spec = get_path(obj, paths[1])
+    blocked = unrefreshable(spec if isinstance(spec, dict) else {}, changed)
+    if blocked:
+        sid = min(blocked)
+        why = blocked[sid]
+        reason = "subpath" if why.how == "subPath" else "env"
+        return RollInstead(reason, f"a change of {sid} cannot reach a running process: {why}")
+    return None

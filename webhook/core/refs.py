@@ -354,3 +354,64 @@ def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
             sites=tuple(group),
         )
     return out
+
+
+def _sub_path_mounts(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Volume name -> a container that mounts it with `subPath`/`subPathExpr` (a file the
+    kubelet never updates in a running container)."""
+    out: dict[str, str] = {}
+    for clist in CONTAINER_LISTS:
+        for container in spec.get(clist) or ():
+            if not isinstance(container, dict):
+                continue
+            for mount in container.get("volumeMounts") or ():
+                if not isinstance(mount, dict) or not isinstance(mount.get("name"), str):
+                    continue
+                if mount.get("subPath") or mount.get("subPathExpr"):
+                    out.setdefault(mount["name"], str(container.get("name") or "?"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Unrefreshable:
+    """Why a change of a source cannot reach a running process of a pod spec."""
+
+    how: str  # "env", "envFrom" or "subPath"
+    container: str
+    volume: str | None = None
+
+    def __str__(self) -> str:
+        if self.how == "subPath":
+            return f"volume {self.volume} is mounted with subPath in container {self.container}"
+        via = "an env var" if self.how == "env" else "envFrom"
+        return f"it reaches container {self.container} through {via}"
+
+
+def unrefreshable(
+    pod_spec: Mapping[str, Any], sources: Iterable[SourceId]
+) -> dict[SourceId, Unrefreshable]:
+    """Of `sources`, those whose change cannot reach a running process of this pod spec,
+    with why: an env var (`valueFrom`) or `envFrom` is read once at container start, and a
+    volume mounted with `subPath` is a copy the kubelet never updates. The rest reach it only
+    through whole-volume mounts (`configMap`, `secret`, `projected`), which the kubelet
+    updates in place: a refresh makes it do that at once."""
+    wanted = frozenset(sources)
+    sub_paths: dict[str, str] | None = None
+    volumes = pod_spec.get("volumes") or ()
+    out: dict[SourceId, Unrefreshable] = {}
+    for site in find_sites(pod_spec):
+        if site.source not in wanted or site.source in out:
+            continue
+        where = site.path
+        if where[0] == "volumes":
+            if sub_paths is None:
+                sub_paths = _sub_path_mounts(pod_spec)
+            volume = get_path(volumes, where[1:2])
+            name = volume.get("name") if isinstance(volume, dict) else None
+            if isinstance(name, str) and name in sub_paths:
+                out[site.source] = Unrefreshable("subPath", sub_paths[name], name)
+            continue
+        container = get_path(pod_spec, where[:2])
+        cname = container.get("name") if isinstance(container, dict) else None
+        out[site.source] = Unrefreshable(str(where[2]), str(cname or "?"))
+    return out

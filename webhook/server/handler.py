@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from prometheus_client import Counter
 
+from webhook.core.constants import MODE_SNAPSHOT
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import (
     JSONObject,
@@ -498,7 +499,14 @@ class Admitter:
                 "not pinned: configpin.io/mode is off",
                 creating=creating,
             )
-        elif plan.observed and plan.observed != plan.sources and review.operation == "UPDATE":
+        elif (
+            plan.mode == MODE_SNAPSHOT
+            and plan.observed
+            and plan.observed != plan.sources
+            and review.operation == "UPDATE"
+        ):
+            # (checksum mode records past the template too, never a rollback: a baseline, a
+            # required source that appeared, a refresh)
             events.normal(
                 regarding,
                 "RollbackKept",
