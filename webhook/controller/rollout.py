@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -101,6 +102,7 @@ log = logging.getLogger(__name__)
 
 _RETRY_LIMIT: Final = 6  # failed applies of one workload retried with backoff, then left
 STALE_EVERY: Final = 5.0  # seconds between two counts of the stale workloads
+_POD_WRITERS: Final = 8  # pod patches in flight at once, every refresh together (and rate limited)
 _NEVER_ACT_IN: Final = ("kube-system",)
 
 
@@ -333,6 +335,7 @@ class RolloutController:
         self._stale_since: dict[WorkloadRef, float] = {}
         metrics.workloads_stale.set_function(lambda: len(self._stale_since))
         metrics.stale_seconds_max.set_function(self._stale_seconds_max)
+        self._pod_writers = ThreadPoolExecutor(_POD_WRITERS, thread_name_prefix="refresh")
 
     # --- lifecycle
     def start(self) -> None:
@@ -493,6 +496,7 @@ class RolloutController:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        self._pod_writers.shutdown(wait=False, cancel_futures=True)
         if self.elector is not None:
             self.elector.stop()
         if self._own_namespaces:
@@ -849,7 +853,7 @@ class RolloutController:
         controller's shared rate limit, as its workload writes do. Returns the pods patched."""
         text = dumps_mapping(target)
         wanted = consumption(find_sites(_pod_spec(ref.kind, obj)))
-        patched = 0
+        lagging: list[JSONObject] = []
         for pod in workload_pods(self.kube, ref.kind, obj):
             annotations = (pod.get("metadata") or {}).get("annotations") or {}
             if annotations.get(ANN_REFRESHED) == text:
@@ -875,11 +879,26 @@ class RolloutController:
                 for sid in changed
             ):
                 continue
+            lagging.append(pod)
+
+        def annotate(pod: JSONObject) -> int:
             if not self.is_leader():
                 raise NotLeading(f"{ref}: leadership lost while refreshing its pods")
-            if annotate_pod(self.limited, pod, ANN_REFRESHED, text):
-                patched += 1
-                self.metrics.pods_refreshed.inc()
+            if not annotate_pod(self.limited, pod, ANN_REFRESHED, text):
+                return 0
+            self.metrics.pods_refreshed.inc()
+            return 1
+
+        if not lagging:
+            return 0
+        # The first alone: a 403 (the permission withheld) is known before any other is sent.
+        # The rest on the controller's few pod writers (shared by every workload being
+        # refreshed, so that at most _POD_WRITERS are in flight whatever the fan-out): one
+        # workload's pods go faster than one round trip after another, and many workloads
+        # do not pile up in the API server's queues.
+        patched = annotate(lagging[0])
+        if len(lagging) > 1:
+            patched += sum(self._pod_writers.map(annotate, lagging[1:]))
         return patched
 
     def _catch_up_pods(
