@@ -31,7 +31,7 @@ from tests.integration.crds import CLONESET, CLONESET_CRD, ROLLOUT_CRD, WIDGET_C
 from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
 from tests.unit._chart import cluster_capabilities, render
 from webhook.kube.errors import Forbidden, Invalid, NotFound
-from webhook.kube.raw import JSON_PATCH, Kube, path
+from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
 
 KINDS = {
     "ServiceAccount": ("serviceaccounts", "/api/v1", True),
@@ -313,6 +313,49 @@ def test_checksum_mode_policy_forbids_any_pod_spec_change(
         what="the policy to deny a reference change in checksum mode",
     )
     as_configpin.patch(path("deployments", ns, "web"), annotate, JSON_PATCH)
+
+
+def test_refresh_pods_grants_one_annotation_of_a_pod(
+    install: Any, admin: Kube, k8s: client.ApiClient, plain_namespace: str
+) -> None:
+    """controller.refreshPods (on by default): configpin may patch pods, and on 1.30+ the
+    policy narrows that to the configpin.io/refreshed annotation; off, no pod write at all."""
+    inst = install({})
+    as_configpin = inst.kube
+    ns = plain_namespace
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"app": "p"}, "annotations": {"team": "a"}},
+        "spec": {"containers": [container()]},
+    }
+    admin.create(path("pods", ns), pod)
+    pod_path = path("pods", ns, "p")
+
+    def merge(meta: dict[str, Any], *, as_: Kube = as_configpin) -> Any:
+        return lambda: as_.patch(pod_path, {"metadata": meta}, MERGE_PATCH, dryRun="All")
+
+    refreshed = {"annotations": {"configpin.io/refreshed": '{"configmap/c":"d"}'}}
+    wait_for(lambda: not denied(merge(refreshed)), what="RBAC to grant the pod patch")
+    as_configpin.patch(pod_path, {"metadata": refreshed}, MERGE_PATCH)
+    if server_minor(k8s) >= 30:
+        others = {
+            "a label": {"labels": {"app": "q"}},
+            "another annotation": {"annotations": {"team": "b"}},
+            "an annotation removed": {"annotations": {"team": None}},
+            "a finalizer": {"finalizers": ["example.com/hold"]},
+        }
+        wait_for(
+            lambda: all(denied(merge(m)) for m in others.values()),
+            timeout=30,
+            what="the policy to deny every other pod change",
+        )
+        assert not denied(merge({"annotations": {"configpin.io/refreshed": "{}"}}))
+    else:
+        assert "ValidatingAdmissionPolicy" not in inst.kinds
+    off = install({"controller": {"refreshPods": False}})
+    wait_for(lambda: not denied(lambda: off.kube.get(path("pods", ns))), what="RBAC for the second")
+    assert denied(merge(refreshed, as_=off.kube))
 
 
 def _kubeconfig_for(plane: ControlPlane, admin: Kube, namespace: str, sa: str, out: Path) -> Path:
