@@ -958,14 +958,13 @@ class RolloutController:
         self.metrics.refresh_fallbacks.labels(why.reason).inc()
         names = ", ".join(sorted(map(str, changed))) or "recorded state"
         log.info("%s: on-change is refresh, but rolled: %s", ref, why.why)
-        if self.events is not None:
-            record = self.events.warning if why.warning else self.events.normal
-            record(
-                obj,
-                "RolledInsteadOfRefresh",
-                "Rollout",
-                f"{names} changed; on-change is refresh, but {why.why}: rolled instead",
-            )
+        note = f"{names} changed; on-change is refresh, but {why.why}: rolled instead"
+        if self.events is None:
+            return
+        if why.warning:  # a setting or a permission stood in the way
+            self.events.warning(obj, "RolledInsteadOfRefresh", "Rollout", note)
+        else:
+            self.events.normal(obj, "RolledInsteadOfRefresh", "Rollout", note)
 
     def _entry_or_none(self, obj: JSONObject) -> WorkloadEntry | None:
         try:
