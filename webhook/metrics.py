@@ -164,7 +164,8 @@ class Metrics:
             "configpin_refresh_fallbacks_total",
             "Changes to on-change: refresh workloads that rolled instead, by why: env (an env "
             "var or envFrom), subpath, snapshot-mode, references (re-pointed from copies), "
-            "forbidden (no pod patch permission), disabled (--refresh-pods=false).",
+            "forbidden (no pod patch permission), disabled (--refresh-pods=false), kind (a "
+            "custom workload kind, whose pods it does not find).",
             ["reason"],
             registry=r,
         )

@@ -102,6 +102,11 @@ log = logging.getLogger(__name__)
 
 _RETRY_LIMIT: Final = 6  # failed applies of one workload retried with backoff, then left
 STALE_EVERY: Final = 5.0  # seconds between two counts of the stale workloads
+# Kinds whose pods configpin finds (webhook.kube.pods); a custom kind (an Argo Rollout, its
+# pods owned through ReplicaSets of its own) rolls instead.
+_REFRESH_KINDS: Final = frozenset(
+    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "CronJob"}
+)
 _POD_WRITERS: Final = 8  # pod patches in flight at once, every refresh together (and rate limited)
 _NEVER_ACT_IN: Final = ("kube-system",)
 
@@ -747,6 +752,10 @@ class RolloutController:
                 return Decision.leave("unchanged")
             if _asks_refresh(obj):
                 instead = roll_instead(obj, plan, stale)
+                if instead is None and ref.kind not in _REFRESH_KINDS:
+                    instead = RollInstead(
+                        "kind", f"configpin does not find the pods of a {ref.kind} to refresh"
+                    )
                 if instead is None and not self.options.refresh_pods:
                     instead = RollInstead(
                         "disabled",
