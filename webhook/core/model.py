@@ -31,7 +31,7 @@ class SourceId(NamedTuple):
 
     def __str__(self) -> str:
         """The key used in the `configpin.io/sources` annotation: `configmap/<name>`."""
-        return f"{self.kind.value}/{self.name}"
+        return self.kind + "/" + self.name  # a StrEnum is its value: no `.value` lookup
 
     @classmethod
     def parse(cls, text: str) -> SourceId:

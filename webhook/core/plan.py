@@ -434,8 +434,8 @@ def _plan_live(
         return
     if record.ignored:
         return
-    missing = sorted(k for k in cons.required_keys if k not in record.key_digests)
-    if missing:
+    if cons.required_keys and not cons.required_keys <= record.key_digests.keys():
+        missing = sorted(k for k in cons.required_keys if k not in record.key_digests)
         b.warnings.append(f"{sid} has no key {', '.join(map(repr, missing))} that the pod requires")
     value = digest.source_digest(hkey, record, cons.keys)
     key = str(sid)

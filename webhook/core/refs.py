@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from webhook.core.model import SourceId, SourceKind
 
@@ -209,9 +209,10 @@ def get_path(obj: Any, path: Path) -> Any:
     return obj
 
 
-@dataclass(frozen=True, slots=True)
-class RefSite:
-    """One place in a pod spec that names a source. `path` leads to the name field."""
+class RefSite(NamedTuple):
+    """One place in a pod spec that names a source. `path` leads to the name field.
+
+    A named tuple (made in C, several per admission), not a frozen dataclass."""
 
     source: SourceId
     path: Path
@@ -219,8 +220,7 @@ class RefSite:
     optional: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Consumption:
+class Consumption(NamedTuple):
     """All a pod spec consumes of one source: the union over its sites."""
 
     source: SourceId
@@ -242,49 +242,57 @@ _CONFIGMAP: Final = SourceKind.CONFIGMAP
 _SECRET: Final = SourceKind.SECRET
 _KEY_REFS: Final = (("configMapKeyRef", _CONFIGMAP), ("secretKeyRef", _SECRET))
 _OBJECT_REFS: Final = (("configMapRef", _CONFIGMAP), ("secretRef", _SECRET))
+_PROJECTED_REFS: Final = (("configMap", _CONFIGMAP), ("secret", _SECRET))
 
 
-def _add(
-    out: list[RefSite],
-    kind: SourceKind,
-    ref: Any,
-    path: Path,
-    name_field: str,
-    keys: frozenset[str] | None,
-) -> None:
-    """Append the site `ref` names, if it names one (`path` leads to `ref`)."""
+_new = tuple.__new__  # builds a named tuple in C, without the Python-level __new__ frame
+
+
+def _site(kind: SourceKind, ref: Any, path: Path, keys: frozenset[str] | None) -> RefSite | None:
+    """The site `ref` names by its `name`, if it names one (`path` leads to `ref`)."""
     if not isinstance(ref, dict):
-        return
-    name = ref.get(name_field)
+        return None
+    name = ref.get("name")
     if not isinstance(name, str) or not name:
-        return
+        return None
     optional = ref.get("optional") is True
-    out.append(RefSite(SourceId(kind, name), (*path, name_field), keys, optional))
-
-
-def _ref_items(ref: Any) -> frozenset[str] | None:
-    return _items_keys(ref.get("items")) if isinstance(ref, dict) else None
+    return _new(RefSite, (_new(SourceId, (kind, name)), (*path, "name"), keys, optional))
 
 
 def _volume_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
     for vi, vol in enumerate(spec.get("volumes") or ()):
         if not isinstance(vol, dict):
             continue
-        if (cm := vol.get("configMap")) is not None:
-            _add(out, _CONFIGMAP, cm, ("volumes", vi, "configMap"), "name", _ref_items(cm))
-        if (sec := vol.get("secret")) is not None:
-            _add(out, _SECRET, sec, ("volumes", vi, "secret"), "secretName", _ref_items(sec))
+        ref = vol.get("configMap")
+        if isinstance(ref, dict) and isinstance(name := ref.get("name"), str) and name:
+            site = (
+                _new(SourceId, (_CONFIGMAP, name)),
+                ("volumes", vi, "configMap", "name"),
+                _items_keys(ref.get("items")),
+                ref.get("optional") is True,
+            )
+            out.append(_new(RefSite, site))
+        ref = vol.get("secret")
+        if isinstance(ref, dict) and isinstance(name := ref.get("secretName"), str) and name:
+            site = (
+                _new(SourceId, (_SECRET, name)),
+                ("volumes", vi, "secret", "secretName"),
+                _items_keys(ref.get("items")),
+                ref.get("optional") is True,
+            )
+            out.append(_new(RefSite, site))
         projected = vol.get("projected")
-        if isinstance(projected, dict):
-            for si, src in enumerate(projected.get("sources") or ()):
-                if not isinstance(src, dict):
-                    continue
-                if (ref := src.get("configMap")) is not None:
-                    path: Path = ("volumes", vi, "projected", "sources", si, "configMap")
-                    _add(out, _CONFIGMAP, ref, path, "name", _ref_items(ref))
-                if (ref := src.get("secret")) is not None:
-                    path = ("volumes", vi, "projected", "sources", si, "secret")
-                    _add(out, _SECRET, ref, path, "name", _ref_items(ref))
+        if not isinstance(projected, dict):
+            continue
+        for si, src in enumerate(projected.get("sources") or ()):
+            if not isinstance(src, dict):
+                continue
+            for field, kind in _PROJECTED_REFS:
+                if (ref := src.get(field)) is not None:
+                    keys = _items_keys(ref.get("items")) if isinstance(ref, dict) else None
+                    path: Path = ("volumes", vi, "projected", "sources", si, field)
+                    if (found := _site(kind, ref, path, keys)) is not None:
+                        out.append(found)
 
 
 def _container_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
@@ -293,21 +301,28 @@ def _container_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
         for ci, container in enumerate(spec.get(clist) or ()):
             if not isinstance(container, dict):
                 continue
-            for ei, env in enumerate(container.get("env") or ()):
-                value_from = env.get("valueFrom") if isinstance(env, dict) else None
-                if not isinstance(value_from, dict):
-                    continue
-                for field, kind in _KEY_REFS:
-                    ref = value_from.get(field)
-                    if isinstance(ref, dict) and isinstance(key := ref.get("key"), str):
-                        path: Path = (clist, ci, "env", ei, "valueFrom", field)
-                        _add(out, kind, ref, path, "name", frozenset((key,)))
-            for ei, env_from in enumerate(container.get("envFrom") or ()):
-                if not isinstance(env_from, dict):
-                    continue
-                for field, kind in _OBJECT_REFS:
-                    if (ref := env_from.get(field)) is not None:
-                        _add(out, kind, ref, (clist, ci, "envFrom", ei, field), "name", None)
+            env_list = container.get("env")
+            if env_list:
+                for ei, env in enumerate(env_list):
+                    value_from = env.get("valueFrom") if isinstance(env, dict) else None
+                    if not isinstance(value_from, dict):
+                        continue
+                    for field, kind in _KEY_REFS:
+                        ref = value_from.get(field)
+                        if isinstance(ref, dict) and isinstance(key := ref.get("key"), str):
+                            path: Path = (clist, ci, "env", ei, "valueFrom", field)
+                            if (found := _site(kind, ref, path, frozenset((key,)))) is not None:
+                                out.append(found)
+            env_from_list = container.get("envFrom")
+            if env_from_list:
+                for ei, env_from in enumerate(env_from_list):
+                    if not isinstance(env_from, dict):
+                        continue
+                    for field, kind in _OBJECT_REFS:
+                        if (ref := env_from.get(field)) is not None:
+                            path = (clist, ci, "envFrom", ei, field)
+                            if (found := _site(kind, ref, path, None)) is not None:
+                                out.append(found)
 
 
 def find_sites(pod_spec: Mapping[str, Any]) -> list[RefSite]:
@@ -337,6 +352,13 @@ def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
     out: dict[SourceId, Consumption] = {}
     for source in sorted(grouped, key=_source_order):
         group = grouped[source]
+        if len(group) == 1:  # the usual case: one site, nothing to merge
+            s = group[0]
+            if s.optional:
+                out[source] = _new(Consumption, (source, s.keys, False, _NO_KEYS, (s,)))
+            else:
+                out[source] = _new(Consumption, (source, s.keys, True, s.keys or _NO_KEYS, (s,)))
+            continue
         keys: frozenset[str] | None = _NO_KEYS
         required_keys: frozenset[str] = _NO_KEYS
         required = False
@@ -346,13 +368,7 @@ def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
                 required = True
                 if s.keys is not None:
                     required_keys = required_keys | s.keys
-        out[source] = Consumption(
-            source=source,
-            keys=keys,
-            required=required,
-            required_keys=required_keys,
-            sites=tuple(group),
-        )
+        out[source] = Consumption(source, keys, required, required_keys, tuple(group))
     return out
 
 

@@ -129,21 +129,24 @@ def _metadata(obj: Mapping[str, Any]) -> None:
         raise e.at("metadata") from None
 
 
-def _ref(ref: Any, name_field: str, *, items: bool, key: bool) -> None:
+def _ref(ref: Any, name_field: str, items: bool, key: bool) -> None:
     """configMap / secret / configMapKeyRef / ... : a name, maybe items or a key, optional."""
     if not isinstance(ref, dict):
         raise ShapeError(_OBJECT, ref)
-    _strs(ref, (name_field, "key") if key else (name_field,))
+    if (name := ref.get(name_field)) is not None and not isinstance(name, str):
+        raise ShapeError(_STRING, name).at(name_field)
+    if key and (k := ref.get("key")) is not None and not isinstance(k, str):
+        raise ShapeError(_STRING, k).at("key")
     if (optional := ref.get("optional")) is not None and optional.__class__ is not bool:
         raise ShapeError(_BOOL, optional).at("optional")
-    if items:
-        for i, item in enumerate(_list(ref, "items")):
+    if items and (listed := ref.get("items")) is not None:
+        if not isinstance(listed, list):
+            raise ShapeError(_LIST, listed).at("items")
+        for i, item in enumerate(listed):
             if not isinstance(item, dict):
                 raise ShapeError(_OBJECT, item).at(i).at("items")
-            try:
-                _str(item, "key")
-            except ShapeError as e:
-                raise e.at(i).at("items") from None
+            if (k := item.get("key")) is not None and not isinstance(k, str):
+                raise ShapeError(_STRING, k).at("key").at(i).at("items")
 
 
 def _volume(vol: Any) -> None:
@@ -152,7 +155,7 @@ def _volume(vol: Any) -> None:
     for field, name_field in (("configMap", "name"), ("secret", "secretName")):
         if (ref := vol.get(field)) is not None:
             try:
-                _ref(ref, name_field, items=True, key=False)
+                _ref(ref, name_field, True, False)
             except ShapeError as e:
                 raise e.at(field) from None
     projected = _obj(vol, "projected")
@@ -168,7 +171,7 @@ def _volume(vol: Any) -> None:
         for kind in ("configMap", "secret"):
             if (ref := src.get(kind)) is not None:
                 try:
-                    _ref(ref, "name", items=True, key=False)
+                    _ref(ref, "name", True, False)
                 except ShapeError as e:
                     raise e.at(kind).at(si).at("sources").at("projected") from None
 
@@ -191,7 +194,7 @@ def _container(c: Any) -> None:
         for field in _KEY_REFS:
             if (ref := value_from.get(field)) is not None:
                 try:
-                    _ref(ref, "name", items=False, key=True)
+                    _ref(ref, "name", False, True)
                 except ShapeError as e:
                     raise e.at(field).at("valueFrom").at(ei).at("env") from None
     for ei, env_from in enumerate(_list(c, "envFrom")):
@@ -200,7 +203,7 @@ def _container(c: Any) -> None:
         for field in _OBJECT_REFS:
             if (ref := env_from.get(field)) is not None:
                 try:
-                    _ref(ref, "name", items=False, key=False)
+                    _ref(ref, "name", False, False)
                 except ShapeError as e:
                     raise e.at(field).at(ei).at("envFrom") from None
 

@@ -1,0 +1,186 @@
+"""Admission work in process, without HTTP: parse + plan + respond, per review.
+
+What `/mutate` does between the body and the bytes it answers (`parse_review`,
+`Admitter.review` over `FileSources` with the sources of `admission.py`, `orjson.dumps` of
+the answer), in a hot loop inside one event loop, for the same two payloads as
+`admission.py` (a 10-reference Deployment, a 20 KiB Pod with 4 references).
+
+    .venv/bin/python bench/hotpath.py [--iterations 20000] [--repeats 7]
+    .venv/bin/python bench/hotpath.py --instructions [--iterations 1000] [--only deployment]
+        [--baseline REV]
+
+Wall time on a shared machine moves with its load; `--instructions` runs the loop under
+`valgrind --tool=callgrind`, counting only inside the measured loop, and prints instructions
+per admission: a count that repeats to within a fraction of a percent whatever
+else runs, which is what to compare before and after a change (`--baseline REV` measures
+another revision's tree the same way, extracted with `git archive`, and prints the ratio)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup(tmp: Path) -> tuple[Any, dict[str, bytes]]:
+    """An Admitter as `admission.py` serves it, and the two reviews."""
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from admission import admission_review, big_pod, deployment, source_manifests
+
+    from webhook.digestkey import load_key_file
+    from webhook.metrics import Metrics
+    from webhook.server.handler import Admitter
+    from webhook.sources import FileSources
+
+    (tmp / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))
+    (tmp / "digest.key").write_text("bench-digest-key-0123456789abcdef\n")
+    hkey = load_key_file(tmp / "digest.key")
+    sources = FileSources.from_paths(hkey, [tmp / "sources.yaml"])
+    admitter = Admitter(hkey=hkey, sources=sources, metrics=Metrics())
+    reviews = {
+        "deployment": admission_review(deployment(), "d-1"),
+        "pod20k": admission_review(big_pod(), "p-1"),
+    }
+    return admitter, reviews
+
+
+async def _loop(admitter: Any, body: bytes, n: int) -> None:
+    import orjson
+
+    from webhook.server.admission import parse_review
+
+    review = admitter.review
+    for _ in range(n):
+        out = await review(parse_review(body))
+        orjson.dumps(out)
+
+
+def run_loop(admitter: Any, body: bytes, n: int) -> float:
+    """Seconds for `n` admissions of `body`."""
+    start = time.perf_counter()
+    asyncio.run(_loop(admitter, body, n))
+    return time.perf_counter() - start
+
+
+def _child(args: argparse.Namespace) -> None:
+    """The measured process (under callgrind): warm up, then `--iterations` of one payload."""
+    sys.path.insert(0, str(args.tree))
+    import webhook.server.handler  # from the tree measured, before admission.py adds its own
+
+    if not Path(webhook.server.handler.__file__).is_relative_to(args.tree):
+        raise SystemExit(f"measuring {webhook.server.handler.__file__}, not {args.tree}")
+    with tempfile.TemporaryDirectory() as tmp:
+        admitter, reviews = setup(Path(tmp))
+        body = reviews[args.payload]
+        run_loop(admitter, body, 200)  # memo and caches filled, as in a running server
+        # Counted: only what runs inside this eval (callgrind --toggle-collect=builtin_eval)
+        eval("measured()", {"measured": lambda: run_loop(admitter, body, args.iterations)})
+        admitter.close()
+
+
+def instructions(tree: Path, payload: str, n: int) -> int:
+    """Instructions callgrind counts per admission over `n` admissions: only inside the
+    measured loop (collection is on within the `eval` that runs it), so start-up, imports
+    and warm-up are left out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--toggle-collect=builtin_eval",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "--tree",
+            str(tree),
+            "--payload",
+            payload,
+            "--iterations",
+            str(n),
+        ]
+        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-2000:])
+        m = re.search(r"Collected : (\d+)", done.stderr)
+        if m is None:
+            raise SystemExit(f"no instruction count in callgrind's output:\n{done.stderr}")
+        return int(m.group(1)) // n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats (median)")
+    parser.add_argument("--instructions", action="store_true", help="count with callgrind")
+    parser.add_argument("--baseline", help="also count this revision (with --instructions)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument("--payload", default="deployment", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--only", choices=("deployment", "pod20k"), help="one payload (default: both)"
+    )
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    payloads = (args.only,) if args.only else ("deployment", "pod20k")
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+        n = args.iterations or 1000
+        trees = {"this tree": ROOT}
+        with tempfile.TemporaryDirectory(prefix="configpin-hotpath-") as tmp:
+            if args.baseline:
+                base = Path(tmp) / "baseline"
+                base.mkdir()
+                archive = subprocess.run(
+                    ["git", "-C", str(ROOT), "archive", args.baseline, "webhook", "bench"],
+                    capture_output=True,
+                    check=True,
+                ).stdout
+                subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+                trees[f"baseline {args.baseline}"] = base
+            counts = {
+                (name, p): instructions(tree, p, n)
+                for name, tree in trees.items()
+                for p in payloads
+            }
+        for p in payloads:
+            line = ", ".join(f"{name} {counts[name, p]:,}" for name in trees)
+            if args.baseline:
+                ratio = counts["this tree", p] / counts[f"baseline {args.baseline}", p]
+                line += f" (ratio {ratio:.3f})"
+            print(f"{p}: instructions per admission: {line}")
+        return
+    n = args.iterations or 10000
+    with tempfile.TemporaryDirectory() as tmp:
+        admitter, reviews = setup(Path(tmp))
+        print(f"python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f}")
+        for p in payloads:
+            run_loop(admitter, reviews[p], 500)
+            times = [run_loop(admitter, reviews[p], n) / n * 1e6 for _ in range(args.repeats)]
+            print(
+                f"{p}: {statistics.median(times):.1f} us per admission (median of "
+                f"{args.repeats} x {n}; min {min(times):.1f}, max {max(times):.1f})"
+            )
+        admitter.close()
+
+
+if __name__ == "__main__":
+    main()
