@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -61,6 +62,9 @@ from webhook.server.tls import ReloadingTLSContext
 from webhook.sources import FileSources
 
 HOST = "127.0.0.1"
+CONFIGPIN = "configpin"
+BARE = "bare"
+ALLOW_ALL = ("allow-all", "granian-allow-all")
 RATE_LABEL = "the fixed rate"
 NAMESPACE = "bench"
 N_CONFIGMAPS = 5
@@ -294,8 +298,56 @@ def bench_app(manifests: Path, key_file: Path) -> tuple[FastAPI, Lifecycle]:
     return app, lifecycle
 
 
+def allow_all_app() -> FastAPI:
+    """The allow-all webhook: what any FastAPI admission webhook costs at the least. It
+    parses the review (orjson) for its uid and allows it, unchanged."""
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.post("/mutate")
+    async def mutate(request: Request) -> Response:
+        review = orjson.loads(await request.body())
+        out = {
+            "apiVersion": review["apiVersion"],
+            "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True},
+        }
+        return Response(orjson.dumps(out), media_type="application/json")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        return Response(b"ok", media_type="text/plain")
+
+    return app
+
+
+def configpin_app_from_env() -> FastAPI:
+    """configpin's app for a server other than its own runner (granian): paths from the
+    environment, ready at once (no runner to say it listens)."""
+    app, lifecycle = bench_app(
+        Path(os.environ["BENCH_MANIFESTS"]), Path(os.environ["BENCH_KEY_FILE"])
+    )
+    lifecycle.mark_started()
+    return app
+
+
 def serve(args: argparse.Namespace) -> None:
     pin(args.cpu)
+    if args.app == "allow-all":
+        import uvicorn
+
+        # A plain uvicorn on its fastest stack, TLS from the same files.
+        uvicorn.run(
+            allow_all_app(),
+            host=HOST,
+            port=args.port,
+            http="httptools",
+            loop="uvloop",
+            ssl_certfile=str(args.certs / "tls.crt"),
+            ssl_keyfile=str(args.certs / "tls.key"),
+            log_level="warning",
+            access_log=False,
+        )
+        return
     app, lifecycle = bench_app(args.manifests, args.key_file)
     runner.run(
         app,
@@ -394,9 +446,17 @@ class Phase:
 
 
 def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process `pid`."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) used so far by process `pid` and its children that still
+    run (granian serves from a worker process)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            total += sum(proc_cpu(int(child)) for child in task.read_text().split())
+    return total
 
 
 @contextlib.contextmanager
@@ -505,11 +565,24 @@ def merge(name: str, slices: list[Phase]) -> Phase:
     )
 
 
-async def drive(args: argparse.Namespace, port: int, ca_pem: bytes, server_pid: int) -> list[Phase]:
-    """Per payload: closed loop, then open loop; mutate and bare alternate in slices of
-    `--slice` seconds, so whatever else the machine does falls on both alike."""
+@dataclass
+class Target:
+    """One endpoint of one server process."""
+
+    name: str  # as printed: configpin, bare, allow-all, ...
+    port: int
+    path: str
+    pid: int
+
+
+async def drive(args: argparse.Namespace, targets: list[Target], ca_pem: bytes) -> list[Phase]:
+    """Per payload: closed loop, then open loop; the endpoints alternate in slices of
+    `--slice` seconds, so whatever else the machine does falls on all alike."""
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    conns = [await Conn.open(port, ctx) for _ in range(args.concurrency)]
+    conns: dict[int, list[Conn]] = {}
+    for t in targets:
+        if t.port not in conns:
+            conns[t.port] = [await Conn.open(t.port, ctx) for _ in range(args.concurrency)]
     payloads = {
         "deployment": (admission_review(deployment(), "d-1"), 10),
         "pod20k": (admission_review(big_pod(), "p-1"), 4),
@@ -518,34 +591,40 @@ async def drive(args: argparse.Namespace, port: int, ca_pem: bytes, server_pid: 
     phases: list[Phase] = []
     try:
         for payload, (body, refs) in payloads.items():
-            raw = {"mutate": http_post("/mutate", body), "bare": http_post("/bare", body)}
-            await check(conns[0], body, raw["mutate"], raw["bare"], refs)
-            for request in raw.values():  # warm up both, unmeasured
-                await closed_loop(conns, request, args.warmup / 2, server_pid)
-            closed: dict[str, list[Phase]] = {"mutate": [], "bare": []}
-            opened: dict[str, list[Phase]] = {"mutate": [], "bare": []}
+            raw = {t.name: http_post(t.path, body) for t in targets}
+            cp = next(t for t in targets if t.name == CONFIGPIN)
+            await check(conns[cp.port][0], body, raw[CONFIGPIN], raw[BARE], refs)
+            for t in targets:
+                status, answer = await conns[t.port][0].request(raw[t.name])
+                if status != 200:
+                    raise SystemExit(f"{t.name} answered {status}: {answer[:300]!r}")
+            for t in targets:  # warm up every one, unmeasured
+                await closed_loop(conns[t.port], raw[t.name], args.warmup / 2, t.pid)
+            closed: dict[str, list[Phase]] = {t.name: [] for t in targets}
+            opened: dict[str, list[Phase]] = {t.name: [] for t in targets}
             for _ in range(n_slices):
-                for endpoint, request in raw.items():
-                    closed[endpoint].append(
-                        await closed_loop(conns, request, args.slice, server_pid)
+                for t in targets:
+                    closed[t.name].append(
+                        await closed_loop(conns[t.port], raw[t.name], args.slice, t.pid)
                     )
             for _ in range(n_slices):
-                for endpoint, request in raw.items():
-                    opened[endpoint].append(
-                        await open_loop(conns, request, args.rate, args.slice, server_pid)
+                for t in targets:
+                    opened[t.name].append(
+                        await open_loop(conns[t.port], raw[t.name], args.rate, args.slice, t.pid)
                     )
-            for endpoint in raw:
-                phases.append(merge(f"{payload}/{endpoint}/closed", closed[endpoint]))
-                phases.append(merge(f"{payload}/{endpoint}/open", opened[endpoint]))
+            for t in targets:
+                phases.append(merge(f"{payload}/{t.name}/closed", closed[t.name]))
+                phases.append(merge(f"{payload}/{t.name}/open", opened[t.name]))
     finally:
-        for c in conns:
-            await c.close()
+        for pool in conns.values():
+            for c in pool:
+                await c.close()
     return phases
 
 
 def wait_ready(port: int, ca_pem: bytes, proc: subprocess.Popen[bytes], log: Path) -> None:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     request = b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -571,13 +650,45 @@ def free_port() -> int:
         return port
 
 
-def one_run(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> list[Phase]:
-    port = free_port()
-    log = tmp / f"server-{port}.log"
+def _server_cmd(args: argparse.Namespace, tmp: Path, port: int, app: str) -> list[str]:
+    """The command of one server process: configpin's runner, a plain uvicorn (allow-all),
+    or granian (either app), pinned to the server's core."""
+    if app.startswith("granian"):
+        factory = "configpin_app_from_env" if app == "granian-configpin" else "allow_all_app"
+        cmd = [
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface",
+            "asgi",
+            "--factory",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--ssl-certificate",
+            str(tmp / "certs" / "tls.crt"),
+            "--ssl-keyfile",
+            str(tmp / "certs" / "tls.key"),
+            "--loop",
+            "uvloop",
+            "--no-ws",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--working-dir",
+            str(Path(__file__).resolve().parent),
+            f"admission:{factory}",
+        ]
+        if args.server_cpu is not None:
+            cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
+        return cmd
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
         "--serve",
+        "--app",
+        app,
         "--port",
         str(port),
         "--certs",
@@ -592,34 +703,62 @@ def one_run(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> list[Phase]:
     for flag in ("http", "loop"):
         if getattr(args, flag):
             cmd += [f"--{flag}", getattr(args, flag)]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    return cmd
+
+
+def one_run(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> list[Phase]:
+    """Start every server (each fresh per run, all on the server's core), measure, stop."""
+    procs: list[subprocess.Popen[bytes]] = []
+    targets: list[Target] = []
+    env = {
+        **os.environ,
+        "BENCH_MANIFESTS": str(tmp / "sources"),
+        "BENCH_KEY_FILE": str(tmp / "digest.key"),
+    }
     try:
-        wait_ready(port, ca_pem, proc, log)
-        return asyncio.run(drive(args, port, ca_pem, proc.pid))
+        for app in args.servers:
+            port = free_port()
+            log = tmp / f"server-{app}-{port}.log"
+            with log.open("wb") as fh:
+                proc = subprocess.Popen(
+                    _server_cmd(args, tmp, port, app), stdout=fh, stderr=subprocess.STDOUT, env=env
+                )
+            procs.append(proc)
+            wait_ready(port, ca_pem, proc, log)
+            if app == "configpin":
+                targets += [
+                    Target(CONFIGPIN, port, "/mutate", proc.pid),
+                    Target(BARE, port, "/bare", proc.pid),
+                ]
+            else:
+                targets.append(Target(app, port, "/mutate", proc.pid))
+        return asyncio.run(drive(args, targets, ca_pem))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def report(runs: list[list[Phase]]) -> None:
     def med(name: str, f: Callable[[Phase], float]) -> float:
         return statistics.median(f(next(p for p in run if p.name == name)) for run in runs)
 
+    names = list(dict.fromkeys(p.name.split("/")[1] for p in runs[0]))
     print(f"\nmedians of {len(runs)} run(s)")
     print(
-        f"{'':<19} {'closed loop':^34}   {'open loop at rate':^22}\n"
-        f"{'payload':<11} {'endpoint':<7} {'req/s':>7} {'p50 ms':>6} {'p99 ms':>6}"
+        f"{'':<29} {'closed loop':^34}   {'open loop at rate':^22}\n"
+        f"{'payload':<11} {'endpoint':<17} {'req/s':>7} {'p50 ms':>6} {'p99 ms':>6}"
         f" {'srv cpu':>7} {'us/req':>6}   {'p50 ms':>6} {'p99 ms':>6} {'max':>6}   {'cli cpu':>7}"
     )
     contended = False
     for payload in ("deployment", "pod20k"):
         rps, cost = {}, {}
-        for endpoint in ("mutate", "bare"):
+        for endpoint in names:
             c, o = f"{payload}/{endpoint}/closed", f"{payload}/{endpoint}/open"
             rps[endpoint] = med(c, lambda p: p.rps)
             cost[endpoint] = med(c, lambda p: p.cpu_us)
@@ -636,18 +775,27 @@ def report(runs: list[list[Phase]]) -> None:
                 f"{med(o, lambda p: max(p.latencies) * 1000):>6.1f}  ",
                 f"{med(c, lambda p: p.client_cpu):>7.0%}",
             ]
-            print(f"{payload:<11} {endpoint:<7} " + " ".join(cells))
-        ratio = rps["mutate"] / rps["bare"]
-        cpu_ratio = cost["bare"] / cost["mutate"]
-        p99 = med(f"{payload}/mutate/open", lambda p: p.pct(0.99))
-        verdict = "ok" if ratio >= 0.6 and p99 < 5 else "MISSED"
+            print(f"{payload:<11} {endpoint:<17} " + " ".join(cells))
+        p99 = med(f"{payload}/{CONFIGPIN}/open", lambda p: p.pct(0.99))
+        allow = [n for n in names if n in ALLOW_ALL]
+        if allow:
+            # the baseline: the fastest allow-all webhook measured, by throughput
+            fastest = max(allow, key=lambda n: rps[n])
+            ratio = rps[CONFIGPIN] / rps[fastest]
+            cpu_ratio = cost[fastest] / cost[CONFIGPIN]
+            verdict = "ok" if ratio >= 0.6 and p99 < 5 else "MISSED"
+            print(
+                f"{payload:<11} configpin/{fastest}: throughput {ratio:.0%}, per CPU second "
+                f"{cpu_ratio:.0%} (goal >= 60%); p99 at {RATE_LABEL} {p99:.2f} ms "
+                f"(goal < 5 ms): {verdict}"
+            )
         print(
-            f"{payload:<11} mutate/bare: throughput {ratio:.0%}, per CPU second {cpu_ratio:.0%}"
-            f" (goal >= 60%); p99 at {RATE_LABEL} {p99:.2f} ms (goal < 5 ms): {verdict}"
+            f"{payload:<11} configpin/bare (same server): throughput "
+            f"{rps[CONFIGPIN] / rps[BARE]:.0%}, per CPU second {cost[BARE] / cost[CONFIGPIN]:.0%}"
         )
     if contended:
         print(
-            "note: the server had less than 90% of its core in some closed-loop phase (other"
+            "note: a server had less than 90% of its core in some closed-loop phase (other"
             " processes on it); compare the per-CPU-second ratio, and rerun on a quiet machine"
         )
     errors = sum(p.errors for run in runs for p in run)
@@ -676,6 +824,13 @@ def main() -> None:
     parser.add_argument(
         "--loop", help="event loop of the server: asyncio or uvloop (default: ours)"
     )
+    parser.add_argument(
+        "--servers",
+        default=None,
+        help="comma-separated servers to start: configpin (always), allow-all (plain uvicorn, "
+        "httptools + uvloop), granian-allow-all, granian-configpin (default: every one "
+        "installed)",
+    )
     # the server side, run by the script itself in a subprocess
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -683,10 +838,20 @@ def main() -> None:
     parser.add_argument("--manifests", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--key-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--app", default="configpin", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args)
         return
+    have_granian = importlib.util.find_spec("granian") is not None
+    wanted = (
+        args.servers.split(",")
+        if args.servers
+        else ["allow-all", *(["granian-allow-all", "granian-configpin"] if have_granian else [])]
+    )
+    args.servers = ["configpin", *(w for w in wanted if w != "configpin")]
+    if not have_granian and any(w.startswith("granian") for w in args.servers):
+        raise SystemExit("granian is not installed (pip install granian)")
 
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:
@@ -697,6 +862,7 @@ def main() -> None:
         f"server: {'not pinned' if args.server_cpu is None else f'cpu {args.server_cpu}'}, "
         f"load generator: {client_pinning}; python {sys.version.split()[0]}; "
         f"stack: http={args.http or runner.DEFAULT_HTTP} loop={args.loop or runner.DEFAULT_LOOP}; "
+        f"servers: {', '.join(args.servers)}; "
         f"load average {os.getloadavg()[0]:.2f}"
     )
     with tempfile.TemporaryDirectory(prefix="configpin-bench-") as tmp_name:
