@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,7 @@ from kubernetes import client
 from tests.integration.configpin_proc import (
     Configpin,
     ensure_namespace,
-    instance_namespace,
-    leading_configpin,
+    instance_fixtures,
     running_configpin,
 )
 from tests.integration.controlplane import (
@@ -46,24 +44,9 @@ WINDOW = 0.5
 SETTLE = WINDOW + 2.0  # long enough for a rollout that should not happen to have happened
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-ctl"),
-        instance=INSTANCE,
-        webhook_name="configpin-ctl",
-        args=["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"],
-    ) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    with instance_namespace(k8s, INSTANCE, "roll") as name:
-        yield name
+cp, ns = instance_fixtures(
+    INSTANCE, "roll", ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"]
+)
 
 
 @pytest.fixture

@@ -3,19 +3,15 @@ repeats folded into a series, a hot loop held by the per-object rate limit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.integration.configpin_proc import (
-    Configpin,
-    instance_namespace,
-    leading_configpin,
+    instance_fixtures,
 )
 from tests.integration.controlplane import (
-    ControlPlane,
     wait_for,
 )
 from tests.integration.manifests import configmap, deployment, pod_spec
@@ -89,24 +85,9 @@ def test_repeats_become_a_series_and_a_hot_loop_is_held(
 INSTANCE = "events"
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-events"),
-        instance=INSTANCE,
-        webhook_name="configpin-events",
-        args=["--coalesce-window", "0.5", "--min-rollout-interval", "120"],
-    ) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    with instance_namespace(k8s, INSTANCE, "events") as name:
-        yield name
+cp, ns = instance_fixtures(
+    INSTANCE, "events", ["--coalesce-window", "0.5", "--min-rollout-interval", "120"]
+)
 
 
 def _reasons(kube: Kube, ns: str, name: str) -> dict[str, dict[str, Any]]:

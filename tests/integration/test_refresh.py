@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from kubernetes import client
 from tests.integration.configpin_proc import (
     INSTANCE_LABEL,
     Configpin,
+    instance_fixtures,
     instance_namespace,
     leading_configpin,
     running_configpin,
@@ -56,24 +56,7 @@ SETTLE = WINDOW + 3.0  # long enough for a refresh or rollout that should not ha
 ARGS = ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"]
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-refresh"),
-        instance=INSTANCE,
-        webhook_name="configpin-refresh",
-        args=ARGS,
-    ) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    with instance_namespace(k8s, INSTANCE, "refresh") as name:
-        yield name
+cp, ns = instance_fixtures(INSTANCE, "refresh", ARGS)
 
 
 @pytest.fixture

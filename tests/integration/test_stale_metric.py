@@ -5,13 +5,14 @@ counting once it is current again."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
-import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import Configpin, instance_namespace, leading_configpin
-from tests.integration.controlplane import ControlPlane, wait_for
+from tests.integration.configpin_proc import (
+    Configpin,
+    instance_fixtures,
+)
+from tests.integration.controlplane import wait_for
 from tests.integration.manifests import configmap, deployment
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.raw import MERGE_PATCH, Kube, path
@@ -19,24 +20,9 @@ from webhook.kube.raw import MERGE_PATCH, Kube, path
 INSTANCE = "stale"
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-stale"),
-        instance=INSTANCE,
-        webhook_name="configpin-stale",
-        args=["--coalesce-window", "0.5", "--min-rollout-interval", "300"],
-    ) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    with instance_namespace(k8s, INSTANCE, "stale") as name:
-        yield name
+cp, ns = instance_fixtures(
+    INSTANCE, "stale", ["--coalesce-window", "0.5", "--min-rollout-interval", "300"]
+)
 
 
 def _record(kube: Kube, ns: str) -> str:
