@@ -99,6 +99,7 @@ def test_register_and_unregister_webhook(k8s: client.ApiClient) -> None:
             "replicasets",
             "jobs",
             "cronjobs",
+            "rollouts",  # Argo Rollouts: the chart's argoRollouts is on by default
         }
     finally:
         unregister_webhook(k8s, "smoke")
