@@ -1,0 +1,480 @@
+"""Scale: `configpin serve` cold-started on a large cluster. RSS, cold start, the API
+server's watches, and one ConfigMap change consumed by 1,000 Deployments.
+
+Starts the test control plane (same helpers as the integration tests) on the real API server
+(1.36.2 by default, `--version`) with its kube-controller-manager *without* the deployment
+and replicaset controllers: the bench creates each Deployment's ReplicaSet itself (0
+replicas, an ownerReference to the Deployment, its template), and nothing else creates any.
+The garbage collector, namespace and service-account controllers still run.
+
+The bulk load goes through the webhook, as the chart registers it: a loader configpin
+(`--no-controller`) admits every Deployment, so the workloads are stamped as they would be
+in a cluster where configpin ran from the start (unstamped ones would each get a baseline
+write at the measured configpin's start, which is not what a restart costs). The sources
+(ConfigMaps and Secrets, half each, 2 keys of about 100 bytes) and then the Deployments and
+their ReplicaSets are created by a thread pool over one connection pool (raw HTTP).
+
+Three stages, each measured on a fresh `configpin serve` process (leader-elected, one
+replica, its own Lease; its webhook is not registered, the loader's is):
+
+1. empty: only the opted-in namespaces (the baseline of this run);
+2. `--sources` ConfigMaps+Secrets;
+3. the same plus `--workloads` Deployments, each with its ReplicaSet.
+
+Per stage: seconds from the process start to `/readyz` OK and to `configpin_controller_up`
+= 1 (the controller's index synced), VmRSS 2 s after that, and the API server's
+`apiserver_registered_watchers` with that configpin running and without it. Bytes per
+source are (RSS 2 - RSS 1) / sources, per workload (RSS 3 - RSS 2) / workloads; the last
+line extrapolates to 200k sources + 50k workloads.
+
+Then, on stage 3's configpin (`--coalesce-window 0 --min-rollout-interval 0`, the default
+`--controller-qps 200 --controller-burst 400`): `--rounds` times, a consumed key of ConfigMap
+`shared` changes, read by 1,000 of the Deployments (`--fanout`); the time until a watch saw
+every one's template `configpin.io/sources` change, and the API server's request latency
+(`apiserver_request_duration_seconds`, every verb but WATCH/CONNECT) during it against an
+idle spell of the same length just before. Medians.
+
+    nice -n 10 .venv/bin/python bench/scale.py                          # 100k + 25k
+    nice -n 10 .venv/bin/python bench/scale.py --sources 2000 --workloads 500   # ~1 min
+
+Loopback only; everything lives in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.connections import rss_kib
+from bench.refresh import served, server_histogram
+from tests.integration import controlplane
+from tests.integration.configpin_proc import (
+    INSTANCE_LABEL,
+    Configpin,
+    ensure_namespace,
+    running_configpin,
+    start_configpin,
+)
+from tests.integration.controlplane import ENABLED_LABEL, running_control_plane, wait_for
+from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from webhook.core.constants import ANN_SOURCES
+from webhook.kube.client import connect
+from webhook.kube.raw import MERGE_PATCH, Kube, path
+
+INSTANCE = "bench"
+REPO = Path(__file__).resolve().parents[1]
+# Without these two, the bench's ReplicaSets are the only ones, and no pods are made.
+WITHOUT = ("deployment", "replicaset")
+EXTRAPOLATE = (200_000, 50_000)
+GOAL_MB = 150
+
+
+def assets_for(version: str) -> Path:
+    if os.environ.get("KUBEBUILDER_ASSETS"):
+        return Path(os.environ["KUBEBUILDER_ASSETS"])
+    out = subprocess.run(
+        ["bash", str(REPO / "hack" / "provision-control-plane.sh"), version],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def pooled_kube(plane: controlplane.ControlPlane, connections: int) -> Kube:
+    """A client whose connection pool holds `connections` (the default holds a few)."""
+    cfg = plane.configuration()
+    cfg.connection_pool_maxsize = connections
+    return Kube(client.ApiClient(cfg), timeout=120)
+
+
+def parallel(threads: int, fn: Callable[[int], None], count: int, what: str) -> float:
+    """Run fn(0..count-1) on `threads` threads; print the rate; seconds taken."""
+    t0 = time.perf_counter()
+    done = 0
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(fn, range(count), chunksize=64):
+            done += 1
+            if done % 10_000 == 0:
+                rate = done / (time.perf_counter() - t0)
+                print(f"  {what}: {done}/{count} ({rate:.0f}/s)", flush=True)
+    took = time.perf_counter() - t0
+    print(f"  {what}: {count} in {took:.0f}s ({count / took:.0f}/s)", flush=True)
+    return took
+
+
+def namespaces(count: int) -> list[str]:
+    return [f"scale-{i}" for i in range(count)]
+
+
+def create_sources(kube: Kube, count: int, nss: list[str], threads: int) -> float:
+    """`count` sources: ConfigMap cm-k and Secret sec-k alternately, k-th in nss[k % len]."""
+    value = "v" * 100
+
+    def one(i: int) -> None:
+        k, ns = i // 2, nss[(i // 2) % len(nss)]
+        if i % 2 == 0:
+            kube.create(
+                path("configmaps", ns), configmap(f"cm-{k}", {"a": f"{value}{k}", "b": "1"})
+            )
+        else:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": f"sec-{k}"},
+                "stringData": {"p": f"{value}{k}", "q": "1"},
+            }
+            kube.create(path("secrets", ns), body)
+
+    return parallel(threads, one, count, "sources")
+
+
+def create_workloads(
+    kube: Kube, count: int, sources: int, nss: list[str], fanout: int, threads: int
+) -> float:
+    """`count` Deployments, each reading one ConfigMap key and one Secret key of its
+    namespace, and its ReplicaSet; the first `fanout` (in nss[0]) also read ConfigMap
+    `shared`."""
+    pairs = max(1, sources // 2)
+    per_ns = max(1, pairs // len(nss))
+
+    def one(i: int) -> None:
+        n = 0 if i < fanout else i % len(nss)
+        ns = nss[n]
+        k = n + len(nss) * ((i * 7919) % per_ns)
+        env = [
+            env_key_ref("configmap", f"cm-{k}", "a", "A"),
+            env_key_ref("secret", f"sec-{k}", "p", "P"),
+        ]
+        if i < fanout:
+            env.append(env_key_ref("configmap", "shared", "a", "S"))
+        d = kube.create(path("deployments", ns), deployment(f"d{i}", pod_spec(container(env=env))))
+        template = d["spec"]["template"]
+        template["metadata"].setdefault("labels", {})["pod-template-hash"] = "h"
+        meta = d["metadata"]
+        rs = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"d{i}-h",
+                "labels": template["metadata"]["labels"],
+                "annotations": {"deployment.kubernetes.io/revision": "1"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": template["metadata"]["labels"]},
+                "template": template,
+            },
+        }
+        kube.create(path("replicasets", ns), rs)
+
+    return parallel(threads, one, count, "deployments+replicasets")
+
+
+def watchers(kube: Kube) -> int:
+    """Watches open on the API server: `apiserver_registered_watchers` where it exists (it is
+    gone by 1.36), else the WATCH requests of `apiserver_longrunning_requests`."""
+    resp = kube.open("GET", "/metrics")
+    try:
+        text = resp.read().decode()
+    finally:
+        resp.release_conn()
+    registered = longrunning = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        if family.name == "apiserver_registered_watchers":
+            found = True
+            registered += sum(s.value for s in family.samples)
+        elif family.name == "apiserver_longrunning_requests":
+            longrunning += sum(s.value for s in family.samples if s.labels.get("verb") == "WATCH")
+    return int(registered if found else longrunning)
+
+
+def watchers_metric(kube: Kube) -> str:
+    resp = kube.open("GET", "/metrics")
+    try:
+        text = resp.read().decode()
+    finally:
+        resp.release_conn()
+    if "apiserver_registered_watchers" in text:
+        return "apiserver_registered_watchers"
+    return 'apiserver_longrunning_requests{verb="WATCH"}'
+
+
+def configpin_args() -> list[str]:
+    return ["--coalesce-window", "0", "--min-rollout-interval", "0", "--lease-name", "scale"]
+
+
+@contextlib.contextmanager
+def measured(
+    plane: controlplane.ControlPlane, workdir: Path, setup: Kube, label: str, timeout: float
+) -> Iterator[tuple[Configpin, dict[str, float]]]:
+    """A fresh configpin (controller on, leader-elected): its cold start, RSS, watchers."""
+    time.sleep(2.0)
+    idle_watchers = watchers(setup)
+    t0 = time.perf_counter()
+    cp = start_configpin(
+        plane, workdir, args=configpin_args(), instance=INSTANCE, ready_timeout=timeout
+    )
+    ready = time.perf_counter() - t0
+    try:
+        wait_for(
+            lambda: cp.metric("configpin_controller_up") == 1,
+            timeout=timeout,
+            interval=0.05,
+            what="configpin_controller_up 1",
+        )
+        synced = time.perf_counter() - t0
+        wait_for(lambda: "leading:" in cp.log(), timeout=60, what="configpin leading")
+        time.sleep(2.0)
+        figures = {
+            "ready": ready,
+            "synced": synced,
+            "rss": rss_kib(cp.proc.pid) * 1024,
+            "watchers": watchers(setup),
+            "watchers_without": idle_watchers,
+        }
+        print(
+            f"  {label}: ready {ready:.1f}s, controller up {synced:.1f}s, "
+            f"RSS {figures['rss'] / 2**20:.1f} MB, watchers {figures['watchers']} "
+            f"(without configpin {idle_watchers})",
+            flush=True,
+        )
+        yield cp, figures
+    finally:
+        cp.stop()
+
+
+class TemplateWatch:
+    """Watches the Deployments of one namespace: when each one's template digest changed."""
+
+    def __init__(self, kube: Kube, ns: str) -> None:
+        self.kube, self.ns = kube, ns
+        self.digest: dict[str, str] = {}
+        self.changed: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _digest(obj: dict[str, Any]) -> str:
+        ann = obj["spec"]["template"]["metadata"].get("annotations") or {}
+        return str(ann.get(ANN_SOURCES, ""))
+
+    def _note(self, obj: dict[str, Any]) -> None:
+        name, now = obj["metadata"]["name"], self._digest(obj)
+        with self._lock:
+            if name in self.digest and self.digest[name] != now:
+                self.changed[name] = time.perf_counter()
+            self.digest[name] = now
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._list_and_watch()
+            except Exception:  # the control plane stopping ends it; else list and watch again
+                if self._stop.is_set():
+                    return
+                time.sleep(0.5)
+
+    def _list_and_watch(self) -> None:
+        rv = ""
+        for page in self.kube.list_pages(path("deployments", self.ns)):
+            for obj in page.get("items") or ():
+                self._note(obj)
+            rv = page["metadata"]["resourceVersion"]
+        self.ready.set()
+        with self.kube.watch(path("deployments", self.ns), rv) as events:
+            for event in events:
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self._note(event["object"])
+                elif event["type"] == "ERROR":
+                    raise RuntimeError(str(event["object"]))
+                if self._stop.is_set():
+                    return
+
+    def reset(self) -> None:
+        with self._lock:
+            self.changed.clear()
+
+    def __enter__(self) -> TemplateWatch:
+        self.ready = threading.Event()
+        self._thread.start()
+        self.ready.wait(120)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+
+def fanout_rounds(setup: Kube, ns: str, fanout: int, rounds: int, timeout: float) -> dict[str, Any]:
+    spans: list[float] = []
+    idle: list[dict[str, float]] = []
+    busy: list[dict[str, float]] = []
+    with TemplateWatch(setup, ns) as watch:
+        for r in range(1, rounds + 1):
+            quiet = spans[-1] if spans else 5.0
+            b0, q0 = server_histogram(setup), time.perf_counter()
+            time.sleep(quiet)
+            b1, q1 = server_histogram(setup), time.perf_counter()
+            idle.append(served(b0, b1) | {"seconds": q1 - q0})
+            watch.reset()
+            t0 = time.perf_counter()
+            setup.patch(path("configmaps", ns, "shared"), {"data": {"a": str(r)}}, MERGE_PATCH)
+            wait_for(
+                lambda: len(watch.changed) >= fanout,
+                timeout=timeout,
+                interval=0.01,
+                what=f"{fanout} Deployments re-stamped (round {r})",
+            )
+            t1 = max(watch.changed.values())
+            b2 = server_histogram(setup)
+            spans.append(t1 - t0)
+            busy.append(served(b1, b2) | {"seconds": t1 - t0})
+            print(
+                f"  round {r}: all {fanout} re-stamped in {t1 - t0:.2f}s; API server "
+                f"p50/p99 {busy[-1]['p50'] * 1e3:.1f}/{busy[-1]['p99'] * 1e3:.1f} ms "
+                f"({busy[-1]['count']:.0f} requests) vs idle "
+                f"{idle[-1]['p50'] * 1e3:.1f}/{idle[-1]['p99'] * 1e3:.1f} ms "
+                f"({idle[-1]['count']:.0f})",
+                flush=True,
+            )
+            time.sleep(2.0)  # the records' writes land
+    return {"spans": spans, "idle": idle, "busy": busy}
+
+
+def median_of(rows: list[dict[str, float]], field: str) -> float:
+    return statistics.median(r[field] for r in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", default="1.36.2", help="control plane (KUBEBUILDER_ASSETS wins)")
+    ap.add_argument("--sources", type=int, default=100_000, help="ConfigMaps+Secrets in all")
+    ap.add_argument("--workloads", type=int, default=25_000, help="Deployments (+ ReplicaSets)")
+    ap.add_argument("--namespaces", type=int, default=5)
+    ap.add_argument("--fanout", type=int, default=1000, help="Deployments reading `shared`")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=32, help="concurrent creates")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per wait at most")
+    args = ap.parse_args()
+    fanout = min(args.fanout, args.workloads)
+    assets = assets_for(args.version)
+    # The bench makes each Deployment's ReplicaSet itself: the controller-manager runs
+    # without the deployment and replicaset controllers.
+    controlplane.CONTROLLERS = tuple(c for c in controlplane.CONTROLLERS if c not in WITHOUT)
+    print(f"load average at start: {' '.join(map(str, os.getloadavg()))}", flush=True)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_control_plane(Path(tmp) / "cp", assets) as plane,
+    ):
+        print(f"control plane {plane.version}, controllers {','.join(controlplane.CONTROLLERS)}")
+        api = connect(plane.kubeconfig)
+        assert api is not None
+        print("watchers: " + watchers_metric(Kube(api)), flush=True)
+        ensure_namespace(api)
+        setup = pooled_kube(plane, args.threads + 4)
+        nss = namespaces(args.namespaces)
+        for ns in nss:
+            setup.create(
+                path("namespaces"),
+                {
+                    "metadata": {
+                        "name": ns,
+                        "labels": {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE},
+                    }
+                },
+            )
+        setup.create(path("configmaps", nss[0]), configmap("shared", {"a": "0"}))
+        stages: dict[str, dict[str, float]] = {}
+        with measured(plane, Path(tmp) / "empty", setup, "empty", args.timeout) as (_, f):
+            stages["empty"] = f
+        with running_configpin(
+            plane,
+            Path(tmp) / "loader",
+            args=["--no-controller"],
+            instance=INSTANCE,
+            webhook_name="configpin-scale-loader",
+        ):
+            print("loading (through the loader configpin's webhook):", flush=True)
+            create_sources(setup, args.sources, nss, args.threads)
+            with measured(plane, Path(tmp) / "sources", setup, "sources", args.timeout) as (_, f):
+                stages["sources"] = f
+            create_workloads(setup, args.workloads, args.sources, nss, fanout, args.threads)
+            with measured(plane, Path(tmp) / "full", setup, "full", args.timeout) as (_, f):
+                stages["full"] = f
+                fan = fanout_rounds(setup, nss[0], fanout, args.rounds, args.timeout)
+            logging.disable(logging.WARNING)
+    report(args, fanout, stages, fan)
+
+
+def report(
+    args: argparse.Namespace,
+    fanout: int,
+    stages: dict[str, dict[str, float]],
+    fan: dict[str, Any],
+) -> None:
+    mb = 2**20
+    print(f"\nscale: {args.sources} sources, {args.workloads} Deployments (+ ReplicaSets)")
+    print(f"{'stage':>8} {'ready':>7} {'ctl up':>7} {'RSS':>9} {'watchers':>9} {'without':>8}")
+    for name, f in stages.items():
+        print(
+            f"{name:>8} {f['ready']:>6.1f}s {f['synced']:>6.1f}s {f['rss'] / mb:>6.1f} MB "
+            f"{f['watchers']:>9} {f['watchers_without']:>8}"
+        )
+    e, s, w = (stages[k]["rss"] for k in ("empty", "sources", "full"))
+    per_source = (s - e) / args.sources if args.sources else 0.0
+    per_workload = (w - s) / args.workloads if args.workloads else 0.0
+    at = e + per_source * EXTRAPOLATE[0] + per_workload * EXTRAPOLATE[1]
+    print(
+        f"bytes per source {per_source:.0f}, "
+        f"per workload (Deployment + ReplicaSet) {per_workload:.0f}"
+    )
+    print(
+        f"extrapolated to {EXTRAPOLATE[0]:,} sources + {EXTRAPOLATE[1]:,} workloads: "
+        f"{at / mb:.0f} MB (goal < {GOAL_MB} MB; ratio {at / mb / GOAL_MB:.2f})"
+    )
+    spans = fan["spans"]
+    busy, idle = fan["busy"], fan["idle"]
+    print(
+        f"fan-out: {fanout} Deployments re-stamped, median of {len(spans)}: "
+        f"{statistics.median(spans):.2f}s ({fanout / statistics.median(spans):.0f}/s)"
+    )
+    print(
+        f"API server latency, median per round, fan-out vs idle: "
+        f"p50 {median_of(busy, 'p50') * 1e3:.1f} vs {median_of(idle, 'p50') * 1e3:.1f} ms, "
+        f"p99 {median_of(busy, 'p99') * 1e3:.1f} vs {median_of(idle, 'p99') * 1e3:.1f} ms; "
+        f"requests {median_of(busy, 'count'):.0f} vs {median_of(idle, 'count'):.0f}"
+    )
+    print(f"load average at end: {' '.join(map(str, os.getloadavg()))}")
+
+
+if __name__ == "__main__":
+    main()
