@@ -3,26 +3,28 @@
 The API server calls the webhook through its Service, so the serving certificate must name
 every form of the Service's DNS name, and the CA goes into the webhook configuration's
 `caBundle`. Keys are ECDSA P-256: small, fast handshakes, accepted by every API server.
+
+Reading and checking certificates takes only the standard library (a short DER reader for the
+few fields configpin looks at, OpenSSL through `ssl` for keys and signatures); making one
+imports cryptography (`webhook.certgen`), which a server that already has its certificate
+never loads.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
-import ipaddress
+import hashlib
 import os
-import secrets
+import re
+import ssl
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import Final
 
 CA_CERT_FILE = "ca.crt"
 CA_KEY_FILE = "ca.key"
@@ -76,38 +78,15 @@ def generate(
     `ca` is an existing `(ca_cert_pem, ca_key_pem)`; the serving certificate then never
     outlives that CA.
     """
-    if validity_days <= 0:
-        raise ValueError("validity_days must be positive")
-    now = datetime.now(UTC)
-    not_before = now - CLOCK_SKEW
+    from webhook import certgen  # noqa: PLC0415 (cryptography only to make a certificate)
 
-    if ca is None:
-        ca_key: CertificateIssuerPrivateKeyTypes = ec.generate_private_key(ec.SECP256R1())
-        ca_cert = _make_ca(ca_key, service, namespace, not_before, now)
-        ca_cert_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
-        ca_key_pem = _key_pem(ca_key)
-    else:
-        ca_cert_pem, ca_key_pem = ca
-        ca_cert, ca_key = _load_ca(ca_cert_pem, ca_key_pem)
-
-    not_after = min(now + timedelta(days=validity_days), ca_cert.not_valid_after_utc)
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _make_serving_cert(
-        key.public_key(),
-        ca_cert,
-        ca_key,
-        dns_names=_unique([*service_dns_names(service, namespace), *extra_dns]),
-        ips=[ipaddress.ip_address(ip) for ip in _unique(list(extra_ips))],
-        common_name=f"{service}.{namespace}.svc",
-        not_before=not_before,
-        not_after=not_after,
-    )
-    return CertBundle(
-        ca_cert_pem=ca_cert_pem,
-        ca_key_pem=ca_key_pem,
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=_key_pem(key),
-        not_after=cert.not_valid_after_utc,
+    return certgen.generate(
+        service,
+        namespace,
+        extra_dns=extra_dns,
+        extra_ips=extra_ips,
+        validity_days=validity_days,
+        ca=ca,
     )
 
 
@@ -125,13 +104,238 @@ def write_bundle(bundle: CertBundle, out_dir: Path) -> None:
     _write_atomic(out_dir / CERT_FILE, bundle.cert_pem, 0o644)
 
 
+# ---- reading certificates: the fields configpin looks at, from the DER --------------------
+
+
+@dataclass(frozen=True)
+class CertInfo:
+    """One certificate: its DER and what configpin reads from it."""
+
+    der: bytes
+    serial: int
+    subject: str  # RFC 4514, most specific attribute first, as `openssl x509 -subject` shows
+    not_after: datetime
+    dns_names: tuple[str, ...]  # subjectAltName dNSName entries
+
+    @property
+    def pem(self) -> bytes:
+        return ssl.DER_cert_to_PEM_cert(self.der).encode("ascii")
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.der).hexdigest()
+
+
+_PEM_CERT: Final = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\s*(.*?)\s*-----END CERTIFICATE-----", re.DOTALL
+)
+
+
+def read_certificates(pem: bytes) -> list[CertInfo]:
+    """Every certificate of a PEM bundle, in order; CertificateError when there is none or one
+    cannot be read."""
+    blocks = _PEM_CERT.findall(pem)
+    if not blocks:
+        raise CertificateError("certificate is not valid PEM: no certificate found")
+    out = []
+    for block in blocks:
+        try:
+            der = base64.b64decode(b"".join(block.split()), validate=True)
+            out.append(_read_der(der))
+        except (ValueError, binascii.Error, IndexError, UnicodeDecodeError) as e:
+            raise CertificateError(f"certificate is not valid PEM: {e}") from None
+    return out
+
+
 def needs_renewal(cert_pem: bytes, *, now: datetime, before: timedelta) -> bool:
     """True when the certificate expires within `before` of `now`, or cannot be parsed."""
     try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError:
+        cert = read_certificates(cert_pem)[0]
+    except CertificateError:
         return True
-    return now + before >= cert.not_valid_after_utc
+    return now + before >= cert.not_after
+
+
+def check_pair(cert_pem: bytes, key_pem: bytes) -> None:
+    """Check that a PEM certificate chain can be read and that the private key belongs to its
+    first certificate (OpenSSL loads them as a server would). CertificateError otherwise,
+    with a message that never contains key material."""
+    read_certificates(cert_pem)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        with private_files(cert_pem, key_pem) as (cert_path, key_path):
+            ctx.load_cert_chain(cert_path, key_path, password=_no_password)
+    except ssl.SSLError as e:
+        # The reason is OpenSSL's ("KEY_VALUES_MISMATCH", "PEM lib"), never the key bytes.
+        if "KEY_VALUES_MISMATCH" in str(e):
+            raise CertificateError("private key does not match the certificate") from None
+        raise CertificateError("private key is not a valid unencrypted PEM key") from None
+
+
+def _no_password() -> bytes:
+    # An encrypted key fails to load instead of OpenSSL asking for a password on the terminal.
+    return b""
+
+
+@contextlib.contextmanager
+def private_files(*blobs: bytes) -> Iterator[list[str]]:
+    """Paths to files holding `blobs`, readable only by this process, gone afterwards."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None and os.path.isdir("/proc/self/fd"):
+        # Anonymous memory files: the key never touches a disk.
+        fds = []
+        try:
+            for blob in blobs:
+                fd = memfd_create("configpin-tls", os.MFD_CLOEXEC)
+                fds.append(fd)
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view) :]
+            yield [f"/proc/self/fd/{fd}" for fd in fds]
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="configpin-tls-") as tmp:  # created 0700
+        paths = []
+        for i, blob in enumerate(blobs):
+            path = Path(tmp) / f"{i}.pem"
+            path.touch(mode=0o600)
+            path.write_bytes(blob)
+            paths.append(str(path))
+        yield paths
+
+
+def _tlv(der: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """The DER element at `pos`: (tag, first content byte, end of content)."""
+    if pos + 2 > end:
+        raise ValueError("truncated DER")
+    tag, length = der[pos], der[pos + 1]
+    pos += 2
+    if length & 0x80:
+        size = length & 0x7F
+        if not 0 < size <= 4 or pos + size > end:
+            raise ValueError("bad DER length")
+        length = int.from_bytes(der[pos : pos + size], "big")
+        pos += size
+    if pos + length > end:
+        raise ValueError("truncated DER")
+    return tag, pos, pos + length
+
+
+def _children(der: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
+    out = []
+    while start < end:
+        element = _tlv(der, start, end)
+        out.append(element)
+        start = element[2]
+    return out
+
+
+def _oid(raw: bytes) -> str:
+    if not raw:
+        raise ValueError("empty OID")
+    first = min(raw[0] // 40, 2)
+    arcs = [first, raw[0] - 40 * first]
+    value = 0
+    for byte in raw[1:]:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            arcs.append(value)
+            value = 0
+    return ".".join(map(str, arcs))
+
+
+def _time(tag: int, raw: bytes) -> datetime:
+    text = raw.decode("ascii")
+    if tag == 0x17:  # UTCTime, YYMMDDHHMMSSZ: years 50-99 are 19xx (RFC 5280)
+        parsed = datetime.strptime(text, "%y%m%d%H%M%SZ")
+        if parsed.year >= 2050:
+            parsed = parsed.replace(year=parsed.year - 100)
+    elif tag == 0x18:  # GeneralizedTime, YYYYMMDDHHMMSSZ
+        parsed = datetime.strptime(text, "%Y%m%d%H%M%SZ")
+    else:
+        raise ValueError(f"unexpected time tag {tag:#x}")
+    return parsed.replace(tzinfo=UTC)
+
+
+# RFC 4514 short names, as cryptography's `rfc4514_string` and OpenSSL print them
+_ATTRIBUTE_NAMES: Final = {
+    "2.5.4.3": "CN",
+    "2.5.4.6": "C",
+    "2.5.4.7": "L",
+    "2.5.4.8": "ST",
+    "2.5.4.9": "STREET",
+    "2.5.4.10": "O",
+    "2.5.4.11": "OU",
+    "0.9.2342.19200300.100.1.1": "UID",
+    "0.9.2342.19200300.100.1.25": "DC",
+}
+_STRING_CODECS: Final = {0x1E: "utf-16-be", 0x1C: "utf-32-be", 0x14: "latin-1"}
+
+
+def _name(der: bytes, start: int, end: int) -> str:
+    rdns = []
+    for _set, s, e in _children(der, start, end):
+        attributes = []
+        for _seq, a, b in _children(der, s, e):
+            (_, os_, oe), (vtag, vs, ve) = _children(der, a, b)[:2]
+            oid = _oid(der[os_:oe])
+            value = der[vs:ve].decode(_STRING_CODECS.get(vtag, "utf-8"), "replace")
+            attributes.append(f"{_ATTRIBUTE_NAMES.get(oid, oid)}={_escape(value)}")
+        rdns.append("+".join(attributes))
+    return ",".join(reversed(rdns))
+
+
+def _escape(value: str) -> str:
+    value = re.sub(r'([\\"+,;<>])', r"\\\1", value).replace("\0", "\\00")
+    if value.startswith(("#", " ")):
+        value = "\\" + value
+    if value.endswith(" "):
+        value = value[:-1] + "\\ "
+    return value
+
+
+_SUBJECT_ALT_NAME: Final = b"\x55\x1d\x11"  # 2.5.29.17
+
+
+def _read_der(der: bytes) -> CertInfo:
+    """Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signature } (RFC 5280)."""
+    _, start, end = _tlv(der, 0, len(der))
+    _, tbs_start, tbs_end = _tlv(der, start, end)
+    fields = _children(der, tbs_start, tbs_end)
+    if fields and fields[0][0] == 0xA0:  # [0] version
+        fields = fields[1:]
+    serial, _algorithm, _issuer, validity, subject, _key, *optional = fields
+    if serial[0] != 0x02 or validity[0] != 0x30 or subject[0] != 0x30:
+        raise ValueError("not an X.509 certificate")
+    _, not_after = _children(der, validity[1], validity[2])[:2]
+    dns_names: list[str] = []
+    for tag, s, e in optional:
+        if tag != 0xA3:  # [3] extensions
+            continue
+        (_, es, ee) = _tlv(der, s, e)
+        for _ext, xs, xe in _children(der, es, ee):
+            parts = _children(der, xs, xe)
+            if der[parts[0][1] : parts[0][2]] != _SUBJECT_ALT_NAME:
+                continue
+            _, vs, ve = parts[-1]  # extnValue, an OCTET STRING holding GeneralNames
+            _, gs, ge = _tlv(der, vs, ve)
+            dns_names += [
+                der[ns:ne].decode("ascii")
+                for ntag, ns, ne in _children(der, gs, ge)
+                if ntag == 0x82
+            ]
+    return CertInfo(
+        der=der[:end],
+        serial=int.from_bytes(der[serial[1] : serial[2]], "big", signed=True),
+        subject=_name(der, subject[1], subject[2]),
+        not_after=_time(not_after[0], der[not_after[1] : not_after[2]]),
+        dns_names=tuple(dns_names),
+    )
+
+
+# ---- development certificates --------------------------------------------------------------
 
 
 def ensure_dev_certs(
@@ -153,193 +357,63 @@ def ensure_dev_certs(
     return cert_path, key_path, ca_path
 
 
-def load_pair(cert_pem: bytes, key_pem: bytes) -> list[x509.Certificate]:
-    """Parse a PEM certificate chain and its private key and check that they belong together.
-
-    Returns the chain (leaf first). Raises CertificateError with a message that never
-    contains key material.
-    """
-    try:
-        chain = x509.load_pem_x509_certificates(cert_pem)
-    except ValueError as e:
-        raise CertificateError(f"certificate is not valid PEM: {e}") from e
-    try:
-        key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError) as e:
-        # The exception text never includes the key bytes, but do not pass it on anyway.
-        raise CertificateError("private key is not a valid unencrypted PEM key") from e
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    if chain[0].public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
-        raise CertificateError("private key does not match the certificate")
-    return chain
-
-
 def _usable(cert_path: Path, key_path: Path, ca_path: Path, dns_name: str, now: datetime) -> bool:
     try:
         cert_pem, key_pem = cert_path.read_bytes(), key_path.read_bytes()
         ca_pem = ca_path.read_bytes()
-        chain = load_pair(cert_pem, key_pem)
-        ca_cert = x509.load_pem_x509_certificate(ca_pem)
-    except (OSError, ValueError, CertificateError):
+    except OSError:
         return False
     if needs_renewal(cert_pem, now=now, before=RENEW_BEFORE):
         return False
+    return _serves(cert_pem, key_pem, ca_pem, dns_name)
+
+
+def _serves(cert_pem: bytes, key_pem: bytes, ca_pem: bytes, dns_name: str) -> bool:
+    """A TLS handshake in memory between a server holding the pair and a client trusting only
+    `ca_pem` that asks for `dns_name`: it succeeds when the key belongs to the certificate,
+    the CA signed it, it names `dns_name` and it is valid now (OpenSSL checks each)."""
     try:
-        sans = chain[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with private_files(cert_pem, key_pem) as (cert_file, key_file):
+            server.load_cert_chain(cert_file, key_file, password=_no_password)
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
+        client.load_verify_locations(cadata=ca_pem.decode("ascii"))
+    except (ssl.SSLError, ValueError):
         return False
-    if dns_name not in sans.get_values_for_type(x509.DNSName):
-        return False
-    try:
-        chain[0].verify_directly_issued_by(ca_cert)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    ends = (
+        (client.wrap_bio(c_in, c_out, server_hostname=dns_name), c_out, s_in),
+        (server.wrap_bio(s_in, s_out, server_side=True), s_out, c_in),
+    )
+    done = [False, False]
+    for _ in range(8):
+        for i, (end, outgoing, peer) in enumerate(ends):
+            if not done[i]:
+                try:
+                    end.do_handshake()
+                    done[i] = True
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLError:
+                    return False
+            peer.write(outgoing.read())
+        if all(done):
+            return True
+    return False
 
 
 def _reusable_ca(out_dir: Path, now: datetime) -> tuple[bytes, bytes] | None:
+    from webhook import certgen  # noqa: PLC0415 (cryptography only to make a certificate)
+
     try:
         ca_cert_pem = (out_dir / CA_CERT_FILE).read_bytes()
         ca_key_pem = (out_dir / CA_KEY_FILE).read_bytes()
-        _load_ca(ca_cert_pem, ca_key_pem)
+        certgen.load_ca(ca_cert_pem, ca_key_pem)
     except (OSError, CertificateError):
         return None
     if needs_renewal(ca_cert_pem, now=now, before=RENEW_BEFORE):
         return None
     return ca_cert_pem, ca_key_pem
-
-
-def _load_ca(
-    ca_cert_pem: bytes, ca_key_pem: bytes
-) -> tuple[x509.Certificate, CertificateIssuerPrivateKeyTypes]:
-    chain = load_pair(ca_cert_pem, ca_key_pem)
-    ca_cert = chain[0]
-    try:
-        is_ca = ca_cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    except x509.ExtensionNotFound:
-        is_ca = False
-    if not is_ca:
-        raise CertificateError("the given CA certificate is not a CA (basicConstraints CA:false)")
-    key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
-        raise CertificateError(f"unsupported CA key type {type(key).__name__}")
-    return ca_cert, key
-
-
-def _make_ca(
-    key: CertificateIssuerPrivateKeyTypes,
-    service: str,
-    namespace: str,
-    not_before: datetime,
-    now: datetime,
-) -> x509.Certificate:
-    name = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "configpin"),
-            x509.NameAttribute(NameOID.COMMON_NAME, f"configpin CA for {service}.{namespace}"),
-        ]
-    )
-    public_key = key.public_key()
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(public_key)
-        .serial_number(_serial())
-        .not_valid_before(not_before)
-        .not_valid_after(now + timedelta(days=CA_VALIDITY_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-
-
-def _make_serving_cert(
-    public_key: ec.EllipticCurvePublicKey,
-    ca_cert: x509.Certificate,
-    ca_key: CertificateIssuerPrivateKeyTypes,
-    *,
-    dns_names: list[str],
-    ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address],
-    common_name: str,
-    not_before: datetime,
-    not_after: datetime,
-) -> x509.Certificate:
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
-    sans += [x509.IPAddress(ip) for ip in ips]
-    return (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(public_key)
-        .serial_number(_serial())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-        .add_extension(_authority_key_id(ca_cert), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-
-def _authority_key_id(ca_cert: x509.Certificate) -> x509.AuthorityKeyIdentifier:
-    # Must equal the CA's own subjectKeyIdentifier, which a CA made elsewhere may have
-    # computed differently from the public key than we would.
-    try:
-        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    except x509.ExtensionNotFound:
-        key = ca_cert.public_key()
-        if not isinstance(key, ec.EllipticCurvePublicKey | rsa.RSAPublicKey):
-            raise CertificateError("unsupported CA public key type") from None
-        return x509.AuthorityKeyIdentifier.from_issuer_public_key(key)
-    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
-
-
-def _key_pem(key: CertificateIssuerPrivateKeyTypes) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _serial() -> int:
-    # RFC 5280: positive, at most 20 octets; 159 random bits leave the top bit clear.
-    return secrets.randbits(159) | 1
-
-
-def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:

@@ -18,11 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.serialization import Encoding
-
-from webhook.certs import generate, needs_renewal
+from webhook.certs import CertificateError, CertInfo, generate, needs_renewal, read_certificates
 from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from webhook.kube.raw import Kube, path
 from webhook.kube.webhookconfig import set_ca_bundle
@@ -56,17 +52,15 @@ def _decode(secret: dict[str, object]) -> Material | None:
     return Material(ca, ca_key, cert, key, str(rv) if rv else None)
 
 
-def _newest_ca(ca_pem: bytes) -> x509.Certificate:
-    return max(x509.load_pem_x509_certificates(ca_pem), key=lambda c: c.not_valid_after_utc)
+def _newest_ca(ca_pem: bytes) -> CertInfo:
+    return max(read_certificates(ca_pem), key=lambda c: c.not_after)
 
 
 def _covers(cert_pem: bytes, dns_name: str) -> bool:
     try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, x509.ExtensionNotFound):
+        return dns_name in read_certificates(cert_pem)[0].dns_names
+    except CertificateError:
         return False
-    return dns_name in sans.get_values_for_type(x509.DNSName)
 
 
 class SelfManagedCerts:
@@ -152,17 +146,17 @@ class SelfManagedCerts:
             return self._new(None), True
         dns = f"{self.service}.{self.namespace}.svc"
         ca = _newest_ca(current.ca_pem)
-        if now + CA_RENEW_BEFORE >= ca.not_valid_after_utc:
+        if now + CA_RENEW_BEFORE >= ca.not_after:
             fresh = self._new(None)
             # Trust both while replicas switch; the old CA drops out at the next CA change.
-            bundle = fresh.ca_pem + ca.public_bytes(encoding=Encoding.PEM)
+            bundle = fresh.ca_pem + ca.pem
             return Material(
                 bundle, fresh.ca_key_pem, fresh.cert_pem, fresh.key_pem, current.resource_version
             ), True
         if needs_renewal(current.cert_pem, now=now, before=self.renew_before) or not _covers(
             current.cert_pem, dns
         ):
-            renewed = self._new((ca.public_bytes(encoding=Encoding.PEM), current.ca_key_pem))
+            renewed = self._new((ca.pem, current.ca_key_pem))
             return Material(current.ca_pem, current.ca_key_pem, renewed.cert_pem, renewed.key_pem,
                             current.resource_version), True  # fmt: skip
         return current, False
@@ -195,7 +189,7 @@ class SelfManagedCerts:
     def _publish_bundle(self, ca_pem: bytes) -> None:
         if not self.webhook_config:
             return
-        unique = b"".join(c.public_bytes(encoding=Encoding.PEM) for c in _unique_certs(ca_pem))
+        unique = b"".join(c.pem for c in _unique_certs(ca_pem))
         try:
             if set_ca_bundle(self.kube, self.webhook_config, unique):
                 log.info(
@@ -238,8 +232,8 @@ class SelfManagedCerts:
                 )
 
 
-def _unique_certs(pem: bytes) -> list[x509.Certificate]:
-    seen: dict[bytes, x509.Certificate] = {}
-    for cert in x509.load_pem_x509_certificates(pem):
-        seen.setdefault(cert.fingerprint(hashes.SHA256()), cert)
+def _unique_certs(pem: bytes) -> list[CertInfo]:
+    seen: dict[bytes, CertInfo] = {}
+    for cert in read_certificates(pem):
+        seen.setdefault(cert.der, cert)
     return list(seen.values())

@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import ssl
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
-from webhook.certs import CertificateError, load_pair
+from webhook.certs import CertificateError, check_pair, private_files, read_certificates
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +132,7 @@ class ReloadingTLSContext:
         self._context = ctx
 
         material = self._read_settled()
-        load_pair(material.cert_pem, material.key_pem)
+        check_pair(material.cert_pem, material.key_pem)
         self._apply(material)
         self._loaded = material
         self._last_failure: str | None = None
@@ -172,7 +167,7 @@ class ReloadingTLSContext:
             return False
 
         try:
-            load_pair(material.cert_pem, material.key_pem)
+            check_pair(material.cert_pem, material.key_pem)
         except CertificateError as e:
             self._failed(f"new certificate not loaded, keeping the current one: {e}")
             return False
@@ -242,7 +237,7 @@ class ReloadingTLSContext:
             self._context.load_verify_locations(cadata=material.client_ca_pem.decode("ascii"))
         # load_cert_chain only takes file names; hand it the bytes we validated, not the
         # mounted files, which may have changed again since.
-        with _private_files(material.cert_pem, material.key_pem) as (cert_path, key_path):
+        with private_files(material.cert_pem, material.key_pem) as (cert_path, key_path):
             self._context.load_cert_chain(cert_path, key_path)
 
     def _failed(self, message: str) -> None:
@@ -252,40 +247,10 @@ class ReloadingTLSContext:
         self._last_failure = message
 
 
-@contextlib.contextmanager
-def _private_files(*blobs: bytes) -> Iterator[list[str]]:
-    """Paths to files holding `blobs`, readable only by this process, gone afterwards."""
-    memfd_create = getattr(os, "memfd_create", None)
-    if memfd_create is not None and os.path.isdir("/proc/self/fd"):
-        # Anonymous memory files: the key never touches a disk.
-        fds = []
-        try:
-            for blob in blobs:
-                fd = memfd_create("configpin-tls", os.MFD_CLOEXEC)
-                fds.append(fd)
-                view = memoryview(blob)
-                while view:
-                    view = view[os.write(fd, view) :]
-            yield [f"/proc/self/fd/{fd}" for fd in fds]
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    with tempfile.TemporaryDirectory(prefix="configpin-tls-") as tmp:  # created 0700
-        paths = []
-        for i, blob in enumerate(blobs):
-            path = Path(tmp) / f"{i}.pem"
-            path.touch(mode=0o600)
-            path.write_bytes(blob)
-            paths.append(str(path))
-        yield paths
-
-
 def _describe(cert_pem: bytes) -> str:
     """Enough to tell certificates apart in a log: subject, serial, expiry, fingerprint."""
-    cert = x509.load_pem_x509_certificate(cert_pem)
-    fingerprint = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+    cert = read_certificates(cert_pem)[0]
     return (
-        f"subject={cert.subject.rfc4514_string()} serial={cert.serial_number:x} "
-        f"not_after={cert.not_valid_after_utc.isoformat()} sha256={fingerprint[:16]}"
+        f"subject={cert.subject} serial={cert.serial:x} "
+        f"not_after={cert.not_after.isoformat()} sha256={cert.sha256[:16]}"
     )
