@@ -227,7 +227,7 @@ def serve(settings: Settings) -> int:
         stoppers.append(cache.stop)
         ready_checks.append(cache.synced)
         sources = cache
-        log.info("reading sources from the cluster at %s", api.configuration.host)
+        log.info("reading sources from the cluster at %s", api.host)
         if settings.controller:
             controller = _rollout_controller(
                 settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots, events=events

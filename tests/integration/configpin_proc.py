@@ -36,6 +36,7 @@ from tests.integration.controlplane import (
     wait_for,
 )
 from webhook.certs import generate, write_bundle
+from webhook.kube.client import SERVICE_ACCOUNT_DIR_ENV
 
 CONFIGPIN_NAMESPACE = "configpin-system"
 INSTANCE_LABEL = "test.configpin.io/instance"
@@ -134,8 +135,12 @@ def start_configpin(
     verify: bool = True,
     client_cert: tuple[Path, Path] | None = None,
     chart_values: Mapping[str, Any] | None = None,
+    service_account_dir: Path | None = None,
 ) -> Configpin:
-    """Start one configpin process; wait until /readyz says ready; register its webhook."""
+    """Start one configpin process; wait until /readyz says ready; register its webhook.
+
+    With `service_account_dir` (a `token` and `ca.crt`) it connects as in a pod, from
+    KUBERNETES_SERVICE_HOST/PORT and that folder, instead of the control plane's kubeconfig."""
     workdir.mkdir(parents=True, exist_ok=True)
     certs = workdir / "certs"
     write_bundle(generate("configpin", CONFIGPIN_NAMESPACE), certs)
@@ -148,7 +153,7 @@ def start_configpin(
         "--host", "127.0.0.1", "--port", str(port),
         "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
         "--certs-dir", str(certs),
-        "--kubeconfig", str(plane.kubeconfig),
+        *(["--kubeconfig", str(plane.kubeconfig)] if service_account_dir is None else []),
         "--namespace", CONFIGPIN_NAMESPACE,
         "--namespace-selector", selector,
         "--shutdown-delay", "0", "--drain-timeout", "5",
@@ -159,6 +164,13 @@ def start_configpin(
     log_path = workdir / f"configpin-{port}.log"
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     child_env.pop("KUBECONFIG", None)
+    if service_account_dir is not None:
+        api_host, _, api_port = plane.host.removeprefix("https://").rpartition(":")
+        child_env |= {
+            "KUBERNETES_SERVICE_HOST": api_host,
+            "KUBERNETES_SERVICE_PORT": api_port,
+            SERVICE_ACCOUNT_DIR_ENV: str(service_account_dir),
+        }
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env)
     cp = Configpin(

@@ -218,6 +218,28 @@ def issue_serving_cert(
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
+def issue_client_cert(ca: KeyPair, user: str, groups: Sequence[str] = ()) -> KeyPair:
+    """A client certificate for `user` (CN) in `groups` (O), as kube-apiserver reads them."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise TypeError(f"unsupported CA key type {type(ca_key).__name__}")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+    name += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+    cert = (
+        _validity(x509.CertificateBuilder())
+        .subject_name(x509.Name(name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
 def _service_account_keys() -> KeyPair:
     """RSA pair the apiserver signs (and the token controller issues) service-account JWTs with."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -518,6 +540,7 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
     token = secrets.token_urlsafe(32)
     ca_file = pki / "ca.crt"
     ca_file.write_bytes(ca.cert_pem)
+    _write_private(pki / "ca.key", ca.key_pem)  # signs client certificates (--client-ca-file)
     (pki / "apiserver.crt").write_bytes(serving.cert_pem)
     _write_private(pki / "apiserver.key", serving.key_pem)
     (pki / "sa.pub").write_bytes(sa_keys.cert_pem)

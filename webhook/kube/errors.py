@@ -1,12 +1,6 @@
-"""configpin's own errors over the client's: raised `from` the original, never carrying bodies."""
+"""configpin's own errors for cluster calls: never carrying response bodies."""
 
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
-
-import urllib3
-from kubernetes.client.exceptions import ApiException
 
 
 class KubeError(Exception):
@@ -41,27 +35,3 @@ class Gone(KubeError):
 
 class Invalid(KubeError):
     pass
-
-
-_BY_STATUS: dict[int, type[KubeError]] = {
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    410: Gone,
-    422: Invalid,
-}
-
-
-@contextlib.contextmanager
-def translate(what: str) -> Iterator[None]:
-    """Turn client exceptions into KubeError subclasses. The response body is not kept: it
-    can echo the object, Secret values included."""
-    try:
-        yield
-    except ApiException as e:
-        cls = _BY_STATUS.get(e.status or 0, KubeError)
-        if e.status == 409 and "AlreadyExists" in str(e.body or ""):
-            cls = AlreadyExists
-        raise cls(what, e.status, str(e.reason or "")) from None
-    except (urllib3.exceptions.HTTPError, OSError) as e:
-        raise KubeError(what, None, type(e).__name__) from e

@@ -1,23 +1,23 @@
-"""Raw JSON requests to the API server, on the official client's connection settings.
+"""Raw JSON requests to the API server over a `webhook.kube.client.Connection`.
 
 We read and write plain dicts, never the generated models: models drop fields they do not
 know and cost far more to build than the JSON they come from (controller-runtime's note on
-`PatchResponseFromRaw`). The client's own ApiClient still owns TLS, the connection pool and
-credentials, token refresh included.
+`PatchResponseFromRaw`). The connection owns TLS, the pool and the credentials, token
+refresh included.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlencode
 
 import orjson
 import urllib3
-from kubernetes import client
 
 from webhook.core.model import JSONObject
+from webhook.kube.client import Connection
 from webhook.kube.errors import (
     AlreadyExists,
     Conflict,
@@ -27,6 +27,9 @@ from webhook.kube.errors import (
     KubeError,
     NotFound,
 )
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
 
 JSON: Final = "application/json"
 JSON_PATCH: Final = "application/json-patch+json"
@@ -92,25 +95,25 @@ def _error(what: str, resp: urllib3.BaseHTTPResponse, body: bytes) -> KubeError:
 
 
 class Kube:
-    """Plain-dict access to the API server."""
+    """Plain-dict access to the API server.
 
-    def __init__(self, api: client.ApiClient, *, timeout: float = 30.0) -> None:
+    `api` is a Connection (`webhook.kube.client.connect`), or an official client ApiClient
+    (tests and benchmarks), whose host, pool and credentials are then used."""
+
+    def __init__(self, api: Connection | k8s.ApiClient, *, timeout: float = 30.0) -> None:
         self.api = api
-        self.cfg = api.configuration
+        self.conn = api if isinstance(api, Connection) else Connection.of_api_client(api)
         self.timeout = timeout
         self.calls = 0  # requests made, for benchmarks and tests
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": JSON, "User-Agent": "configpin"}
-        for setting in self.cfg.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
+        headers = {"Accept": JSON, "User-Agent": "configpin", **self.conn.headers()}
         if content_type:
             headers["Content-Type"] = content_type
         return headers
 
     def _url(self, api_path: str, query: Mapping[str, Any] | None) -> str:
-        url = str(self.cfg.host).rstrip("/") + api_path
+        url = self.conn.host + api_path
         if query:
             q = {
                 k: ("true" if v is True else "false" if v is False else v)
@@ -134,7 +137,7 @@ class Kube:
         self.calls += 1
         data = orjson.dumps(body) if body is not None else None
         try:
-            resp: urllib3.BaseHTTPResponse = self.api.rest_client.pool_manager.request(
+            resp: urllib3.BaseHTTPResponse = self.conn.pool.request(
                 method,
                 self._url(api_path, query),
                 body=data,
