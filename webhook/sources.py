@@ -12,7 +12,6 @@ from typing import Any, Final, Protocol
 
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
-from webhook.manifests import decode, read_text
 
 _KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
 EMBEDDED_MANIFESTS: Final = Path(__file__).parent / "embedded"
@@ -46,6 +45,9 @@ def iter_manifests(paths: Iterable[Path]) -> Iterator[JSONObject]:
     """Every object in the YAML/JSON files named (folders: their *.yaml, *.yml, *.json), read
     as kubectl reads them (`webhook.manifests`, as `configpin render` does). Raises
     InputError (`file:line: what`) on a file that cannot be read as manifests."""
+    # YAML only when files are read: a server reading its sources from the cluster never does.
+    from webhook.manifests import decode, read_text  # noqa: PLC0415
+
     for path in paths:
         if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
