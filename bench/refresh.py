@@ -305,8 +305,7 @@ def main() -> None:
     layouts = [tuple(int(n) for n in s.split("x")) for s in args.layouts.split(",")]
 
     with tempfile.TemporaryDirectory() as tmp, running_control_plane(Path(tmp) / "cp") as plane:
-        api = connect(plane.kubeconfig)
-        assert api is not None
+        api = plane.api_client()  # the official client: ensure_namespace, server_minor
         setup = Kube(connect(plane.kubeconfig))
         ensure_namespace(api)
         minor = server_minor(api)

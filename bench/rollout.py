@@ -245,8 +245,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp, running_control_plane(Path(tmp) / "cp") as plane:
         markers = (tmp, f"configpin-etcd-{os.getpid()}-")
-        api = connect(plane.kubeconfig)
-        assert api is not None
+        api = plane.api_client()  # the official client: ensure_namespace, server_minor
         setup = Kube(connect(plane.kubeconfig))
         ensure_namespace(api)
         with running_configpin(

@@ -75,7 +75,6 @@ from tests.integration.configpin_proc import (
 from tests.integration.controlplane import ENABLED_LABEL, running_control_plane, wait_for
 from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_SOURCES
-from webhook.kube.client import connect
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "bench"
@@ -396,8 +395,7 @@ def main() -> None:
         running_control_plane(Path(tmp) / "cp", assets) as plane,
     ):
         print(f"control plane {plane.version}, controllers {','.join(controlplane.CONTROLLERS)}")
-        api = connect(plane.kubeconfig)
-        assert api is not None
+        api = plane.api_client()  # the official client: ensure_namespace, server_minor
         print("watchers: " + watchers_metric(Kube(api)), flush=True)
         ensure_namespace(api)
         setup = pooled_kube(plane, args.threads + 4)

@@ -221,9 +221,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(settings: Settings) -> int:
+    from webhook.kube.client import ConfigError
     from webhook.serve import serve
 
-    return serve(settings)
+    try:
+        return serve(settings)
+    except ConfigError as e:
+        print(f"configpin serve: cannot connect to the cluster: {e}", file=sys.stderr)
+        return 2
 
 
 def _render_key(args: argparse.Namespace) -> bytes:

@@ -426,7 +426,9 @@ class ControlPlane:
         return client.ApiClient(self.configuration())
 
 
-def _kubeconfig(host: str, ca_pem: bytes, token: str) -> str:
+def kubeconfig_text(host: str, ca_pem: bytes, user: Mapping[str, Any]) -> str:
+    """A kubeconfig for the API server at `host` (CA `ca_pem`) as the kubeconfig `user`
+    entry (`{"token": ...}`, `{"client-certificate-data": ..., ...}`)."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -439,7 +441,7 @@ def _kubeconfig(host: str, ca_pem: bytes, token: str) -> str:
                 },
             }
         ],
-        "users": [{"name": "admin", "user": {"token": token}}],
+        "users": [{"name": "admin", "user": dict(user)}],
         "contexts": [
             {"name": "configpin-test", "context": {"cluster": "configpin-test", "user": "admin"}}
         ],
@@ -549,7 +551,9 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
 
     etcd_client_port, etcd_peer_port, apiserver_port = free_port(), free_port(), free_port()
     host = f"https://127.0.0.1:{apiserver_port}"
-    kubeconfig = _write_private(workdir / "kubeconfig", _kubeconfig(host, ca.cert_pem, token))
+    kubeconfig = _write_private(
+        workdir / "kubeconfig", kubeconfig_text(host, ca.cert_pem, {"token": token})
+    )
     version = binary_version(assets / "kube-apiserver")
     plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir, version)
 

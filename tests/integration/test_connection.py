@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.integration.configpin_proc import (
@@ -20,7 +19,13 @@ from tests.integration.configpin_proc import (
     ensure_namespace,
     running_configpin,
 )
-from tests.integration.controlplane import ControlPlane, KeyPair, issue_client_cert, wait_for
+from tests.integration.controlplane import (
+    ControlPlane,
+    KeyPair,
+    issue_client_cert,
+    kubeconfig_text,
+    wait_for,
+)
 from webhook.kube import client as kube_client
 from webhook.kube.client import connect
 from webhook.kube.errors import Forbidden, KubeError
@@ -170,26 +175,8 @@ def test_client_certificate_kubeconfig(
         "files": {"client-certificate": "me.crt", "client-key": "me.key"},
     }
     for form, entry in users.items():
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "c",
-                    "cluster": {
-                        "server": control_plane.host,
-                        "certificate-authority-data": base64.b64encode(
-                            control_plane.ca_pem
-                        ).decode(),
-                    },
-                }
-            ],
-            "users": [{"name": "u", "user": entry}],
-            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-            "current-context": "x",
-        }
         kubeconfig = tmp_path / f"{form}.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(doc))
+        kubeconfig.write_text(kubeconfig_text(control_plane.host, control_plane.ca_pem, entry))
         conn = connect(kubeconfig)
         assert conn is not None
         with conn:

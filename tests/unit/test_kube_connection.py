@@ -542,3 +542,16 @@ def test_kubeconfig_from_the_environment_uses_its_first_file(
     with connect() as conn:
         assert conn is not None
         assert conn.host == "https://first:1"
+
+
+def test_serve_says_why_it_cannot_connect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import main
+
+    path = tmp_path / "config"
+    path.write_text("current-context: nope\n")
+    assert main(["serve", "--kubeconfig", str(path), "--certs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot connect to the cluster" in err
+    assert "no context named 'nope'" in err

@@ -104,11 +104,12 @@ def connect(kubeconfig: Path | None = None, *, qps_hint: int = 50) -> Connection
     """
     maxsize = max((os.cpu_count() or 1) * 5, qps_hint // 5)
     if kubeconfig is not None:
-        return _from_kubeconfig(Path(kubeconfig), maxsize)
+        return _from_kubeconfig(Path(kubeconfig).expanduser(), maxsize)
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return _in_cluster(maxsize)
     if os.environ.get("KUBECONFIG"):
-        return _from_kubeconfig(Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]), maxsize)
+        first = os.environ["KUBECONFIG"].split(os.pathsep)[0]
+        return _from_kubeconfig(Path(first).expanduser(), maxsize)
     return None
 
 
