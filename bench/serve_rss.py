@@ -172,6 +172,7 @@ class Bench:
             ]
         base = [sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1"]
         base += ["--port", str(port), "--certs-dir", str(self.certs)]
+        base += ["--shutdown-delay", "0", "--drain-timeout", "2"]
         if mode == "no cluster":
             return base
         assert self.plane is not None
@@ -182,7 +183,6 @@ class Bench:
             "--namespace", CONFIGPIN_NAMESPACE,
             "--namespace-selector", f"{ENABLED_LABEL}=true",
             "--lease-name", f"rss-{secrets.token_hex(3)}",
-            "--shutdown-delay", "0", "--drain-timeout", "2",
         ]  # fmt: skip
 
     def measure(self, target: Target, mode: str) -> dict[str, int]:
