@@ -2,7 +2,7 @@
 
 configpin sends raw JSON over urllib3 (`webhook.kube.raw`) and needs of a client only where the
 API server is, a connection pool with the right TLS settings, and the credentials to send. The
-official client's package imports every API class and model on its first import (about 9 MB
+official client's package imports every API class and model on its first import (about 7 MB
 of memory that configpin never uses), so the common cases are read here, with the official
 client's semantics and the same urllib3 pool arguments:
 
