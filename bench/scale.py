@@ -46,14 +46,17 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +66,8 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.connections import rss_kib
-from bench.refresh import served, server_histogram
+from bench.refresh import Buckets, served, server_histogram
+from bench.rollout import cpu_seconds
 from tests.integration import controlplane
 from tests.integration.configpin_proc import (
     INSTANCE_LABEL,
@@ -271,6 +275,12 @@ def measured(
         cp.stop()
 
 
+@contextlib.contextmanager
+def skipped(*_: object) -> Iterator[None]:
+    """In place of `measured` (--fanout-only): nothing started, nothing measured."""
+    yield None
+
+
 class TemplateWatch:
     """Watches the Deployments of one namespace: when each one's template digest changed."""
 
@@ -333,40 +343,191 @@ class TemplateWatch:
         self._stop.set()
 
 
-def fanout_rounds(setup: Kube, ns: str, fanout: int, rounds: int, timeout: float) -> dict[str, Any]:
-    spans: list[float] = []
-    idle: list[dict[str, float]] = []
-    busy: list[dict[str, float]] = []
+@dataclass
+class Variant:
+    """A configpin source tree the fan-out runs on: this one, or a baseline revision."""
+
+    label: str
+    repo: Path
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """`rev`'s webhook package, extracted with `git archive` (run as `python -m webhook`
+    from there, with this tree's installed dependencies)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "webhook"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+@contextlib.contextmanager
+def fanout_pair(
+    plane: controlplane.ControlPlane, workdir: Path, variant: Variant, extra: list[str]
+) -> Iterator[tuple[Configpin, Configpin]]:
+    """Two replicas of one variant, as the chart runs them: `webhook` serves every admission
+    (`--no-controller`, its webhook registered as the chart registers it) and `leader` runs
+    the controller (its webhook not registered), so each re-stamp passes through the other
+    replica's admission."""
+    with running_configpin(
+        plane,
+        workdir / "webhook",
+        args=["--no-controller"],
+        instance=INSTANCE,
+        webhook_name="configpin-scale-fanout",
+        repo=variant.repo,
+    ) as webhook:
+        leader = start_configpin(
+            plane, workdir / "leader", args=[*configpin_args(), *extra], instance=INSTANCE,
+            repo=variant.repo, ready_timeout=300,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: leader.metric("configpin_leader") == 1, timeout=120, what="leading")
+            wait_for(lambda: "leading:" in leader.log(), timeout=60, what="leader checked all")
+            time.sleep(2.0)  # its first check of every workload (all current) is done
+            yield webhook, leader
+        finally:
+            leader.stop()
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of one process so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# configpin's own counters read around each round: (replica, metric, labels, short name)
+COUNTERS: tuple[tuple[str, str, dict[str, str], str], ...] = (
+    ("webhook", "configpin_source_reads_total", {"how": "fresh"}, "fresh reads"),
+    ("webhook", "configpin_source_reads_total", {"how": "cache"}, "cache plans"),
+    ("webhook", "configpin_admissions_total", {"result": "unchanged"}, "admitted unchanged"),
+    ("leader", "configpin_rollouts_total", {}, "rollouts"),
+    ("leader", "configpin_rollouts_skipped_total", {"reason": "not-stored"}, "not-stored"),
+    ("leader", "configpin_patch_conflicts_total", {}, "409s"),
+    ("leader", "configpin_client_rate_limit_wait_seconds_sum", {}, "rate-limit wait s"),
+)
+
+
+def counters(replicas: dict[str, Configpin], marker: str) -> dict[str, float]:
+    out = {name: replicas[who].metric(metric, **labels) for who, metric, labels, name in COUNTERS}
+    for who, cp in replicas.items():
+        out[f"{who} CPU s"] = process_cpu(cp.proc.pid)
+    plane = cpu_seconds((marker, f"configpin-etcd-{os.getpid()}-"))
+    for name in ("kube-apiserver", "etcd"):
+        out[f"{name} CPU s"] = plane[name]
+    return out
+
+
+def requests_by(
+    before: tuple[Buckets, Counter[tuple[str, str]]],
+    after: tuple[Buckets, Counter[tuple[str, str]]],
+) -> Counter[str]:
+    """Requests the API server served between two reads, by "VERB resource"."""
+    out: Counter[str] = Counter()
+    for key, buckets in after[0].items():
+        if key[0] in ("WATCH", "CONNECT"):
+            continue
+        n = buckets[float("inf")] - before[0].get(key, Counter())[float("inf")]
+        if n:
+            out[f"{key[0]} {key[1]}"] += n
+    return out
+
+
+def one_round(
+    setup: Kube,
+    ns: str,
+    fanout: int,
+    value: str,
+    watch: TemplateWatch,
+    quiet: float,
+    replicas: dict[str, Configpin],
+    marker: str,
+    timeout: float,
+) -> dict[str, Any]:
+    """An idle spell of `quiet` seconds, then `shared` changes: until every template of the
+    `fanout` Deployments was re-stamped, with the API server's figures and configpin's."""
+    b0, q0 = server_histogram(setup), time.perf_counter()
+    time.sleep(quiet)
+    b1, q1 = server_histogram(setup), time.perf_counter()
+    c1 = counters(replicas, marker)
+    watch.reset()
+    t0 = time.perf_counter()
+    setup.patch(path("configmaps", ns, "shared"), {"data": {"a": value}}, MERGE_PATCH)
+    wait_for(
+        lambda: len(watch.changed) >= fanout,
+        timeout=timeout,
+        interval=0.01,
+        what=f"{fanout} Deployments re-stamped",
+    )
+    t1 = max(watch.changed.values())
+    b2 = server_histogram(setup)
+    c2 = counters(replicas, marker)
+    return {
+        "span": t1 - t0,
+        "idle": served(b0, b1) | {"seconds": q1 - q0},
+        "busy": served(b1, b2) | {"seconds": t1 - t0},
+        "patches": served(b1, b2, only=("PATCH", "deployments")),
+        "requests": requests_by(b1, b2),
+        "configpin": {k: c2[k] - c1[k] for k in c2},
+    }
+
+
+def fanout_rounds(
+    plane: controlplane.ControlPlane,
+    setup: Kube,
+    workdir: Path,
+    ns: str,
+    fanout: int,
+    rounds: int,
+    variants: list[Variant],
+    extra: list[str],
+    timeout: float,
+) -> dict[str, list[dict[str, Any]]]:
+    """`rounds` rounds per variant, the variants interleaved (their order alternating from
+    round to round), each round on a fresh pair of replicas of its variant."""
+    results: dict[str, list[dict[str, Any]]] = {v.label: [] for v in variants}
+    quiet = 5.0
+    n = 0
     with TemplateWatch(setup, ns) as watch:
-        for r in range(1, rounds + 1):
-            quiet = spans[-1] if spans else 5.0
-            b0, q0 = server_histogram(setup), time.perf_counter()
-            time.sleep(quiet)
-            b1, q1 = server_histogram(setup), time.perf_counter()
-            idle.append(served(b0, b1) | {"seconds": q1 - q0})
-            watch.reset()
-            t0 = time.perf_counter()
-            setup.patch(path("configmaps", ns, "shared"), {"data": {"a": str(r)}}, MERGE_PATCH)
-            wait_for(
-                lambda: len(watch.changed) >= fanout,
-                timeout=timeout,
-                interval=0.01,
-                what=f"{fanout} Deployments re-stamped (round {r})",
-            )
-            t1 = max(watch.changed.values())
-            b2 = server_histogram(setup)
-            spans.append(t1 - t0)
-            busy.append(served(b1, b2) | {"seconds": t1 - t0})
-            print(
-                f"  round {r}: all {fanout} re-stamped in {t1 - t0:.2f}s; API server "
-                f"p50/p99 {busy[-1]['p50'] * 1e3:.1f}/{busy[-1]['p99'] * 1e3:.1f} ms "
-                f"({busy[-1]['count']:.0f} requests) vs idle "
-                f"{idle[-1]['p50'] * 1e3:.1f}/{idle[-1]['p99'] * 1e3:.1f} ms "
-                f"({idle[-1]['count']:.0f})",
-                flush=True,
-            )
-            time.sleep(2.0)  # the records' writes land
-    return {"spans": spans, "idle": idle, "busy": busy}
+        for r in range(rounds):
+            order = variants if r % 2 == 0 else variants[::-1]
+            for variant in order:
+                n += 1
+                folder = workdir / f"fanout-{n}-{variant.label.split()[0]}"
+                with fanout_pair(plane, folder, variant, extra) as (webhook, leader):
+                    row = one_round(
+                        setup,
+                        ns,
+                        fanout,
+                        str(n),
+                        watch,
+                        quiet,
+                        {"webhook": webhook, "leader": leader},
+                        str(workdir),
+                        timeout,
+                    )
+                    time.sleep(2.0)  # the records' writes land
+                quiet = row["span"]
+                results[variant.label].append(row)
+                busy, idle = row["busy"], row["idle"]
+                per = ", ".join(f"{k} {v / fanout:.2f}" for k, v in row["requests"].most_common(6))
+                print(
+                    f"  {variant.label} round {r + 1}: all {fanout} re-stamped in "
+                    f"{row['span']:.2f}s; API server p50/p99 {busy['p50'] * 1e3:.1f}/"
+                    f"{busy['p99'] * 1e3:.1f} ms ({busy['count']:.0f} requests) vs idle "
+                    f"{idle['p50'] * 1e3:.1f}/{idle['p99'] * 1e3:.1f} ms "
+                    f"({idle['count']:.0f}); per re-stamp: {per}",
+                    flush=True,
+                )
+                print(
+                    "    configpin: "
+                    + ", ".join(f"{k} {v:.4g}" for k, v in row["configpin"].items()),
+                    flush=True,
+                )
+    return results
 
 
 def median_of(rows: list[dict[str, float]], field: str) -> float:
@@ -380,9 +541,24 @@ def main() -> None:
     ap.add_argument("--workloads", type=int, default=25_000, help="Deployments (+ ReplicaSets)")
     ap.add_argument("--namespaces", type=int, default=5)
     ap.add_argument("--fanout", type=int, default=1000, help="Deployments reading `shared`")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="fan-out rounds per variant")
     ap.add_argument("--threads", type=int, default=32, help="concurrent creates")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per wait at most")
+    ap.add_argument(
+        "--fanout-only",
+        action="store_true",
+        help="skip the cold-start stages (RSS, ready times): load, then only the fan-out",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run the fan-out on this git revision's configpin, rounds interleaved",
+    )
+    ap.add_argument(
+        "--leader-args",
+        default="",
+        help="extra flags for the fan-out's leader, both variants (e.g. '--controller-qps 400')",
+    )
     args = ap.parse_args()
     fanout = min(args.fanout, args.workloads)
     assets = assets_for(args.version)
@@ -394,6 +570,17 @@ def main() -> None:
         tempfile.TemporaryDirectory() as tmp,
         running_control_plane(Path(tmp) / "cp", assets) as plane,
     ):
+        variants = [Variant("this tree", REPO)]
+        if args.baseline:
+            rev = subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            variants.insert(
+                0, Variant(f"baseline {rev}", baseline_tree(args.baseline, Path(tmp) / "base"))
+            )
         print(f"control plane {plane.version}, controllers {','.join(controlplane.CONTROLLERS)}")
         api = plane.api_client()  # the official client: ensure_namespace, server_minor
         print("watchers: " + watchers_metric(Kube(api)), flush=True)
@@ -412,8 +599,10 @@ def main() -> None:
             )
         setup.create(path("configmaps", nss[0]), configmap("shared", {"a": "0"}))
         stages: dict[str, dict[str, float]] = {}
-        with measured(plane, Path(tmp) / "empty", setup, "empty", args.timeout) as (_, f):
-            stages["empty"] = f
+        stage = skipped if args.fanout_only else measured
+        with stage(plane, Path(tmp) / "empty", setup, "empty", args.timeout) as found:
+            if found is not None:
+                stages["empty"] = found[1]
         with running_configpin(
             plane,
             Path(tmp) / "loader",
@@ -423,13 +612,26 @@ def main() -> None:
         ):
             print("loading (through the loader configpin's webhook):", flush=True)
             create_sources(setup, args.sources, nss, args.threads)
-            with measured(plane, Path(tmp) / "sources", setup, "sources", args.timeout) as (_, f):
-                stages["sources"] = f
+            with stage(plane, Path(tmp) / "sources", setup, "sources", args.timeout) as found:
+                if found is not None:
+                    stages["sources"] = found[1]
             create_workloads(setup, args.workloads, args.sources, nss, fanout, args.threads)
-            with measured(plane, Path(tmp) / "full", setup, "full", args.timeout) as (_, f):
-                stages["full"] = f
-                fan = fanout_rounds(setup, nss[0], fanout, args.rounds, args.timeout)
-            logging.disable(logging.WARNING)
+            with stage(plane, Path(tmp) / "full", setup, "full", args.timeout) as found:
+                if found is not None:
+                    stages["full"] = found[1]
+        print(f"fan-out ({', '.join(v.label for v in variants)}):", flush=True)
+        fan = fanout_rounds(
+            plane,
+            setup,
+            Path(tmp),
+            nss[0],
+            fanout,
+            args.rounds,
+            variants,
+            shlex.split(args.leader_args),
+            args.timeout,
+        )
+        logging.disable(logging.WARNING)
     report(args, fanout, stages, fan)
 
 
@@ -437,40 +639,67 @@ def report(
     args: argparse.Namespace,
     fanout: int,
     stages: dict[str, dict[str, float]],
-    fan: dict[str, Any],
+    fan: dict[str, list[dict[str, Any]]],
 ) -> None:
     mb = 2**20
     print(f"\nscale: {args.sources} sources, {args.workloads} Deployments (+ ReplicaSets)")
-    print(f"{'stage':>8} {'ready':>7} {'ctl up':>7} {'RSS':>9} {'watchers':>9} {'without':>8}")
-    for name, f in stages.items():
+    if stages:
+        print(f"{'stage':>8} {'ready':>7} {'ctl up':>7} {'RSS':>9} {'watchers':>9} {'without':>8}")
+        for name, f in stages.items():
+            print(
+                f"{name:>8} {f['ready']:>6.1f}s {f['synced']:>6.1f}s {f['rss'] / mb:>6.1f} MB "
+                f"{f['watchers']:>9} {f['watchers_without']:>8}"
+            )
+        e, s, w = (stages[k]["rss"] for k in ("empty", "sources", "full"))
+        per_source = (s - e) / args.sources if args.sources else 0.0
+        per_workload = (w - s) / args.workloads if args.workloads else 0.0
+        at = e + per_source * EXTRAPOLATE[0] + per_workload * EXTRAPOLATE[1]
         print(
-            f"{name:>8} {f['ready']:>6.1f}s {f['synced']:>6.1f}s {f['rss'] / mb:>6.1f} MB "
-            f"{f['watchers']:>9} {f['watchers_without']:>8}"
+            f"bytes per source {per_source:.0f}, "
+            f"per workload (Deployment + ReplicaSet) {per_workload:.0f}"
         )
-    e, s, w = (stages[k]["rss"] for k in ("empty", "sources", "full"))
-    per_source = (s - e) / args.sources if args.sources else 0.0
-    per_workload = (w - s) / args.workloads if args.workloads else 0.0
-    at = e + per_source * EXTRAPOLATE[0] + per_workload * EXTRAPOLATE[1]
-    print(
-        f"bytes per source {per_source:.0f}, "
-        f"per workload (Deployment + ReplicaSet) {per_workload:.0f}"
-    )
-    print(
-        f"extrapolated to {EXTRAPOLATE[0]:,} sources + {EXTRAPOLATE[1]:,} workloads: "
-        f"{at / mb:.0f} MB (goal < {GOAL_MB} MB; ratio {at / mb / GOAL_MB:.2f})"
-    )
-    spans = fan["spans"]
-    busy, idle = fan["busy"], fan["idle"]
-    print(
-        f"fan-out: {fanout} Deployments re-stamped, median of {len(spans)}: "
-        f"{statistics.median(spans):.2f}s ({fanout / statistics.median(spans):.0f}/s)"
-    )
-    print(
-        f"API server latency, median per round, fan-out vs idle: "
-        f"p50 {median_of(busy, 'p50') * 1e3:.1f} vs {median_of(idle, 'p50') * 1e3:.1f} ms, "
-        f"p99 {median_of(busy, 'p99') * 1e3:.1f} vs {median_of(idle, 'p99') * 1e3:.1f} ms; "
-        f"requests {median_of(busy, 'count'):.0f} vs {median_of(idle, 'count'):.0f}"
-    )
+        print(
+            f"extrapolated to {EXTRAPOLATE[0]:,} sources + {EXTRAPOLATE[1]:,} workloads: "
+            f"{at / mb:.0f} MB (goal < {GOAL_MB} MB; ratio {at / mb / GOAL_MB:.2f})"
+        )
+    medians: dict[str, float] = {}
+    for label, rows in fan.items():
+        spans = [r["span"] for r in rows]
+        busy, idle = [r["busy"] for r in rows], [r["idle"] for r in rows]
+        medians[label] = span = statistics.median(spans)
+        print(
+            f"fan-out, {label}: {fanout} Deployments re-stamped in "
+            f"{', '.join(f'{x:.2f}' for x in spans)} s; median {span:.2f}s "
+            f"({fanout / span:.0f}/s)"
+        )
+        print(
+            f"  API server latency, median per round, fan-out vs idle: "
+            f"p50 {median_of(busy, 'p50') * 1e3:.1f} vs {median_of(idle, 'p50') * 1e3:.1f} ms, "
+            f"p99 {median_of(busy, 'p99') * 1e3:.1f} vs {median_of(idle, 'p99') * 1e3:.1f} ms; "
+            f"requests {median_of(busy, 'count'):.0f} vs {median_of(idle, 'count'):.0f}"
+        )
+        kinds = sorted({k for r in rows for k in r["requests"]})
+        per = {k: statistics.median(r["requests"][k] for r in rows) / fanout for k in kinds}
+        total = statistics.median(sum(r["requests"].values()) for r in rows) / fanout
+        patches = [r["patches"] for r in rows]
+        print(
+            f"  of which the Deployments' PATCHes: p50 {median_of(patches, 'p50') * 1e3:.1f} ms, "
+            f"p99 {median_of(patches, 'p99') * 1e3:.1f} ms"
+        )
+        print(
+            f"  API requests per re-stamp (every client, median): {total:.2f}: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]))
+        )
+        names = list(rows[0]["configpin"])
+        print(
+            "  configpin per round (median): "
+            + ", ".join(
+                f"{k} {statistics.median(r['configpin'][k] for r in rows):.4g}" for k in names
+            )
+        )
+    if len(medians) == 2:
+        (base_label, base), (this_label, this) = medians.items()
+        print(f"fan-out time, {this_label} / {base_label}: {this / base:.2f}")
     print(f"load average at end: {' '.join(map(str, os.getloadavg()))}")
 
 

@@ -136,11 +136,13 @@ def start_configpin(
     client_cert: tuple[Path, Path] | None = None,
     chart_values: Mapping[str, Any] | None = None,
     service_account_dir: Path | None = None,
+    repo: Path = REPO,
 ) -> Configpin:
     """Start one configpin process; wait until /readyz says ready; register its webhook.
 
     With `service_account_dir` (a `token` and `ca.crt`) it connects as in a pod, from
-    KUBERNETES_SERVICE_HOST/PORT and that folder, instead of the control plane's kubeconfig."""
+    KUBERNETES_SERVICE_HOST/PORT and that folder, instead of the control plane's kubeconfig.
+    `repo`: the source tree it runs from (a benchmark's baseline revision)."""
     workdir.mkdir(parents=True, exist_ok=True)
     certs = workdir / "certs"
     write_bundle(generate("configpin", CONFIGPIN_NAMESPACE), certs)
@@ -172,7 +174,7 @@ def start_configpin(
             SERVICE_ACCOUNT_DIR_ENV: str(service_account_dir),
         }
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=repo, env=child_env)
     cp = Configpin(
         proc,
         port,
