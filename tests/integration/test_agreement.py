@@ -340,11 +340,16 @@ def test_a_replica_whose_watch_lags_never_undoes_the_controllers_rollout(
     control_plane: ControlPlane, k8s: client.ApiClient, kube: Kube, tmp_path: Path, mode: str
 ) -> None:
     """Two replicas, as behind the chart's Service: A leads the controller and sees changes at
-    once; B serves the webhook, every admission of it, and its ConfigMap watch is held back
-    by a proxy. A's rollout passes through B, whose cache still has the old content: B must
-    settle it from the API server, not undo it. Counted once, never undone."""
+    once; B serves the webhook, every admission of it. First B's watch is current: A's
+    re-stamp passes B as A planned it, and in checksum mode without a read of B's own (B's
+    cache agrees; a snapshot re-point changes references, which B reads fresh). Then B's
+    ConfigMap watch is held back by a proxy: A's rollout passes through B, whose cache still
+    has the old content: B must settle it from the API server, not undo it. Each counted
+    once, none undone."""
     ensure_namespace(k8s)
-    args = ["--coalesce-window", "0.5", "--min-rollout-interval", "0"]
+    # A acts a window after it saw a change: long enough for B's watch to have seen it too
+    # when it is not held back.
+    args = ["--coalesce-window", "2", "--min-rollout-interval", "0"]
     with (
         hold_proxy(control_plane, tmp_path / "proxy") as proxy,
         running_configpin(control_plane, tmp_path / "a", instance="lag", args=args) as a,
@@ -376,18 +381,28 @@ def _lagging_replica(
 ) -> None:
     kube.create(path("configmaps", ns), configmap("web-config", {"a": "1"}))
     kube.create(path("deployments", ns), manifest("web", mode=mode))
-    before = sources(settled_deployment(kube, ns, "web"))
-    assert set(before) == {"configmap/web-config"}
-    assert _probe(kube, ns, mode) == before  # B has seen the ConfigMap
+    first = sources(settled_deployment(kube, ns, "web"))
+    assert set(first) == {"configmap/web-config"}
+    assert _probe(kube, ns, mode) == first  # B has seen the ConfigMap
     rollouts = a.metric("configpin_rollouts_total", kind="Deployment")
     fresh = b.metric("configpin_source_reads_total", how="fresh")
 
+    # B's watch is current: B sees the change before A acts on it.
+    _set(kube, ns, "2")
+    wait_for(lambda: _probe(kube, ns, mode) != first, what="B seeing the change")
+    assert sources(kube.get(path("deployments", ns, "web"))) == first, "A acted too soon"
+    before = sources(wait_for(lambda: _record_changed(kube, ns, first), what="A's rollout"))
+    assert _probe(kube, ns, mode) == before
+    if mode == "checksum":
+        assert b.metric("configpin_source_reads_total", how="fresh") == fresh
+    else:
+        assert b.metric("configpin_source_reads_total", how="fresh") > fresh
+    settled_deployment(kube, ns, "web")
+    fresh = b.metric("configpin_source_reads_total", how="fresh")
+
+    # B's watch lags.
     proxy.hold.set()
-    kube.patch(
-        path("configmaps", ns, "web-config"),
-        {"data": {"a": "2"}},
-        content_type="application/merge-patch+json",
-    )
+    _set(kube, ns, "3")
     dep = wait_for(lambda: _record_changed(kube, ns, before), what="A's rollout")
     after = sources(dep)
     assert _probe(kube, ns, mode) == before, "B's watch was meant to lag here"
@@ -398,9 +413,9 @@ def _lagging_replica(
     time.sleep(SETTLE)  # a re-stamp by anyone would have happened by now
     last = settled_deployment(kube, ns, "web")
     assert sources(last) == after
-    assert revision(last) == 2, "a second rollout, or one undone"
-    assert replicasets(kube, ns, "web") == 2
-    assert a.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 1
+    assert revision(last) == 3, "a third rollout, or one undone"
+    assert replicasets(kube, ns, "web") == 3
+    assert a.metric("configpin_rollouts_total", kind="Deployment") == rollouts + 2
     assert a.metric("configpin_rollouts_skipped_total", reason="not-stored") == 0
 
 

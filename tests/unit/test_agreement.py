@@ -28,11 +28,12 @@ from tests.unit.conftest import (
     review,
     spec_of,
     template_annotations,
+    template_meta_of,
     workload,
 )
 from webhook.core.constants import ANN_CHECKSUM, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
-from webhook.core.plan import dumps_mapping
+from webhook.core.plan import changes_only_the_record, dumps_mapping
 from webhook.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter
@@ -119,11 +120,12 @@ def test_a_template_change_is_planned_and_a_record_of_its_own_is_checked() -> No
 
 
 class LaggingReader:
-    """The cache says cfg has a=1 (its watch lags); the API server already has a=2."""
+    """The cache says cfg has a=1 (its watch lags); the API server already has a=2. (Other
+    values: a cache that has seen what the API server holds, or one that is ahead.)"""
 
-    def __init__(self) -> None:
-        self.memory = record(configmap("cfg", {"a": "1"}))
-        self.server = configmap("cfg", {"a": "2"})
+    def __init__(self, cache: str = "1", server: str = "2") -> None:
+        self.memory = record(configmap("cfg", {"a": cache}))
+        self.server = configmap("cfg", {"a": server})
         self.fresh_reads = 0
 
     def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
@@ -194,3 +196,71 @@ def test_an_update_that_leaves_the_template_alone_reads_nothing_fresh() -> None:
     response = _admit(reader, scaled, stamped)
     assert "patch" not in response
     assert reader.fresh_reads == 0
+
+
+def test_a_restamp_this_replicas_cache_agrees_with_passes_without_fresh_reads() -> None:
+    # The controller (on any replica) re-stamped for a=2 and this replica's watch has seen
+    # a=2 too: it would record exactly what the request carries, so nothing is replaced and
+    # nothing needs the API server's word (the fan-out of one change to many workloads
+    # costs no extra reads per workload).
+    reader = LaggingReader(cache="2", server="2")
+    obj = _deploy()
+    stamped = apply(obj, plan(obj, _store("1")))
+    restamp = apply(stamped, plan(stamped, _store("2"), refresh=ALL))
+    response = _admit(reader, restamp, stamped)
+    assert "patch" not in response
+    assert reader.fresh_reads == 0
+
+
+def test_a_restamp_the_cache_disagrees_with_is_settled_by_fresh_reads_either_way() -> None:
+    obj = _deploy()
+    stamped = apply(obj, plan(obj, _store("1")))
+    # The writer's watch lags (it re-stamped for a=2; a=3 is there already, and this
+    # replica's cache has seen it): the API server's content is recorded, not the writer's.
+    reader = LaggingReader(cache="3", server="3")
+    restamp = apply(stamped, plan(stamped, _store("2"), refresh=ALL))
+    out = _patched(restamp, _admit(reader, restamp, stamped))
+    assert reader.fresh_reads == 1
+    assert recorded_sources(out) == plan(obj, _store("3")).sources
+    # A record written by hand (a tenant's guess, an old one copied back) that this replica
+    # does not agree with is never kept as written: fresh reads decide.
+    reader = LaggingReader(cache="2", server="2")
+    forged = copy.deepcopy(stamped)
+    template_meta_of(forged)["annotations"][ANN_SOURCES] = dumps_mapping(
+        {"configmap/cfg": "f" * 64}
+    )
+    out = _patched(forged, _admit(reader, forged, stamped))
+    assert reader.fresh_reads == 1
+    assert recorded_sources(out) == plan(obj, _store("2")).sources
+
+
+def test_a_deploy_reads_fresh_even_when_the_cache_agrees() -> None:
+    # A deploy carries the old record along (kubectl keeps annotations it does not set): it
+    # must record what the API server holds, whatever this replica's cache says.
+    reader = LaggingReader(cache="1", server="1")
+    obj = _deploy()
+    stamped = apply(obj, plan(obj, _store("1")))
+    deploy = copy.deepcopy(stamped)
+    spec_of(deploy)["containers"][0]["image"] = "registry.example/app:2"
+    assert "patch" not in _admit(reader, deploy, stamped)
+    assert reader.fresh_reads == 1
+
+
+@pytest.mark.parametrize("kind", MUTABLE_TEMPLATE_KINDS)
+def test_what_counts_as_changing_only_the_record(kind: str) -> None:
+    obj = _deploy(kind)
+    stamped = apply(obj, plan(obj, _store("1")))
+    restamp = apply(stamped, plan(stamped, _store("2"), refresh=ALL))
+    assert changes_only_the_record(restamp, stamped)
+    assert not changes_only_the_record(restamp, None)  # a CREATE
+    assert not changes_only_the_record(stamped, stamped)  # the record as it was
+    dropped = copy.deepcopy(stamped)  # a client that dropped the record (it is restored)
+    del template_meta_of(dropped)["annotations"][ANN_SOURCES]
+    del template_meta_of(dropped)["annotations"][ANN_CHECKSUM]
+    assert not changes_only_the_record(dropped, stamped)
+    deploy = copy.deepcopy(restamp)  # a new record along with a change of the template
+    spec_of(deploy)["containers"][0]["image"] = "registry.example/app:2"
+    assert not changes_only_the_record(deploy, stamped)
+    restart = copy.deepcopy(restamp)  # `kubectl rollout restart` beside a new record
+    template_meta_of(restart)["annotations"]["kubectl.kubernetes.io/restartedAt"] = "2026"
+    assert not changes_only_the_record(restart, stamped)

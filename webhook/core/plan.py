@@ -226,15 +226,11 @@ def _kept_record(obj: JSONObject, old: JSONObject, meta_path: Path, mode: str) -
     would start a rollout nobody asked for (a label edit, a `replicas` change, the
     controller's own baseline write). None when the request changes the template, or sets a
     record of its own (the controller re-stamping): that is planned."""
-    template_path = meta_path[:-1]
-    new_t, old_t = get_path(obj, template_path), get_path(old, template_path)
-    if _without_record(new_t) != _without_record(old_t):
+    if not _same_but_record(obj, old, meta_path):
         return None
     new_ann = _annotations(get_path(obj, meta_path))
     old_ann = _annotations(get_path(old, meta_path))
-    if any(k in new_ann for k in _TEMPLATE_RECORD) and any(
-        new_ann.get(k) != old_ann.get(k) for k in _TEMPLATE_RECORD
-    ):
+    if _sets_record(new_ann, old_ann):
         return None
     # Restore what a whole-object replace dropped; never write anything new.
     ops = _annotation_ops(
@@ -249,6 +245,33 @@ def _kept_record(obj: JSONObject, old: JSONObject, meta_path: Path, mode: str) -
     sources = parse_mapping(old_ann.get(ANN_SOURCES)) or {}
     observed = parse_mapping(obj_ann.get(ANN_OBSERVED, had.get(ANN_OBSERVED))) or sources
     return Plan(patch=ops, sources=sources, observed=observed, mode=mode, kept=True)
+
+
+def _same_but_record(obj: JSONObject, old: JSONObject, meta_path: Path) -> bool:
+    """The pod template (its metadata at `meta_path`) is the old one, configpin's record aside."""
+    template_path = meta_path[:-1]
+    new_t, old_t = get_path(obj, template_path), get_path(old, template_path)
+    return bool(_without_record(new_t) == _without_record(old_t))
+
+
+def _sets_record(new_ann: Mapping[str, Any], old_ann: Mapping[str, Any]) -> bool:
+    """The template's annotations carry a record of configpin's other than the old ones."""
+    return any(k in new_ann for k in _TEMPLATE_RECORD) and any(
+        new_ann.get(k) != old_ann.get(k) for k in _TEMPLATE_RECORD
+    )
+
+
+def changes_only_the_record(obj: JSONObject, old: JSONObject | None) -> bool:
+    """An UPDATE whose pod template is the old one but for configpin's record, which it sets
+    otherwise: what the controller's re-stamp looks like (or a client that writes configpin's
+    annotations itself). A deploy, any other change of the template, is not one."""
+    paths = template_paths(str(obj.get("kind", "")))
+    if old is None or paths is None or not _same_but_record(obj, old, paths[0]):
+        return False
+    meta_path = paths[0]
+    return _sets_record(
+        _annotations(get_path(obj, meta_path)), _annotations(get_path(old, meta_path))
+    )
 
 
 def observed_ops(obj: JSONObject, observed: str | None) -> list[PatchOp]:

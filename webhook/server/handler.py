@@ -30,7 +30,7 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.owners import pinned_owners
-from webhook.core.plan import MAX_SOURCES, plan_object
+from webhook.core.plan import MAX_SOURCES, changes_only_the_record, plan_object
 from webhook.core.refs import custom_kinds
 from webhook.core.shape import ShapeError, check_request
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
@@ -361,6 +361,7 @@ class Admitter:
                 and plan.skipped is None
                 and not plan.kept
                 and plan.sources
+                and not self._agrees(review, plan)
             ):
                 # The request changes the pod template (a deploy, or the controller
                 # re-stamping): what it records now is settled by the API server, not by this
@@ -437,6 +438,21 @@ class Admitter:
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    @staticmethod
+    def _agrees(review: Review, plan: Plan) -> bool:
+        """A re-stamp (the template unchanged but for configpin's record, which the request
+        sets) that this replica, from its cache, would leave exactly as it is: its writer (the
+        controller, on whichever replica leads) and this replica's watch have seen the same
+        content, and the record it carries is kept. Nothing is replaced, so nothing older can
+        replace anything newer: no fresh reads. Any disagreement (a watch that lags on
+        either side, a record written by hand) and any deploy are settled by fresh reads."""
+        return (
+            not plan.patch
+            and not plan.problems
+            and review.obj is not None
+            and changes_only_the_record(review.obj, review.old)
+        )
 
     def _regarding(self, review: Review) -> tuple[Regarding, str | None] | None:
         """What admission Events about the reviewed object point at, and, for a CREATE (no
