@@ -14,7 +14,9 @@ import contextlib
 import json
 import secrets
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -30,10 +32,10 @@ from tests.integration.controlplane import (
 from tests.integration.manifests import configmap, deployment
 from webhook.controller.index import WorkloadRef
 from webhook.controller.rollout import ControllerOptions, RolloutController
-from webhook.core.constants import ANN_OBSERVED, ANN_SOURCES
-from webhook.core.model import JSONObject, SourceKind
+from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
+from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.cache import SourceCache
-from webhook.kube.raw import Kube, path
+from webhook.kube.raw import JSON_PATCH, Kube, path
 from webhook.kube.workloads import Decision, update_workload
 from webhook.metrics import Metrics
 
@@ -354,3 +356,96 @@ def test_namespace_selection_follows_its_label(api: client.ApiClient, instance: 
             wait_for(lambda: (ns, "configmap/app-config") in seen, what="the change handled")
             assert len(ctl.queue) == 0
             assert _sources(c.deployment("web")) == stamped
+
+
+class CountingKube(Kube):
+    """A Kube that notes every GET and PATCH it sends, by path."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api)
+        self.sent: list[tuple[str, str, str]] = []
+
+    def get(self, api_path: str, *, timeout: float | None = None, **query: Any) -> JSONObject:
+        self.sent.append(("GET", api_path, ""))
+        return super().get(api_path, timeout=timeout, **query)
+
+    def patch(
+        self, api_path: str, patch: Any, content_type: str = JSON_PATCH, **query: Any
+    ) -> JSONObject:
+        self.sent.append(("PATCH", api_path, content_type))
+        return super().patch(api_path, patch, content_type, **query)
+
+    def to(self, api_path: str) -> list[tuple[str, str]]:
+        return [(verb, kind) for verb, p, kind in self.sent if p == api_path]
+
+
+def _change_seen(ctl: RolloutController, c: Cluster, data: dict[str, str]) -> None:
+    """Change ConfigMap app-config; wait until the controller's cache has the new content."""
+    sid = SourceId(SourceKind.CONFIGMAP, "app-config")
+    before = ctl.cache.peek(c.ns, sid)
+    c.set_cm("app-config", data)
+    wait_for(lambda: ctl.cache.peek(c.ns, sid) != before, what="the change seen")
+
+
+def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
+    api: client.ApiClient, ns: str, instance: str
+) -> None:
+    """Checksum mode: a consumed change re-stamps the workload with one guarded merge patch
+    planned from the index, no read of the object. When the object changed after the index
+    saw it (its resourceVersion is not the one the patch carries), the API server answers 409
+    and the controller reads it and plans it, as for any other write."""
+    kube = Kube(api)
+    c = Cluster(kube, ns)
+    c.cm("app-config", {"a": "1"})
+    kube.create(path("deployments", ns), deployment("web"))
+    api_path = path("deployments", ns, "web")
+    wait_for(lambda: _settled(kube, api_path), what="the deployment controller's writes")
+    counting = CountingKube(api)
+    # A long window: nothing is done by a worker while the test calls apply itself.
+    with running_controller(counting, f"{INSTANCE_LABEL}={instance}", window=300) as ctl:
+        ref = WorkloadRef("Deployment", ns, "web")
+        wait_for(lambda: ctl.index.get(ref), what="the Deployment indexed")
+        assert ctl.apply(ref) is True  # unstamped: read, planned and stamped
+        first = c.deployment("web")
+
+        def indexed_at_current_version() -> bool:
+            """The deployment controller is done writing (its status moves for a moment after
+            a new template) and the index has the object's version."""
+            seen = c.deployment("web")["metadata"]["resourceVersion"]
+            time.sleep(1.5)
+            entry, obj = ctl.index.get(ref), c.deployment("web")
+            return (
+                _settled(kube, api_path)
+                and obj["metadata"]["resourceVersion"] == seen
+                and entry is not None
+                and str(entry.restamp_rv) == seen
+            )
+
+        wait_for(indexed_at_current_version, what="the index at the object's version")
+        counting.sent.clear()
+        _change_seen(ctl, c, {"a": "2"})
+        assert ctl.apply(ref) is True
+        assert counting.to(api_path) == [("PATCH", "application/merge-patch+json")]
+        second = c.deployment("web")
+        assert _sources(second) != _sources(first)
+        assert (second["metadata"].get("annotations") or {}).get(ANN_ROLLED_AT)
+
+        # The index says an older version than the object has (a write it has not seen yet).
+        wait_for(indexed_at_current_version, what="the index at the object's version")
+        entry = ctl.index.get(ref)
+        assert entry is not None
+        older = first["metadata"]["resourceVersion"]
+        ctl.index.put(replace(entry, restamp_rv=older))
+        conflicts = _value(ctl.metrics, "configpin_patch_conflicts_total")
+        counting.sent.clear()
+        _change_seen(ctl, c, {"a": "3"})
+        assert ctl.apply(ref) is True
+        assert counting.to(api_path) == [
+            ("PATCH", "application/merge-patch+json"),  # 409
+            ("GET", ""),
+            ("PATCH", "application/json-patch+json"),
+        ]
+        assert _value(ctl.metrics, "configpin_patch_conflicts_total") == conflicts + 1
+        third = c.deployment("web")
+        assert _sources(third) != _sources(second)
+        assert _value(ctl.metrics, "configpin_rollouts_total", kind="Deployment") == 3

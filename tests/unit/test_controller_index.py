@@ -295,3 +295,42 @@ def test_snapshot_template_is_indexed_under_its_source() -> None:
     index = WorkloadIndex()
     index.put(entry_from_object(obj, "snapshot"))
     assert [e.ref.name for e in index.consumers("team-a", CM)] == ["app"]
+
+
+def test_the_index_keeps_the_newest_version_of_an_unchanged_entry() -> None:
+    # A status update changes nothing the controller decides with (no re-check), but the
+    # resourceVersion a re-stamp from the index is guarded by must be the newest one.
+    store = _store()
+    obj = _admitted("Deployment", store)
+    obj["metadata"]["resourceVersion"] = "100"
+    index = WorkloadIndex()
+    first = entry_from_object(obj, "checksum")
+    assert index.put(first) is None
+    obj["metadata"]["resourceVersion"] = "105"
+    obj["status"] = {"replicas": 3}
+    later = entry_from_object(obj, "checksum")
+    assert later == first  # the same for the controller: the watch does not re-check it
+    assert index.put(later) == first
+    found = index.get(later.ref)
+    assert found is not None and found.restamp_rv == 105
+    obj["metadata"]["resourceVersion"] = "0007"  # opaque text kept as it is
+    assert entry_from_object(obj, "checksum").restamp_rv == "0007"
+
+
+@pytest.mark.parametrize(
+    ("mode", "annotations", "plain"),
+    [
+        ("checksum", {}, True),
+        ("snapshot", {}, False),  # its references point at copies: the object is needed
+        ("checksum", {"configpin.io/on-change": "refresh"}, False),
+        ("checksum", {ANN_OBSERVED: '{"configmap/app-config":"x"}'}, False),
+        ("checksum", {ANN_MODE: "snapshot"}, False),
+    ],
+)
+def test_which_workloads_can_be_restamped_from_the_index(
+    mode: str, annotations: dict[str, str], plain: bool
+) -> None:
+    obj = _admitted("Deployment", _store(), mode=mode)
+    obj["metadata"].setdefault("annotations", {}).update(annotations)
+    obj["metadata"]["resourceVersion"] = "42"
+    assert (entry_from_object(obj, mode).restamp_rv is not None) is plain

@@ -6,6 +6,7 @@ failure is reproducible from the test alone, and CI never turns red by luck.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from tests.unit.conftest import (
     ALL,
     HKEY,
+    MUTABLE_TEMPLATE_KINDS,
     NSKEY,
     WORKLOAD_KINDS,
     Store,
@@ -36,15 +38,19 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
+from webhook.controller.index import NotIndexed, entry_from_object
 from webhook.core import digest
 from webhook.core.constants import (
     ANN_CHECKSUM,
     ANN_IGNORE,
+    ANN_REFRESHED,
+    ANN_ROLLED_AT,
     ANN_SOURCES,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
 from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.core.refs import consumption, find_sites
+from webhook.core.plan import restamp_from_consumption
+from webhook.core.refs import Consumption, consumption, find_sites
 
 FAST = settings(
     max_examples=60,
@@ -271,3 +277,70 @@ def test_after_a_change_one_plan_reaches_a_fixed_point(
 def _consumed_keys(obj: JSONObject, sid: SourceId) -> list[frozenset[str] | None]:
     cons = consumption(find_sites(spec_of(obj))).get(sid)
     return [] if cons is None else [cons.keys]
+
+
+# ---- the controller's re-stamp from its index agrees with the planner ----
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies it."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+@PLANS
+@given(
+    kind=st.sampled_from(MUTABLE_TEMPLATE_KINDS),
+    spec=pod_specs(),
+    store=stores(),
+    new_content=contents,
+    target=st.sampled_from([SourceKind.CONFIGMAP, SourceKind.SECRET]),
+    extra=st.sampled_from([{}, {ANN_REFRESHED: "{}"}, {"team": "a"}]),
+)
+def test_a_restamp_from_the_index_writes_what_planning_the_object_writes(
+    kind: str,
+    spec: JSONObject,
+    store: Store,
+    new_content: dict[str, str],
+    target: SourceKind,
+    extra: dict[str, str],
+) -> None:
+    # Checksum mode: the controller's re-stamp planned from what its index keeps of the
+    # workload (no read of the object) lands exactly where planning the object lands, or
+    # declines (None) and the object is read and planned.
+    obj = workload(kind, spec)
+    out = apply(obj, plan(obj, store))
+    out["metadata"].setdefault("annotations", {}).update(extra)
+    build = configmap if target is SourceKind.CONFIGMAP else secret
+    store.put(build("shared", new_content))
+    try:
+        entry = entry_from_object(out, "checksum")
+    except NotIndexed:
+        return
+    planned = plan(out, store, refresh=ALL)
+    fast = restamp_from_consumption(
+        kind,
+        [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
+        hkey=HKEY,
+        lookup=store.lookup,
+        namespace=out["metadata"]["namespace"],
+        recorded=entry.recorded,
+        resource_version="7",
+        rolled_at="2026-01-01T00:00:00Z",
+    )
+    if planned.problems or spec_of(apply(out, planned)) != spec_of(out):
+        assert fast is None  # a missing or unreadable source, or a reference to point back
+        return
+    assert fast is not None
+    restamped = _merge(out, fast.merge_patch)
+    assert restamped["metadata"].pop("resourceVersion") == "7"  # the guard
+    assert restamped["metadata"]["annotations"].pop(ANN_ROLLED_AT) == "2026-01-01T00:00:00Z"
+    assert restamped == apply(out, planned)
+    assert fast.sources == planned.sources and fast.observed == planned.observed

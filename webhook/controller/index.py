@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from webhook.core.constants import (
     ANN_ROLLED_AT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
+    MODE_CHECKSUM,
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
@@ -85,6 +86,11 @@ class WorkloadEntry:
     # (a scale-up, a replaced pod), so that a new pod is brought to the refreshed content.
     refreshed: Mapping[str, str] | None = None
     pods: int = 0
+    # The resourceVersion it was indexed at, where a change can be re-stamped from this entry
+    # alone (`plan.restamp_from_consumption`: checksum mode, on-change roll, its record on its
+    # template: no `configpin.io/observed`); None: the controller reads the object first.
+    # Not part of what the entry says (equality): a status update changes only this.
+    restamp_rv: str | int | None = field(default=None, compare=False)
 
     def index_keys(self) -> set[SourceId]:
         """The sources whose change concerns this workload: those it names, and those it
@@ -152,11 +158,25 @@ def entry_from_object(
     rolled_at = parse_time(_annotations(meta).get(ANN_ROLLED_AT))
     refreshed = None
     pods = 0
-    if on_change_policy(obj, mode)[0] == ON_CHANGE_REFRESH:
+    refreshes = on_change_policy(obj, mode)[0] == ON_CHANGE_REFRESH
+    if refreshes:
         refreshed = parse_mapping(_annotations(meta).get(ANN_REFRESHED))
         if refreshed is not None:
             pods = hash(orjson.dumps(obj.get("status"), option=orjson.OPT_SORT_KEYS))
-    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped, refreshed, pods)
+    restamp_rv = None
+    if mode == MODE_CHECKSUM and not refreshes and ANN_OBSERVED not in _annotations(meta):
+        restamp_rv = _compact_version(meta.get("resourceVersion"))
+    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv)
+
+
+def _compact_version(value: Any) -> str | int | None:
+    """A resourceVersion as kept in the index: opaque text, held as an int where it reads back
+    as the same text (etcd's are: half the memory of the string)."""
+    if not isinstance(value, str) or not value:
+        return None
+    if value.isascii() and value.isdigit() and str(int(value)) == value:
+        return int(value)
+    return value
 
 
 def parse_time(text: Any) -> float | None:
@@ -246,6 +266,7 @@ class WorkloadIndex:
         with self._lock:
             old = self._entries.get(entry.ref)
             if old == entry:
+                self._entries[entry.ref] = entry  # the same, at a newer resourceVersion
                 return old
             if old is not None:
                 self._unlink(old)

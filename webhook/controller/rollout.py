@@ -68,10 +68,12 @@ from webhook.core.plan import (
     parse_mapping,
     plan_object,
     refreshed_ops,
+    restamp_from_consumption,
     roll_instead,
     rolled_at_ops,
 )
 from webhook.core.refs import (
+    Consumption,
     consumption,
     custom_kinds,
     find_sites,
@@ -80,14 +82,14 @@ from webhook.core.refs import (
     unrefreshable,
 )
 from webhook.kube.cache import SourceCache
-from webhook.kube.errors import Forbidden, KubeError
+from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.informer import Informer
 from webhook.kube.lease import LeaseLock
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.pods import annotate_pod, workload_pods
 from webhook.kube.ratelimit import LimitedKube, RateLimiter
-from webhook.kube.raw import Kube
+from webhook.kube.raw import MERGE_PATCH, Kube
 from webhook.kube.workloads import (
     Decision,
     WorkloadKind,
@@ -223,6 +225,16 @@ class NotStored(Exception):
     def __init__(self, rolled: bool) -> None:
         super().__init__("the API server stored another record than planned")
         self.rolled = rolled
+
+
+@dataclass(frozen=True)
+class _Landed:
+    """A workload write as the API server answered it."""
+
+    obj: JSONObject | None  # as stored (None: the workload is gone)
+    rolled: bool  # its pod template changed
+    touched_template: bool  # the write asked for a template change
+    intended: Mapping[str, str]  # the record planned
 
 
 class _KindHandler:
@@ -683,13 +695,23 @@ class RolloutController:
         """Bring one workload up to date (read fresh, plan as admission does, guarded patch),
         then check what the API server stored: when it is not what was planned (admission on
         a replica that decided otherwise, a concurrent writer), look again shortly.
-        True when its pod template changed, i.e. a rollout started."""
+        True when its pod template changed, i.e. a rollout started.
+
+        A plain re-stamp (checksum mode, every reference naming a live source) is planned
+        from the index instead of a read, and written guarded by the resourceVersion the index
+        saw: one request instead of two against the rate limit. Anything else, and a 409
+        (the object changed since), takes the read."""
         if not self.is_leader():
             return False
         if ref.namespace not in self.namespaces:
             self.metrics.skipped.labels("namespace").inc()
             return False
         kind = self.kinds[ref.kind]
+        entry = self.index.get(ref)
+        if entry is not None and before_write is None:
+            landed = self._restamp_from_index(entry, kind)
+            if landed is not None:
+                return self._landed(ref, landed, changed, first_seen)
         lookup = self._peek(ref.namespace)
         cache, namespace = self.cache, ref.namespace
         read_obj: JSONObject | None = None
@@ -812,14 +834,85 @@ class RolloutController:
             return False
         assert result.obj is not None
         result.obj.setdefault("kind", ref.kind)
-        entry = self._entry_or_none(result.obj)
+        return self._landed(
+            ref,
+            _Landed(
+                result.obj,
+                _template(result.obj) != _template(read_obj),
+                _touches_template(ref.kind, result.ops),
+                intended,
+            ),
+            changed,
+            first_seen,
+            refreshed=refreshed,
+            instead=instead,
+        )
+
+    def _restamp_from_index(self, entry: WorkloadEntry, kind: WorkloadKind) -> _Landed | None:
+        """A plain re-stamp planned from the index and written without reading the object
+        first (see `apply`); None when it needs the object (or the object changed since the
+        index saw it: a 409), and `apply` reads it."""
+        ref, rv = entry.ref, entry.restamp_rv
+        if rv is None or not entry.stamped:
+            return None
+        stale = stale_sources(entry, self._peek(ref.namespace), self.hkey)
+        if not stale or appeared(entry, stale):
+            return None
+        cache, namespace = self.cache, ref.namespace
+        restamp = restamp_from_consumption(
+            ref.kind,
+            [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
+            hkey=self.hkey,
+            lookup=lambda sid: cache.get(namespace, sid),
+            namespace=namespace,
+            recorded=entry.recorded,
+            resource_version=str(rv),
+            rolled_at=format_time(time.time()),
+        )
+        if restamp is None or not self.is_leader():
+            return None
+        for warning in restamp.warnings:
+            log.warning("%s: %s", ref, warning)
+        try:
+            written = self.limited.patch(
+                kind.path(ref.namespace, ref.name), restamp.merge_patch, content_type=MERGE_PATCH
+            )
+        except Conflict:
+            self.metrics.conflicts.inc()
+            return None  # changed since the index saw it: read it and plan again
+        except NotFound:
+            return _Landed(None, False, False, restamp.observed)
+        written.setdefault("kind", ref.kind)
+        paths = template_paths(ref.kind)
+        assert paths is not None
+        stored = get_path(written, paths[0])
+        annotations = (stored.get("annotations") if isinstance(stored, dict) else None) or {}
+        rolled = parse_mapping(annotations.get(ANN_SOURCES)) != entry.recorded
+        return _Landed(written, rolled, True, restamp.observed)
+
+    def _landed(
+        self,
+        ref: WorkloadRef,
+        landed: _Landed,
+        changed: Iterable[SourceId],
+        first_seen: float | None,
+        *,
+        refreshed: int | None = None,
+        instead: RollInstead | None = None,
+    ) -> bool:
+        """After a write: index what was stored, count and say it, and check it is what was
+        planned (NotStored otherwise). True when the pod template changed (a rollout)."""
+        obj, rolled = landed.obj, landed.rolled
+        if obj is None:
+            self.metrics.skipped.labels("gone").inc()
+            return False
+        entry = self._entry_or_none(obj)
         if entry is not None:
             self.index.put(entry)  # the watch will say the same; until then, do not re-check
-        rolled = _template(result.obj) != _template(read_obj)
         if refreshed is not None:
-            self._refreshed(ref, result.obj, changed, refreshed, first_seen)
+            self._refreshed(ref, obj, changed, refreshed, first_seen)
         elif rolled and instead is not None:
-            self._rolled_instead(ref, result.obj, changed, instead)
+            self._rolled_instead(ref, obj, changed, instead)
         if rolled:
             self.metrics.rollouts.labels(ref.kind).inc()
             if first_seen is not None:
@@ -828,22 +921,22 @@ class RolloutController:
             log.info("re-stamped %s: %s changed", ref, names)
             if self.events is not None:
                 self.events.normal(
-                    result.obj,
+                    obj,
                     "RolloutStarted",
                     "Rollout",
                     f"{names} changed: pod template re-stamped, a rolling update starts",
                 )
-        elif refreshed is None and not _touches_template(ref.kind, result.ops):
+        elif refreshed is None and not landed.touched_template:
             self.metrics.skipped.labels("record-only").inc()
             if self.events is not None:
                 self.events.normal(
-                    result.obj,
+                    obj,
                     "Recorded",
                     "Record",
                     "recorded the digests of its sources on the workload without a rollout "
                     "(a baseline, a required source that appeared, or a kept rollback)",
                 )
-        if entry is None or dict(entry.recorded) != intended:
+        if entry is None or dict(entry.recorded) != landed.intended:
             # Stored is not what was planned: something in the write path (admission on a
             # replica that decided otherwise, another writer) changed it. Never counted as
             # done: looked at again, with backoff, from what the cluster then holds.

@@ -8,7 +8,7 @@ snapshots that must exist. No change, no patch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -366,7 +366,6 @@ def plan_object(
     existing = parse_mapping(_annotations(template_meta).get(ANN_SOURCES)) or {}
     previous = recorded_observed(obj, old)
     b = _Builder(spec_path=spec_path, warnings=warnings)
-    refresh_set = frozenset(refresh)
 
     consumed = consumption(find_sites(pod_spec))
     if len(consumed) > max_sources:
@@ -375,12 +374,41 @@ def plan_object(
             f"object ({max_sources}): admitted without pinning any"
         )
         return Plan(warnings=warnings, mode=mode, skipped="too many sources")
-    for sid, cons in consumed.items():
+    _plan_sources(b, consumed.values(), lookup, mode, previous, frozenset(refresh), hkey, existing)
+    template_record, workload_record = _records(b, hkey)
+    b.patch.extend(_annotation_ops(meta_path, template_meta, template_record))
+    if kind != "Pod":
+        b.patch.extend(_annotation_ops(("metadata",), obj.get("metadata"), workload_record))
+    return Plan(
+        patch=b.patch,
+        warnings=b.warnings,
+        problems=b.problems,
+        snapshots=list(b.snapshots.values()),
+        sources=b.sources,
+        observed=b.observed,
+        mode=mode,
+        on_change=on_change,
+    )
+
+
+def _plan_sources(
+    b: _Builder,
+    consumed: Iterable[Consumption],
+    lookup: Lookup,
+    mode: str,
+    previous: Mapping[str, str],
+    refresh: frozenset[SourceId],
+    hkey: bytes,
+    existing: Mapping[str, str],
+) -> None:
+    """Plan each consumed source into `b`: its digest recorded, its snapshot requested."""
+    for cons in consumed:
+        sid = cons.source
         record: SourceRecord | None = None
         try:
             record = lookup(sid)
             if record is not None and record.snapshot_of is not None:
-                _plan_pinned(b, cons, record, mode, previous, refresh_set, lookup, hkey)
+                _plan_pinned(b, cons, record, mode, previous, refresh, lookup, hkey)
             else:
                 _plan_live(b, cons, record, mode, hkey)
         except SourceUnavailable as e:
@@ -403,41 +431,93 @@ def plan_object(
             b.warnings.append(msg)
             b.problems.append(msg)
 
+
+def _records(b: _Builder, hkey: bytes) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """The annotations the plan in `b` wants (None: absent) on the pod template, and on the
+    workload's own metadata."""
     # A template whose only sources were required and missing still gets a record, an empty
     # one: it says configpin admitted it (so no pod of it could start before the sources
     # existed), which the controller tells apart from a workload admitted while configpin
     # was unreachable.
     sources_text = dumps_mapping(b.sources) if b.sources or b.missing_required else None
     if sources_text is not None:
-        desired: dict[str, str | None] = {
+        template: dict[str, str | None] = {
             ANN_CHECKSUM: digest.checksum_of_text(hkey, sources_text),
             ANN_SOURCES: sources_text,
         }
     else:
-        desired = {ANN_CHECKSUM: None, ANN_SOURCES: None}
-    b.patch.extend(_annotation_ops(meta_path, template_meta, desired))
-    if kind != "Pod":
-        # Written only while it differs from the template's record (a rollback being kept).
-        # A second patch operation on the workload's own metadata costs the API server about
-        # as much again as the first (bench/e2e_create.py), so the usual case carries none.
-        # A refresh record goes with it: the template's record is current again, and new
-        # pods start from the template.
-        observed = dumps_mapping(b.observed) if b.observed != b.sources and b.observed else None
-        b.patch.extend(
-            _annotation_ops(
-                ("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed, ANN_REFRESHED: None}
-            )
-        )
-    return Plan(
-        patch=b.patch,
-        warnings=b.warnings,
-        problems=b.problems,
-        snapshots=list(b.snapshots.values()),
-        sources=b.sources,
-        observed=b.observed,
-        mode=mode,
-        on_change=on_change,
-    )
+        template = {ANN_CHECKSUM: None, ANN_SOURCES: None}
+    # Written only while it differs from the template's record (a rollback being kept).
+    # A second patch operation on the workload's own metadata costs the API server about
+    # as much again as the first (bench/e2e_create.py), so the usual case carries none.
+    # A refresh record goes with it: the template's record is current again, and new
+    # pods start from the template.
+    observed = dumps_mapping(b.observed) if b.observed != b.sources and b.observed else None
+    return template, {ANN_OBSERVED: observed, ANN_REFRESHED: None}
+
+
+@dataclass(frozen=True)
+class Restamp:
+    """A re-stamp planned from what a workload consumes alone (`restamp_from_consumption`)."""
+
+    merge_patch: JSONObject  # the guarded JSON merge patch of the workload
+    sources: dict[str, str]
+    observed: dict[str, str]
+    warnings: list[str]
+
+
+def restamp_from_consumption(
+    kind: str,
+    consumed: Iterable[Consumption],
+    *,
+    hkey: bytes,
+    lookup: Lookup,
+    namespace: str,
+    recorded: Mapping[str, str],
+    resource_version: str,
+    rolled_at: str,
+) -> Restamp | None:
+    """The controller's re-stamp of a checksum-mode workload whose references all name live
+    sources, planned without its object: what `plan_object` records then depends only on
+    what the pod spec consumes (sources, keys, required) and on the sources' content, and it
+    is planned here by the same per-source rules. Written as a JSON merge patch, which needs
+    nothing else of the object, guarded by `resource_version`: the version whose consumption
+    and record (`recorded`, the template's) the caller planned from. `rolled_at`: the time
+    recorded for the rollout (`rolled_at_ops`).
+
+    None when the object is needed after all: a reference names a snapshot copy (to be
+    pointed back at its source), or a source is missing, unreadable or undecodable."""
+    paths = template_paths(kind)
+    if paths is None:
+        return None
+    pinned = False
+
+    def live_only(sid: SourceId) -> SourceRecord | None:
+        nonlocal pinned
+        found = lookup(sid)
+        if found is not None and found.snapshot_of is not None:
+            pinned = True
+        return found
+
+    b = _Builder(spec_path=paths[1])
+    hkey = digest.namespace_key(hkey, namespace)
+    _plan_sources(b, consumed, live_only, MODE_CHECKSUM, recorded, frozenset(), hkey, recorded)
+    if pinned or b.problems or b.patch or b.snapshots:
+        return None
+    template, workload = _records(b, hkey)
+    body: JSONObject = {
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": {**workload, ANN_ROLLED_AT: rolled_at},
+        }
+    }
+    node = body
+    for key in paths[0]:
+        if not isinstance(key, str):
+            return None  # a template inside a list: never one of the kinds' paths
+        node = node.setdefault(key, {})
+    node["annotations"] = template
+    return Restamp(body, b.sources, b.observed, b.warnings)
 
 
 def _plan_live(
