@@ -349,6 +349,7 @@ class Variant:
 
     label: str
     repo: Path
+    webhook: bool = True  # its admission registered (False: what the fan-out costs without it)
 
 
 def baseline_tree(rev: str, into: Path) -> Path:
@@ -371,13 +372,13 @@ def fanout_pair(
     """Two replicas of one variant, as the chart runs them: `webhook` serves every admission
     (`--no-controller`, its webhook registered as the chart registers it) and `leader` runs
     the controller (its webhook not registered), so each re-stamp passes through the other
-    replica's admission."""
+    replica's admission. (A variant without the webhook registers neither.)"""
     with running_configpin(
         plane,
         workdir / "webhook",
         args=["--no-controller"],
         instance=INSTANCE,
-        webhook_name="configpin-scale-fanout",
+        webhook_name="configpin-scale-fanout" if variant.webhook else None,
         repo=variant.repo,
     ) as webhook:
         leader = start_configpin(
@@ -555,6 +556,11 @@ def main() -> None:
         help="also run the fan-out on this git revision's configpin, rounds interleaved",
     )
     ap.add_argument(
+        "--without-webhook",
+        action="store_true",
+        help="also run the fan-out of this tree with no webhook registered (admission's share)",
+    )
+    ap.add_argument(
         "--leader-args",
         default="",
         help="extra flags for the fan-out's leader, both variants (e.g. '--controller-qps 400')",
@@ -571,6 +577,8 @@ def main() -> None:
         running_control_plane(Path(tmp) / "cp", assets) as plane,
     ):
         variants = [Variant("this tree", REPO)]
+        if args.without_webhook:
+            variants.append(Variant("this tree without webhook", REPO, webhook=False))
         if args.baseline:
             rev = subprocess.run(
                 ["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
@@ -697,9 +705,9 @@ def report(
                 f"{k} {statistics.median(r['configpin'][k] for r in rows):.4g}" for k in names
             )
         )
-    if len(medians) == 2:
-        (base_label, base), (this_label, this) = medians.items()
-        print(f"fan-out time, {this_label} / {base_label}: {this / base:.2f}")
+    (first_label, first), *others = medians.items()
+    for label, median in others:
+        print(f"fan-out time, {label} / {first_label}: {median / first:.2f}")
     print(f"load average at end: {' '.join(map(str, os.getloadavg()))}")
 
 
