@@ -229,14 +229,20 @@ def _settled(kube: Kube, api_path: str) -> bool:
     return status.get("observedGeneration") == obj["metadata"].get("generation")
 
 
-def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: str) -> None:
-    kube = Kube(api)
+def _settled_web(kube: Kube, ns: str) -> tuple[Cluster, str]:
+    """ConfigMap app-config (a=1) and Deployment web reading it, the deployment controller's
+    own writes done; the Cluster and web's API path."""
     c = Cluster(kube, ns)
     c.cm("app-config", {"a": "1"})
     kube.create(path("deployments", ns), deployment("web"))
     api_path = path("deployments", ns, "web")
-
     wait_for(lambda: _settled(kube, api_path), what="the deployment controller's writes")
+    return c, api_path
+
+
+def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: str) -> None:
+    kube = Kube(api)
+    c, api_path = _settled_web(kube, ns)
     writes = 0
 
     def meanwhile(obj: JSONObject) -> None:
@@ -268,10 +274,7 @@ def test_conflict_between_read_and_write_is_retried(api: client.ApiClient, ns: s
 
 def test_controller_apply_retries_a_conflict(api: client.ApiClient, ns: str, instance: str) -> None:
     kube = Kube(api)
-    c = Cluster(kube, ns)
-    c.cm("app-config", {"a": "1"})
-    kube.create(path("deployments", ns), deployment("web"))
-    wait_for(lambda: _settled(kube, path("deployments", ns, "web")), what="the controller's writes")
+    c, _ = _settled_web(kube, ns)
     # A long window: the queued stamp is not done by a worker while we call apply directly.
     with running_controller(Kube(api), f"{INSTANCE_LABEL}={instance}", window=300) as ctl:
         ref = WorkloadRef("Deployment", ns, "web")
@@ -395,11 +398,7 @@ def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
     saw it (its resourceVersion is not the one the patch carries), the API server answers 409
     and the controller reads it and plans it, as for any other write."""
     kube = Kube(api)
-    c = Cluster(kube, ns)
-    c.cm("app-config", {"a": "1"})
-    kube.create(path("deployments", ns), deployment("web"))
-    api_path = path("deployments", ns, "web")
-    wait_for(lambda: _settled(kube, api_path), what="the deployment controller's writes")
+    c, api_path = _settled_web(kube, ns)
     counting = CountingKube(api)
     # A long window: nothing is done by a worker while the test calls apply itself.
     with running_controller(counting, f"{INSTANCE_LABEL}={instance}", window=300) as ctl:

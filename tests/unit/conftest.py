@@ -409,6 +409,19 @@ def apply(obj: JSONObject, plan: Plan) -> JSONObject:
     return out
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as an RFC 7386 JSON merge patch (the input is untouched)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
 def plan(
     obj: JSONObject,
     store: Store,

@@ -6,7 +6,6 @@ failure is reproducible from the test alone, and CI never turns red by luck.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +25,7 @@ from tests.unit.conftest import (
     env_secret,
     envfrom_cm,
     envfrom_secret,
+    merge_patch,
     plan,
     proj_cm,
     proj_secret,
@@ -282,19 +282,6 @@ def _consumed_keys(obj: JSONObject, sid: SourceId) -> list[frozenset[str] | None
 # ---- the controller's re-stamp from its index agrees with the planner ----
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies it."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
-
-
 @PLANS
 @given(
     kind=st.sampled_from(MUTABLE_TEMPLATE_KINDS),
@@ -339,7 +326,7 @@ def test_a_restamp_from_the_index_writes_what_planning_the_object_writes(
         assert fast is None  # a missing or unreadable source, or a reference to point back
         return
     assert fast is not None
-    restamped = _merge(out, fast.merge_patch)
+    restamped = merge_patch(out, fast.merge_patch)
     assert restamped["metadata"].pop("resourceVersion") == "7"  # the guard
     assert restamped["metadata"]["annotations"].pop(ANN_ROLLED_AT) == "2026-01-01T00:00:00Z"
     assert restamped == apply(out, planned)

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.unit.conftest import HKEY, configmap, secret, workload
+from tests.unit.conftest import HKEY, configmap, merge_patch, secret, workload
 from webhook.controller.snapshots import (
     OWNER_KINDS,
     SnapshotAdopter,
@@ -56,19 +56,6 @@ _API_KIND = {
     "deployments": "Deployment",
     "jobs": "Job",
 }
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge(out.get(k), v)
-    return out
 
 
 class FakeKube:
@@ -154,10 +141,10 @@ class FakeKube:
         if content_type == STRATEGIC_MERGE_PATCH:
             refs = {r["uid"]: r for r in current["metadata"].get("ownerReferences") or ()}
             refs.update({r["uid"]: r for r in patch["metadata"].pop("ownerReferences", [])})
-            patch = _merge(patch, {"metadata": {"ownerReferences": list(refs.values())}})
+            patch = merge_patch(patch, {"metadata": {"ownerReferences": list(refs.values())}})
         else:
             assert content_type == MERGE_PATCH
-        updated = _merge(current, patch)
+        updated = merge_patch(current, patch)
         updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         if updated == current:
             return copy.deepcopy(current)  # a no-op changes nothing, not even resourceVersion
