@@ -16,15 +16,18 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1
 
-# The build backend, pinned by hash like everything else, in a venv of its own so that it
-# stays out of the image.
+# A C compiler for mypyc, which compiles the decision core (webhook/core) into the wheel; the
+# base image has Python's headers. Neither reaches the runtime stage.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+
+# The build backend (setuptools, and mypy for mypyc), pinned by hash like everything else, in
+# a venv of its own so that it stays out of the image.
+COPY requirements-build.lock /src/requirements-build.lock
 RUN python -m venv /opt/build \
- && printf '%s\n' \
-      'setuptools==84.2.1 \' \
-      '    --hash=sha256:3ff8b3b5492a0aa66960f4419365a86b84e013070d4313e4d4a6894f5d64d6bc \' \
-      '    --hash=sha256:ca140b45d5325a9478f880e351484f62fef15f336462e449ca0c03c873d589c2' \
-      > /tmp/build-requirements.txt \
- && /opt/build/bin/pip install --require-hashes --no-deps -r /tmp/build-requirements.txt
+ && /opt/build/bin/pip install --require-hashes --no-deps --only-binary=:all: \
+      -r /src/requirements-build.lock
 
 # The runtime venv has no pip or setuptools of its own: the build venv's pip installs into it.
 # Runtime dependencies first: this layer is reused until the lock changes.
@@ -34,10 +37,12 @@ RUN /opt/build/bin/pip --python /opt/configpin/bin/python install \
       --require-hashes --no-deps --only-binary=:all: -r /src/requirements.lock
 
 # Then configpin itself, as a wheel, without letting pip resolve anything: every dependency
-# is already there from the lock.
-COPY pyproject.toml README.md /src/
+# is already there from the lock. CONFIGPIN_COMPILE=1: the core compiled, or no image
+# (setup.py; without it a failed compile would fall back to pure Python).
+COPY pyproject.toml setup.py README.md /src/
 COPY webhook /src/webhook
-RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src \
+RUN CONFIGPIN_COMPILE=1 /opt/build/bin/pip wheel --no-deps --no-build-isolation \
+      --wheel-dir /wheels /src \
  && /opt/build/bin/pip --python /opt/configpin/bin/python install --no-deps --no-index \
       /wheels/configpin-*.whl \
  && /opt/build/bin/pip --python /opt/configpin/bin/python check

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit integration bench control-plane clean
+.PHONY: run test lint unit unit-compiled integration bench control-plane clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml requirements.lock
 run: $(STAMP)
 	$(BIN)/configpin serve $(ARGS)
 
-## The whole suite: linters, import contracts, unit tests once, then the integration tests on
-## every control plane (1.20.2 and 1.36.2, provisioned and cached by hack/provision-control-plane.sh)
+## The whole suite: linters, import contracts, the unit tests on the pure-Python package and on
+## the wheel with its core compiled by mypyc, then the integration tests on every control plane
+## (1.20.2 and 1.36.2, provisioned and cached by hack/provision-control-plane.sh)
 test: $(STAMP) lint
 	$(BIN)/python hack/run-tests.py $(PYTEST_ARGS)
 
@@ -31,6 +32,12 @@ lint: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -p no:cacheprovider tests/unit $(PYTEST_ARGS)
+
+## The unit tests against the wheel with webhook/core compiled (laid out in build/compiled)
+unit-compiled: $(STAMP)
+	$(BIN)/python hack/compiled-tree.py build/compiled
+	cd build/compiled && CONFIGPIN_EXPECT_COMPILED=1 $(abspath $(BIN))/python -m pytest \
+	  -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
 ## Provision etcd, kube-apiserver and kube-controller-manager 1.20.2 and 1.36.2 (cached; first time 5-15 min)
 control-plane:

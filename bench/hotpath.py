@@ -7,13 +7,16 @@ the answer), in a hot loop inside one event loop, for the same two payloads as
 
     .venv/bin/python bench/hotpath.py [--iterations 20000] [--repeats 7]
     .venv/bin/python bench/hotpath.py --instructions [--iterations 1000] [--only deployment]
-        [--baseline REV]
+        [--baseline REV] [--compiled]
 
 Wall time on a shared machine moves with its load; `--instructions` runs the loop under
 `valgrind --tool=callgrind`, counting only inside the measured loop, and prints instructions
 per admission: a count that repeats to within a fraction of a percent whatever
 else runs, which is what to compare before and after a change (`--baseline REV` measures
-another revision's tree the same way, extracted with `git archive`, and prints the ratio)."""
+another revision's tree the same way, extracted with `git archive`, and prints the ratio;
+`--compiled` also measures this tree as its wheel installs it, with `webhook/core` compiled by
+mypyc: hack/compiled-tree.py). Without `--instructions`, `PYTHONPATH=<compiled tree>` times
+the compiled build."""
 
 from __future__ import annotations
 
@@ -129,6 +132,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats (median)")
     parser.add_argument("--instructions", action="store_true", help="count with callgrind")
     parser.add_argument("--baseline", help="also count this revision (with --instructions)")
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also count this tree's wheel with its core compiled (with --instructions)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--payload", default="deployment", help=argparse.SUPPRESS)
@@ -156,6 +164,14 @@ def main() -> None:
                 ).stdout
                 subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
                 trees[f"baseline {args.baseline}"] = base
+            if args.compiled:
+                compiled = Path(tmp) / "compiled"
+                subprocess.run(
+                    [sys.executable, str(ROOT / "hack" / "compiled-tree.py"), str(compiled)],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                trees["compiled"] = compiled
             counts = {
                 (name, p): instructions(tree, p, n)
                 for name, tree in trees.items()
@@ -166,6 +182,9 @@ def main() -> None:
             if args.baseline:
                 ratio = counts["this tree", p] / counts[f"baseline {args.baseline}", p]
                 line += f" (ratio {ratio:.3f})"
+            if args.compiled:
+                ratio = counts["compiled", p] / counts["this tree", p]
+                line += f" (compiled/this tree {ratio:.3f})"
             print(f"{p}: instructions per admission: {line}")
         return
     n = args.iterations or 10000

@@ -912,12 +912,19 @@ def test_dockerignore_keeps_secrets_and_clutter_out() -> None:
     for excluded in ("certs/", ".venv/", "tests/", ".git/"):
         assert excluded in patterns
     allowed = {p[1:] for p in patterns if p.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "requirements.lock", "webhook/"}
+    assert allowed == {
+        "pyproject.toml",
+        "setup.py",
+        "README.md",
+        "requirements.lock",
+        "requirements-build.lock",
+        "webhook/",
+    }
 
 
-def locked() -> dict[str, Requirement]:
+def locked(lock: str = "requirements.lock") -> dict[str, Requirement]:
     """The lock's requirements by canonical name (each `name==version ; marker`)."""
-    text = (ROOT / "requirements.lock").read_text()
+    text = (ROOT / lock).read_text()
     logical = re.sub(r"\\\n", " ", text)
     found: dict[str, Requirement] = {}
     for line in logical.splitlines():
@@ -945,6 +952,25 @@ def test_lock_pins_every_runtime_dependency() -> None:
         assert requirement.specifier.contains(version), (name, version)
     dev_only = {"pytest", "hypothesis", "ruff", "mypy", "helm-python-sdk", "import-linter"}
     assert not dev_only & set(lock)
+
+
+def test_the_image_builds_with_the_build_requirements_pinned() -> None:
+    """The image's build venv (requirements-build.lock) holds what pyproject's build-system
+    asks for, its orjson (the types mypyc checks against) is the runtime's, and the image's
+    wheel is compiled or not built at all."""
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    build = locked("requirements-build.lock")
+    for spec in requires:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in build, f"{name} is not in requirements-build.lock: re-lock it"
+        assert requirement.specifier.contains(next(iter(build[name].specifier)).version), name
+    assert str(build["orjson"].specifier) == str(locked()["orjson"].specifier)
+    runs = [a for i, a in stages()[0] if i == "RUN"]
+    assert any("requirements-build.lock" in r and "--require-hashes" in r for r in runs)
+    wheel = next(r for r in runs if " wheel " in r)
+    assert wheel.startswith("CONFIGPIN_COMPILE=1 ")
+    assert ("COPY", "pyproject.toml setup.py README.md /src/") in stages()[0]
 
 
 def test_tests_run_what_the_image_runs() -> None:

@@ -66,6 +66,20 @@ class SourceRecord:
     def id(self) -> SourceId:
         return SourceId(self.kind, self.name)
 
+    def __reduce__(self) -> tuple[type[SourceRecord], tuple[Any, ...]]:
+        # Pickled (to the large-review worker) by its fields, never by setting them one by one
+        # on a frozen instance, which a compiled class refuses; the memo is left behind.
+        return SourceRecord, (
+            self.kind,
+            self.name,
+            self.key_digests,
+            self.secret_type,
+            self.ignored,
+            self.snapshot_of,
+            self.uid,
+            self.resource_version,
+        )
+
 
 class SourceUnavailable(Exception):
     """The source could not be read (API error, unreadable file). Admission goes on without it."""
@@ -78,6 +92,9 @@ class SnapshotRequest:
     source: SourceId
     snapshot_name: str
     content_digest: str
+
+    def __reduce__(self) -> tuple[type[SnapshotRequest], tuple[Any, ...]]:
+        return SnapshotRequest, (self.source, self.snapshot_name, self.content_digest)
 
 
 @dataclass(frozen=True)
@@ -99,3 +116,18 @@ class Plan:
     @property
     def changed(self) -> bool:
         return bool(self.patch)
+
+    def __reduce__(self) -> tuple[type[Plan], tuple[Any, ...]]:
+        # (the large-review worker's answer)
+        return Plan, (
+            self.patch,
+            self.warnings,
+            self.problems,
+            self.snapshots,
+            self.sources,
+            self.observed,
+            self.mode,
+            self.skipped,
+            self.kept,
+            self.on_change,
+        )

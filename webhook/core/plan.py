@@ -426,8 +426,8 @@ def _plan_sources(
             if key is not None and key not in b.sources:
                 b.sources[key] = existing[key]
                 b.observed[key] = previous.get(key, existing[key])
-        except digest.BadSource as e:
-            msg = f"{sid} has undecodable content ({e}); admitted without pinning it"
+        except digest.BadSource as bad:  # (its own name: a compiled `e` has one type)
+            msg = f"{sid} has undecodable content ({bad}); admitted without pinning it"
             b.warnings.append(msg)
             b.problems.append(msg)
 

@@ -76,6 +76,10 @@ class CustomKind:
     def __str__(self) -> str:
         return f"{self.group}/{self.version}/{self.resource}/{self.kind}={'.'.join(self.template)}"
 
+    def __reduce__(self) -> tuple[type[CustomKind], tuple[Any, ...]]:
+        # (handed to the large-review worker: see SourceRecord.__reduce__)
+        return CustomKind, (self.group, self.version, self.resource, self.kind, self.template)
+
     @classmethod
     def parse(cls, text: str) -> CustomKind:
         """Raises ValueError saying what is wrong and what is expected."""
