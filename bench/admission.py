@@ -31,6 +31,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -49,7 +50,8 @@ import orjson
 import yaml
 from fastapi import FastAPI, Request, Response
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# After PYTHONPATH: `PYTHONPATH=<tree of hack/compiled-tree.py>` serves the compiled core.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from webhook import certs
 from webhook.digestkey import load_key_file
@@ -363,6 +365,13 @@ def serve(args: argparse.Namespace) -> None:
     )
 
 
+def core_build() -> str:
+    """Which build of webhook/core this process (and so the server it starts) imports."""
+    import webhook.core.plan
+
+    return "compiled" if not webhook.core.plan.__file__.endswith(".py") else "pure Python"
+
+
 def pin(cpu: int | None) -> str:
     if cpu is None or not hasattr(os, "sched_setaffinity"):
         return "not pinned"
@@ -622,9 +631,11 @@ async def drive(args: argparse.Namespace, targets: list[Target], ca_pem: bytes) 
     return phases
 
 
-def wait_ready(port: int, ca_pem: bytes, proc: subprocess.Popen[bytes], log: Path) -> None:
+def wait_ready(
+    port: int, ca_pem: bytes, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30
+) -> None:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     request = b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -744,6 +755,124 @@ def one_run(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> list[Phase]:
                 proc.wait()
 
 
+# ---- instructions per request (callgrind), whatever else the machine runs ----
+
+
+async def send_n(conns: list[Conn], raw: bytes, n: int) -> int:
+    """`n` requests over every connection (closed loop); returns how many were not 200."""
+    left, errors = n, 0
+
+    async def worker(conn: Conn) -> None:
+        nonlocal left, errors
+        while left > 0:
+            left -= 1
+            status, _ = await conn.request(raw)
+            errors += status != 200
+
+    await asyncio.gather(*(worker(c) for c in conns))
+    return errors
+
+
+def callgrind(pid: int, *command: str) -> None:
+    subprocess.run(["callgrind_control", *command, str(pid)], check=True, capture_output=True)
+
+
+def counted(pid: int, out: Path) -> int:
+    """Dump what callgrind counted since the last dump; return the instructions."""
+    before = set(out.parent.glob(f"{out.name}.{pid}.*"))
+    callgrind(pid, "--dump")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for dump in set(out.parent.glob(f"{out.name}.{pid}.*")) - before:
+            for line in dump.read_text(errors="replace").splitlines():
+                if line.startswith("totals:"):
+                    return int(line.split()[1])
+        time.sleep(0.2)
+    raise SystemExit(f"no callgrind dump of {pid}")
+
+
+async def count_server(
+    args: argparse.Namespace, targets: list[Target], ca_pem: bytes, out: Path
+) -> dict[str, int]:
+    """Instructions the server runs per request of each target and payload: callgrind counts
+    only while the requests run (connections are opened and warmed up before), so TLS
+    handshakes, start-up and idle time are left out."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    conns = [await Conn.open(targets[0].port, ctx) for _ in range(args.concurrency)]
+    found: dict[str, int] = {}
+    try:
+        for payload, body in (
+            ("deployment", admission_review(deployment(), "d-1")),
+            ("pod20k", admission_review(big_pod(), "p-1")),
+        ):
+            for t in targets:
+                raw = http_post(t.path, body)
+                if await send_n(conns, raw, 200):  # warm: caches, memo, first-time imports
+                    raise SystemExit(f"{t.name} answered other than 200")
+                callgrind(t.pid, "--instr=on")
+                errors = await send_n(conns, raw, args.instructions)
+                callgrind(t.pid, "--instr=off")
+                if errors:
+                    raise SystemExit(f"{t.name}: {errors} answers other than 200")
+                found[f"{payload}/{t.name}"] = counted(t.pid, out) // args.instructions
+    finally:
+        for c in conns:
+            await c.close()
+    return found
+
+
+def instructions(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> None:
+    """Each server (not granian) under callgrind in turn; prints instructions per request."""
+    if shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    found: dict[str, int] = {}
+    for app in (a for a in args.servers if not a.startswith("granian")):
+        port = free_port()
+        out = (args.callgrind_dir or tmp) / f"callgrind-{app}"
+        log = tmp / f"server-{app}-{port}.log"
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}.%p",
+            *_server_cmd(args, tmp, port, app),
+        ]
+        with log.open("wb") as fh:
+            proc = subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"}
+            )
+        try:
+            wait_ready(port, ca_pem, proc, log, timeout=600)
+            targets = (
+                [
+                    Target(CONFIGPIN, port, "/mutate", proc.pid),
+                    Target(BARE, port, "/bare", proc.pid),
+                ]
+                if app == "configpin"
+                else [Target(app, port, "/mutate", proc.pid)]
+            )
+            found |= asyncio.run(count_server(args, targets, ca_pem, out))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    print(
+        f"\nserver instructions per request (callgrind; {args.instructions} requests per "
+        f"endpoint over {args.concurrency} connections, after 200 unmeasured)"
+    )
+    for payload in ("deployment", "pod20k"):
+        cells = {k.split("/")[1]: v for k, v in found.items() if k.startswith(payload + "/")}
+        line = ", ".join(f"{name} {n:,}" for name, n in cells.items())
+        if "allow-all" in cells:
+            line += (
+                f"; allow-all/configpin {cells['allow-all'] / cells[CONFIGPIN]:.0%} (goal >= 60%)"
+            )
+        print(f"{payload:<11} {line}")
+
+
 def report(runs: list[list[Phase]]) -> None:
     def med(name: str, f: Callable[[Phase], float]) -> float:
         return statistics.median(f(next(p for p in run if p.name == name)) for run in runs)
@@ -819,6 +948,19 @@ def main() -> None:
     parser.add_argument("--client-cpu", type=int, default=1, help="core for the load generator")
     parser.add_argument("--json", type=Path, help="also write every phase here")
     parser.add_argument(
+        "--instructions",
+        type=int,
+        metavar="N",
+        help="instead: count the server's instructions per request with callgrind over N "
+        "requests per endpoint (load-independent; about 2 minutes for 300)",
+    )
+    parser.add_argument(
+        "--callgrind-dir",
+        type=Path,
+        help="with --instructions: keep callgrind's dumps here (one per endpoint and payload, "
+        "in the order measured), for callgrind_annotate",
+    )
+    parser.add_argument(
         "--http", help="HTTP parser of the server: h11 or httptools (default: ours)"
     )
     parser.add_argument(
@@ -862,7 +1004,7 @@ def main() -> None:
         f"server: {'not pinned' if args.server_cpu is None else f'cpu {args.server_cpu}'}, "
         f"load generator: {client_pinning}; python {sys.version.split()[0]}; "
         f"stack: http={args.http or runner.DEFAULT_HTTP} loop={args.loop or runner.DEFAULT_LOOP}; "
-        f"servers: {', '.join(args.servers)}; "
+        f"servers: {', '.join(args.servers)}; core: {core_build()}; "
         f"load average {os.getloadavg()[0]:.2f}"
     )
     with tempfile.TemporaryDirectory(prefix="configpin-bench-") as tmp_name:
@@ -882,6 +1024,9 @@ def main() -> None:
             + f"; {args.concurrency} connections closed loop, {args.rate:.0f} req/s open loop, "
             f"{args.seconds:g}s per endpoint and loop in {args.slice:g}s slices"
         )
+        if args.instructions:
+            instructions(args, tmp, bundle.ca_cert_pem)
+            return
         runs = []
         for i in range(args.runs):
             phases = one_run(args, tmp, bundle.ca_cert_pem)

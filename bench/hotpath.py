@@ -190,7 +190,12 @@ def main() -> None:
     n = args.iterations or 10000
     with tempfile.TemporaryDirectory() as tmp:
         admitter, reviews = setup(Path(tmp))
-        print(f"python {sys.version.split()[0]}; load average {os.getloadavg()[0]:.2f}")
+        import webhook.core.plan
+
+        build = "pure Python" if webhook.core.plan.__file__.endswith(".py") else "compiled"
+        print(
+            f"python {sys.version.split()[0]}; core: {build}; load average {os.getloadavg()[0]:.2f}"
+        )
         for p in payloads:
             run_loop(admitter, reviews[p], 500)
             times = [run_loop(admitter, reviews[p], n) / n * 1e6 for _ in range(args.repeats)]
