@@ -102,19 +102,20 @@ class FileSources:
                 return key
         return None
 
-    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | Miss | None:
-        return self.get(namespace, sid)
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+        # Once per reference of every admission: one frame, as the cluster cache's.
+        records = self._records
+        record = records.get((namespace, sid)) or records.get((None, sid))
+        if record is None:
+            return None
+        if isinstance(record, BadSource):
+            raise SourceUnavailable(str(record))
+        return record
 
     def get(
         self, namespace: str, sid: SourceId, *, timeout: float | None = None
     ) -> SourceRecord | None:
-        key = self._find(namespace, sid)
-        if key is None:
-            return None
-        record = self._records[key]
-        if isinstance(record, BadSource):
-            raise SourceUnavailable(str(record))
-        return record
+        return self.peek(namespace, sid)
 
     def get_object(self, namespace: str, sid: SourceId) -> JSONObject | None:
         key = self._find(namespace, sid)

@@ -222,6 +222,26 @@ def test_an_oversized_request_head_gets_431(live: Live) -> None:
         assert _request(tls, close=True).startswith(b"HTTP/1.1 200 ")
 
 
+def test_an_oversized_request_head_in_one_read_gets_431_and_one_just_under_is_served(
+    live: Live,
+) -> None:
+    # One TLS record, so the head is complete in the read that brings it (the size check after
+    # parsing, not the count of bytes that never made a head).
+    def head(size: int) -> bytes:
+        start = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "
+        return start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+
+    with live.connect() as tls:
+        with contextlib.suppress(OSError):
+            tls.sendall(head(LIMITS.max_header_bytes + 200))
+        assert _answer(tls).startswith(b"HTTP/1.1 431 ")
+    assert live.count("configpin_bad_requests_total", code="431") == 1
+    with live.connect() as tls:
+        tls.sendall(head(LIMITS.max_header_bytes - 200))
+        assert _answer(tls).startswith(b"HTTP/1.1 200 ")
+    assert live.count("configpin_bad_requests_total", code="431") == 1
+
+
 def test_a_client_gone_mid_body_is_counted_and_logged_in_one_line(
     live: Live, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -263,7 +263,7 @@ def _site(kind: SourceKind, ref: Any, path: Path, keys: frozenset[str] | None) -
     return _new(RefSite, (_new(SourceId, (kind, name)), (*path, "name"), keys, optional))
 
 
-def _volume_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
+def _volume_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
     for vi, vol in enumerate(spec.get("volumes") or ()):
         if not isinstance(vol, dict):
             continue
@@ -299,7 +299,7 @@ def _volume_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
                         out.append(found)
 
 
-def _container_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
+def _container_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
     # Pods may carry hundreds of plain env values: the loop over them stays lean.
     for clist in CONTAINER_LISTS:
         for ci, container in enumerate(spec.get(clist) or ()):
@@ -329,7 +329,7 @@ def _container_sites(spec: Mapping[str, Any], out: list[RefSite]) -> None:
                                 out.append(found)
 
 
-def find_sites(pod_spec: Mapping[str, Any]) -> list[RefSite]:
+def find_sites(pod_spec: dict[str, Any]) -> list[RefSite]:
     """Every reference to a ConfigMap or Secret in a pod spec, in document order."""
     sites: list[RefSite] = []
     _volume_sites(pod_spec, sites)
@@ -338,10 +338,6 @@ def find_sites(pod_spec: Mapping[str, Any]) -> list[RefSite]:
 
 
 _NO_KEYS: Final[frozenset[str]] = frozenset()
-
-
-def _source_order(source: SourceId) -> tuple[str, str]:
-    return source.kind, source.name  # SourceId's own order, compared without its __lt__
 
 
 def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
@@ -354,7 +350,7 @@ def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
         else:
             group.append(site)
     out: dict[SourceId, Consumption] = {}
-    for source in sorted(grouped, key=_source_order):
+    for source in sorted(grouped):  # (kind, name): a SourceId is a tuple, compared in C
         group = grouped[source]
         if len(group) == 1:  # the usual case: one site, nothing to merge
             s = group[0]
@@ -376,7 +372,7 @@ def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
     return out
 
 
-def _sub_path_mounts(spec: Mapping[str, Any]) -> dict[str, str]:
+def _sub_path_mounts(spec: dict[str, Any]) -> dict[str, str]:
     """Volume name -> a container that mounts it with `subPath`/`subPathExpr` (a file the
     kubelet never updates in a running container)."""
     out: dict[str, str] = {}
@@ -408,7 +404,7 @@ class Unrefreshable:
 
 
 def unrefreshable(
-    pod_spec: Mapping[str, Any], sources: Iterable[SourceId]
+    pod_spec: dict[str, Any], sources: Iterable[SourceId]
 ) -> dict[SourceId, Unrefreshable]:
     """Of `sources`, those whose change cannot reach a running process of this pod spec,
     with why: an env var (`valueFrom`) or `envFrom` is read once at container start, and a

@@ -12,7 +12,7 @@ raises nothing and builds no path: it costs a few microseconds for an ordinary w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 from webhook.core.refs import CONTAINER_LISTS, template_paths
@@ -64,14 +64,14 @@ _STRING: Final = "a string"
 _BOOL: Final = "a boolean"
 
 
-def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+def _obj(parent: dict[str, Any], key: str) -> dict[str, Any] | None:
     value = parent.get(key)
     if value is None or isinstance(value, dict):
         return value
     raise ShapeError(_OBJECT, value).at(key)
 
 
-def _list(parent: Mapping[str, Any], key: str) -> list[Any]:
+def _list(parent: dict[str, Any], key: str) -> list[Any]:
     value = parent.get(key)
     if value is None:
         return []
@@ -80,26 +80,26 @@ def _list(parent: Mapping[str, Any], key: str) -> list[Any]:
     raise ShapeError(_LIST, value).at(key)
 
 
-def _str(parent: Mapping[str, Any], key: str) -> None:
+def _str(parent: dict[str, Any], key: str) -> None:
     value = parent.get(key)
     if value is not None and not isinstance(value, str):
         raise ShapeError(_STRING, value).at(key)
 
 
-def _strs(parent: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+def _strs(parent: dict[str, Any], keys: tuple[str, ...]) -> None:
     for key in keys:
         value = parent.get(key)
         if value is not None and value.__class__ is not str and not isinstance(value, str):
             raise ShapeError(_STRING, value).at(key)
 
 
-def _bool(parent: Mapping[str, Any], key: str) -> None:
+def _bool(parent: dict[str, Any], key: str) -> None:
     value = parent.get(key)
     if value is not None and not isinstance(value, bool):
         raise ShapeError(_BOOL, value).at(key)
 
 
-def _string_map(parent: Mapping[str, Any], key: str) -> None:
+def _string_map(parent: dict[str, Any], key: str) -> None:
     value = _obj(parent, key)
     if value:
         for k, v in value.items():
@@ -110,7 +110,7 @@ def _string_map(parent: Mapping[str, Any], key: str) -> None:
 _NAME_FIELDS: Final = ("name", "namespace")
 
 
-def _metadata(obj: Mapping[str, Any]) -> None:
+def _metadata(obj: dict[str, Any]) -> None:
     meta = _obj(obj, "metadata")
     if meta is None:
         return
@@ -208,7 +208,7 @@ def _container(c: Any) -> None:
                     raise e.at(field).at(ei).at("envFrom") from None
 
 
-def _pod_spec(spec: Mapping[str, Any]) -> None:
+def _pod_spec(spec: dict[str, Any]) -> None:
     for vi, vol in enumerate(_list(spec, "volumes")):
         try:
             _volume(vol)
@@ -228,9 +228,7 @@ def _prefix(e: ShapeError, parts: tuple[str | int, ...]) -> ShapeError:
     return e
 
 
-def _walk(
-    obj: Mapping[str, Any], path: tuple[str | int, ...], check: Callable[[Any], None]
-) -> None:
+def _walk(obj: dict[str, Any], path: tuple[str | int, ...], check: Callable[[Any], None]) -> None:
     """Follow `path` from `obj`, every step an object (or absent), and check what is there."""
     here = obj
     for i, part in enumerate(path):
@@ -267,7 +265,7 @@ def check_object(obj: Any, *, full: bool = True) -> None:
         _walk(obj, spec_path, _pod_spec)
 
 
-def _template_metadata(meta: Mapping[str, Any]) -> None:
+def _template_metadata(meta: dict[str, Any]) -> None:
     _string_map(meta, "labels")
     _string_map(meta, "annotations")
 
@@ -275,7 +273,7 @@ def _template_metadata(meta: Mapping[str, Any]) -> None:
 _REQUEST_STRINGS: Final = ("operation", "namespace", "subResource")
 
 
-def check_request(request: Mapping[str, Any]) -> None:
+def check_request(request: dict[str, Any]) -> None:
     """The fields of an AdmissionReview request that admission reads, and its objects."""
     _strs(request, _REQUEST_STRINGS)
     _bool(request, "dryRun")

@@ -131,8 +131,15 @@ def guarded(base: type[Any], limits: Limits, counters: GuardCounters) -> type[An
             if self._in_request():
                 if waiting:
                     self._cancel_head_timer()
+                    received = self._head_bytes + len(data)
                     self._head_bytes = 0
-                    if self._head_size() > limits.max_header_bytes:  # all came in one read
+                    # The head came in with these bytes, so it is no larger than they are, and
+                    # `_head_size` counts at most a third more (4 per header line, which takes
+                    # 3 or more): only a read that large needs the head measured.
+                    if (
+                        received * 4 > limits.max_header_bytes * 3
+                        and self._head_size() > limits.max_header_bytes
+                    ):
                         self.cycle.disconnected = True  # the app's answer goes nowhere
                         self._headers_too_large()
                 return

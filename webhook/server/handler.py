@@ -247,8 +247,16 @@ class Admitter:
     ) -> Plan:
         sources = self.sources
         hkey = self.hkey
+        peek = sources.peek
 
-        def lookup(sid: SourceId) -> SourceRecord | None:
+        def from_memory(sid: SourceId) -> SourceRecord | None:
+            # (every admission but the few that read: once per source, kept lean)
+            found = peek(namespace, sid)
+            if isinstance(found, Miss):
+                raise _NeedsRead
+            return found
+
+        def reading(sid: SourceId) -> SourceRecord | None:
             if fresh:  # past the cache: it may not have seen a change made a moment ago
                 if deadline is not None and deadline <= time.monotonic():
                     raise SourceUnavailable("not read in time")
@@ -257,21 +265,16 @@ class Admitter:
                     return None if obj is None else record_from_object(hkey, sid.kind, obj)
                 except BadSource as e:
                     raise SourceUnavailable(str(e)) from e
-            if read_through:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise SourceUnavailable("not read in time")
-                return sources.get(namespace, sid, timeout=left)
-            found = sources.peek(namespace, sid)
-            if isinstance(found, Miss):
-                raise _NeedsRead
-            return found
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise SourceUnavailable("not read in time")
+            return sources.get(namespace, sid, timeout=left)
 
         assert review.obj is not None
         plan = plan_object(
             review.obj,
             hkey=self.hkey,
-            lookup=lookup,
+            lookup=reading if fresh or read_through else from_memory,
             default_mode=self.default_mode,
             operation=review.operation,
             old=review.old,
