@@ -48,14 +48,28 @@ async def _read_body(request: Request, limit: int) -> bytes:
                 raise _TooLarge
         except ValueError:
             pass
+    # The ASGI messages read directly (what `request.stream()` does, without an async
+    # generator per request): most bodies are whole in the first.
+    receive = request.receive
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.disconnect":
+            raise ClientDisconnect
+        if kind != "http.request":
+            continue
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _TooLarge
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk
+            chunks.append(chunk)
+            return b"".join(chunks)
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _problem(metrics: Metrics, code: int, message: str, *, close: bool = False) -> Response:

@@ -125,8 +125,6 @@ def guarded(base: type[Any], limits: Limits, counters: GuardCounters) -> type[An
 
         def data_received(self, data: bytes) -> None:
             waiting = not self._in_request()
-            if waiting:
-                self._arm_head_timer()  # the first byte after an idle spell starts the clock
             super().data_received(data)
             if self._in_request():
                 if waiting:
@@ -145,6 +143,10 @@ def guarded(base: type[Any], limits: Limits, counters: GuardCounters) -> type[An
                 return
             if self.transport.is_closing():
                 return
+            if waiting:
+                # The first byte after an idle spell starts the clock, unless the head came
+                # whole with it (the usual case: no timer to arm and cancel per request).
+                self._arm_head_timer()
             self._head_bytes += len(data)
             if self._head_bytes > limits.max_header_bytes:
                 self._headers_too_large()

@@ -270,9 +270,10 @@ class Admitter:
                 raise SourceUnavailable("not read in time")
             return sources.get(namespace, sid, timeout=left)
 
-        assert review.obj is not None
+        obj = review.obj
+        assert obj is not None
         plan = plan_object(
-            review.obj,
+            obj,
             hkey=self.hkey,
             lookup=reading if fresh or read_through else from_memory,
             default_mode=self.default_mode,
@@ -327,8 +328,9 @@ class Admitter:
         elif prepared.outcome == "invalid":
             return self._invalid(review, prepared.message)
         obj = review.obj
+        operation = review.operation
         if (
-            review.operation not in ("CREATE", "UPDATE")
+            operation not in ("CREATE", "UPDATE")
             or obj is None
             or review.request.get("subResource")
         ):

@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any, cast
 
@@ -312,13 +312,14 @@ class _CloseWhenShuttingDown:
             await self._app(scope, receive, send)
             return
 
-        async def send_closing(message: Message) -> None:
+        def send_closing(message: Message) -> Awaitable[None]:
+            # Not a coroutine of its own: the caller awaits `send`'s (two per request).
             if message["type"] == "http.response.start" and self._lifecycle.shutting_down:
                 headers = [
                     (k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"
                 ]
                 headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
-            await send(message)
+            return send(message)
 
         await self._app(scope, receive, send_closing)
