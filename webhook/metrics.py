@@ -2,23 +2,111 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import INF, floatToGoString
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _ROLL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Tally:
+    """A count the event loop keeps as a plain number, folded into its Counter child whenever
+    the registry is read (`LoopCounts`): what every admission counts costs an attribute
+    increment, not a prometheus_client `inc()` (a lock and four Python calls). Count from the
+    event loop's thread only."""
+
+    __slots__ = ("child", "folded", "n")
+
+    def __init__(self, child: Counter) -> None:
+        self.child = child
+        self.n = 0  # written by the event loop only
+        self.folded = 0  # written by `LoopCounts.collect` only, under its lock
+
+    def inc(self) -> None:
+        self.n += 1
+
+
+class LoopCounts:
+    """Registered before every other metric: reading the registry first folds the tallies
+    into their counters, so what is exposed is exactly what was counted."""
+
+    def __init__(self) -> None:
+        self._tallies: list[Tally] = []
+        self._lock = threading.Lock()
+
+    def tally(self, child: Counter) -> Tally:
+        tally = Tally(child)
+        with self._lock:
+            self._tallies.append(tally)
+        return tally
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            for tally in self._tallies:
+                n = tally.n
+                if n != tally.folded:
+                    tally.child.inc(n - tally.folded)
+                    tally.folded = n
+        return ()
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+
+class LoopHistogram:
+    """A histogram observed from the event loop's thread only, exposed as prometheus_client's
+    Histogram exposes one (buckets, count, sum, created), at a fraction of its `observe`."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = (*buckets, INF)
+        self._les = tuple(floatToGoString(b) for b in self._bounds)  # type: ignore[no-untyped-call]
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._created = time.time()
+        registry.register(self)
+
+    def observe(self, amount: float) -> None:
+        self._counts[bisect_left(self._bounds, amount)] += 1  # the first bound >= amount
+        self._sum += amount
+
+    def describe(self) -> Iterable[Metric]:
+        return [Metric(self._name, self._documentation, "histogram")]
+
+    def collect(self) -> Iterable[Metric]:
+        metric = Metric(self._name, self._documentation, "histogram")
+        total = 0
+        for le, n in zip(self._les, list(self._counts), strict=True):
+            total += n
+            metric.add_sample(f"{self._name}_bucket", {"le": le}, total)
+        metric.add_sample(f"{self._name}_count", {}, total)
+        metric.add_sample(f"{self._name}_sum", {}, self._sum)
+        metric.add_sample(f"{self._name}_created", {}, self._created)
+        return [metric]
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self.loop_counts = LoopCounts()
+        r.register(self.loop_counts)  # first: see LoopCounts
         self.admissions = Counter(
             "configpin_admissions_total",
             "Admission requests answered, by object kind, operation and result.",
             ["kind", "operation", "result"],
             registry=r,
         )
-        self.admission_seconds = Histogram(
+        self.admission_seconds = LoopHistogram(
             "configpin_admission_duration_seconds",
             "Time to answer an admission request (in the handler).",
             buckets=_LATENCY_BUCKETS,

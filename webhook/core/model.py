@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 JSONObject: TypeAlias = dict[str, Any]
 PatchOp: TypeAlias = dict[str, Any]
@@ -97,29 +97,60 @@ class SnapshotRequest:
         return SnapshotRequest, (self.source, self.snapshot_name, self.content_digest)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The outcome of planning one object: what to patch, what to say, what must exist."""
+_PLAN_FIELDS: Final = (
+    "patch",
+    "warnings",
+    "problems",
+    "snapshots",
+    "sources",
+    "observed",
+    "mode",
+    "skipped",
+    "kept",
+    "on_change",
+)
 
-    patch: list[PatchOp] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    snapshots: list[SnapshotRequest] = field(default_factory=list)
-    sources: dict[str, str] = field(default_factory=dict)
-    observed: dict[str, str] = field(default_factory=dict)
-    mode: str = "off"
-    skipped: str | None = None
-    # An UPDATE that left the pod template as it was: its record is kept as it is, unplanned.
-    kept: bool = False
-    on_change: str = "roll"  # the workload's policy for changes, as it is honoured
+
+class Plan:
+    """The outcome of planning one object: what to patch, what to say, what must exist.
+
+    Read-only (its fields are Final). A plain class rather than a frozen dataclass: one is
+    made per admission, and a frozen dataclass's `__init__` (a `__setattr__` per field) costs
+    the compiled core several times as much."""
+
+    __slots__ = _PLAN_FIELDS
+
+    def __init__(
+        self,
+        patch: list[PatchOp] | None = None,
+        warnings: list[str] | None = None,
+        problems: list[str] | None = None,
+        snapshots: list[SnapshotRequest] | None = None,
+        sources: dict[str, str] | None = None,
+        observed: dict[str, str] | None = None,
+        mode: str = "off",
+        skipped: str | None = None,
+        kept: bool = False,
+        on_change: str = "roll",
+    ) -> None:
+        self.patch: Final[list[PatchOp]] = [] if patch is None else patch
+        self.warnings: Final[list[str]] = [] if warnings is None else warnings
+        self.problems: Final[list[str]] = [] if problems is None else problems
+        self.snapshots: Final[list[SnapshotRequest]] = [] if snapshots is None else snapshots
+        self.sources: Final[dict[str, str]] = {} if sources is None else sources
+        self.observed: Final[dict[str, str]] = {} if observed is None else observed
+        self.mode: Final = mode
+        self.skipped: Final = skipped
+        # An UPDATE that left the pod template as it was: its record is kept, unplanned.
+        self.kept: Final = kept
+        self.on_change: Final = on_change  # the workload's policy for changes, as honoured
 
     @property
     def changed(self) -> bool:
         return bool(self.patch)
 
-    def __reduce__(self) -> tuple[type[Plan], tuple[Any, ...]]:
-        # (the large-review worker's answer)
-        return Plan, (
+    def _fields(self) -> tuple[Any, ...]:
+        return (
             self.patch,
             self.warnings,
             self.problems,
@@ -131,3 +162,16 @@ class Plan:
             self.kept,
             self.on_change,
         )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Plan) and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # (lists inside: as a dataclass's would be)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={v!r}" for n, v in zip(_PLAN_FIELDS, self._fields(), strict=True))
+        return f"Plan({inner})"
+
+    def __reduce__(self) -> tuple[type[Plan], tuple[Any, ...]]:
+        # (the large-review worker's answer; positional, in the order of __init__)
+        return Plan, self._fields()

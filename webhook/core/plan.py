@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from webhook.core import digest
@@ -359,7 +359,18 @@ def plan_object(
         kept = _kept_record(obj, old, meta_path, mode)
         if kept is not None:
             if warnings or on_change != ON_CHANGE_ROLL:
-                return replace(kept, warnings=warnings, on_change=on_change)
+                return Plan(
+                    patch=kept.patch,
+                    warnings=warnings,
+                    problems=kept.problems,
+                    snapshots=kept.snapshots,
+                    sources=kept.sources,
+                    observed=kept.observed,
+                    mode=kept.mode,
+                    skipped=kept.skipped,
+                    kept=kept.kept,
+                    on_change=on_change,
+                )
             return kept
 
     template_meta = get_path(obj, meta_path)

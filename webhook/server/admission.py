@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final, NotRequired, TypedDict
 
 import orjson
@@ -48,11 +47,28 @@ class BadReview(ValueError):
     """The body is not an AdmissionReview we can answer: a transport fault, answered 400."""
 
 
-@dataclass(frozen=True, slots=True)
 class Review:
-    api_version: str
-    uid: str
-    request: JSONObject
+    """One AdmissionReview request, read-only (its fields are Final): a plain class, since a
+    frozen dataclass's `__init__` costs a `__setattr__` per field on every admission."""
+
+    __slots__ = ("api_version", "request", "uid")
+
+    def __init__(self, *, api_version: str, uid: str, request: JSONObject) -> None:
+        self.api_version: Final = api_version
+        self.uid: Final = uid
+        self.request: Final = request
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Review) and (self.api_version, self.uid, self.request) == (
+            other.api_version,
+            other.uid,
+            other.request,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # (a dict inside)
+
+    def __repr__(self) -> str:
+        return f"Review(api_version={self.api_version!r}, uid={self.uid!r}, request=...)"
 
     @property
     def operation(self) -> str:

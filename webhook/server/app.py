@@ -72,6 +72,31 @@ async def _read_body(request: Request, limit: int) -> bytes:
         chunks.append(chunk)
 
 
+async def _read_body_within(request: Request, limit: int, seconds: float) -> bytes:
+    """`_read_body`, raising TimeoutError past `seconds`: what `asyncio.timeout` does,
+    with a bare timer (a quarter of its cost, on every admission)."""
+    task = asyncio.current_task()
+    assert task is not None
+    cancelling = task.cancelling()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
+    try:
+        return await _read_body(request, limit)
+    except asyncio.CancelledError:
+        # ours, unless someone else cancelled the task too (then it stays cancelled)
+        if expired and task.uncancel() <= cancelling:
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+
+
 def _problem(metrics: Metrics, code: int, message: str, *, close: bool = False) -> Response:
     metrics.bad_requests.labels(str(code)).inc()
     headers = {"connection": "close"} if close else None
@@ -108,8 +133,7 @@ def create_app(
         if content_type.split(";", 1)[0].strip().lower() != JSON:
             return _problem(metrics, 400, f"content type must be {JSON}, got {content_type!r}")
         try:
-            async with asyncio.timeout(body_timeout):
-                body = await _read_body(request, max_body)
+            body = await _read_body_within(request, max_body, body_timeout)
         except _TooLarge:
             return _problem(metrics, 413, f"body larger than {max_body} bytes")
         except TimeoutError:

@@ -17,8 +17,6 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, Protocol, TypeVar
 
-from prometheus_client import Counter
-
 from webhook.core.constants import MODE_SNAPSHOT
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import (
@@ -35,7 +33,7 @@ from webhook.core.refs import custom_kinds
 from webhook.core.shape import ShapeError, check_request
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.raw import path
-from webhook.metrics import Metrics
+from webhook.metrics import Metrics, Tally
 from webhook.server import large
 from webhook.server.admission import (
     AdmissionReviewOut,
@@ -150,10 +148,11 @@ class Admitter:
         self.strict = strict
         self.snapshots = snapshots
         # Labelled metric children, looked up once: `labels()` costs more than the count.
-        self._read_from_cache = metrics.source_reads.labels("cache")
+        # (counted on the event loop: a tally; the others are counted on reader threads)
+        self._read_from_cache = metrics.loop_counts.tally(metrics.source_reads.labels("cache"))
         self._read_through = metrics.source_reads.labels("read_through")
         self._read_fresh = metrics.source_reads.labels("fresh")
-        self._counts: dict[tuple[str, str, str], Counter] = {}
+        self._counts: dict[tuple[str, str, str], Tally] = {}
         self._kinds = _KINDS | {k.kind for k in custom_kinds()}
         # Large reviews are decided in a worker process (large.py), one at a time.
         self._worker: ProcessPoolExecutor | None = None
@@ -308,7 +307,9 @@ class Admitter:
         key = (_label(kind, self._kinds), _label(review.operation, _OPERATIONS), result)
         counter = self._counts.get(key)
         if counter is None:
-            counter = self._counts[key] = self.metrics.admissions.labels(*key)
+            counter = self._counts[key] = self.metrics.loop_counts.tally(
+                self.metrics.admissions.labels(*key)
+            )
         counter.inc()
         self.metrics.admission_seconds.observe(time.perf_counter() - start)
         if "warnings" in out["response"]:
