@@ -166,11 +166,14 @@ def main() -> None:
                 trees[f"baseline {args.baseline}"] = base
             if args.compiled:
                 compiled = Path(tmp) / "compiled"
-                subprocess.run(
+                built = subprocess.run(
                     [sys.executable, str(ROOT / "hack" / "compiled-tree.py"), str(compiled)],
-                    check=True,
-                    stdout=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    check=False,
                 )
+                if built.returncode != 0:
+                    raise SystemExit(f"the compiled build failed:\n{built.stderr[-3000:]}")
                 trees["compiled"] = compiled
             counts = {
                 (name, p): instructions(tree, p, n)
