@@ -19,7 +19,12 @@ from typing import Any, Final
 logger = logging.getLogger(__name__)
 
 _M_MMAP_THRESHOLD: Final = -3
-_MMAP_THRESHOLD: Final = 128 * 1024
+# Above the buffer of each TLS read on uvloop (allocated and freed per read, between 128 and
+# 512 KiB): at 128 KiB every read was a mapping of its own, mmap, page faults and munmap, some
+# 10,000 page faults a second on a busy core (`perf stat -e page-faults -p PID`; none at 512
+# KiB, none in a plain uvicorn, whose glibc raises its threshold itself). RSS per idle
+# connection and after a burst are the same at both (bench/connections.py).
+_MMAP_THRESHOLD: Final = 512 * 1024
 
 
 def _libc() -> Any:
@@ -39,8 +44,8 @@ _LIBC = _libc()
 
 
 def tune_allocator() -> None:
-    """Serve allocations of 128 KiB and more (a large review's body, a TLS buffer) from their
-    own mappings, returned to the system when freed. glibc otherwise raises this threshold
+    """Serve allocations of 512 KiB and more (a large review's body) from their own
+    mappings, returned to the system when freed. glibc otherwise raises this threshold
     after the first such free, and later large buffers land in the heap, where they stay."""
     if _LIBC is not None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
