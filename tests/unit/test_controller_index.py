@@ -334,3 +334,70 @@ def test_which_workloads_can_be_restamped_from_the_index(
     obj["metadata"].setdefault("annotations", {}).update(annotations)
     obj["metadata"]["resourceVersion"] = "42"
     assert (entry_from_object(obj, mode).restamp_rv is not None) is plain
+
+
+def test_a_record_that_is_not_a_digest_is_kept_as_written() -> None:
+    """The compact entry packs 64-hex digests and keeps anything else (a tenant's edit, a
+    source no longer consumed, "absent", upper case, all zeros) exactly as written."""
+    store = _store()
+    obj = _admitted("Deployment", store)
+    observed = {
+        "configmap/app-config": "0" * 64,  # all zeros: not told apart from "none" if packed
+        "secret/app-secret": "AB" * 32,  # upper case is not what configpin writes
+        "configmap/gone": "ab" * 32,  # no longer consumed
+        "not a source": "x",
+    }
+    obj["metadata"].setdefault("annotations", {})[ANN_OBSERVED] = json.dumps(observed)
+    entry = entry_from_object(obj, "checksum")
+    assert entry.recorded == observed
+    assert entry.recorded_for("configmap/app-config") == "0" * 64
+    assert entry.recorded_for("configmap/other") is None
+    assert {str(s) for s in entry.index_keys()} == {
+        "configmap/app-config",
+        "secret/app-secret",
+        "configmap/gone",
+    }
+    assert _stale(obj, store) == {CM, SEC}  # neither recorded value is the current digest
+    observed["configmap/app-config"] = recorded_sources(_admitted("Deployment", store))[str(CM)]
+    obj["metadata"]["annotations"][ANN_OBSERVED] = json.dumps(observed)
+    assert _stale(obj, store) == {SEC}
+    assert entry_from_object(obj, "checksum").recorded == observed
+
+
+def test_compact_entries_compare_and_give_back_what_they_were_built_from() -> None:
+    store = _store()
+    obj = _admitted("Deployment", store)
+    a, b = entry_from_object(obj, "checksum"), entry_from_object(obj, "checksum")
+    assert a == b and a is not b
+    assert a.uses[1] is b.uses[1]  # (keys, required) shared between entries
+    assert [(c.source, c.keys, c.required) for c in a.consumes] == [
+        (CM, frozenset({"a"}), True),
+        (SEC, None, True),
+    ]
+    assert a.recorded == recorded_sources(obj)
+    assert len(a.digests) == 2 * 32 and a.extra is None  # both digests packed
+    store.put(configmap("app-config", {"a": "2", "b": "1"}))
+    changed = _controller_update(obj, store)
+    assert entry_from_object(changed, "checksum") != a
+
+
+def test_reverse_index_with_one_and_many_consumers_of_a_source() -> None:
+    index = WorkloadIndex()
+    objs = [
+        workload("Deployment", pod_spec(volumes=[vol_cm("app-config")]), name=f"w{i}")
+        for i in range(3)
+    ]
+    entries = [entry_from_object(o, "checksum") for o in objs]
+    index.put(entries[0])
+    assert [e.ref.name for e in index.consumers("team-a", CM)] == ["w0"]
+    index.put(entries[1])
+    index.put(entries[2])
+    assert {e.ref.name for e in index.consumers("team-a", CM)} == {"w0", "w1", "w2"}
+    index.remove(entries[0].ref)
+    index.remove(entries[2].ref)
+    assert [e.ref.name for e in index.consumers("team-a", CM)] == ["w1"]
+    index.put(entries[1])  # the same again: nothing changes
+    assert [e.ref.name for e in index.consumers("team-a", CM)] == ["w1"]
+    index.remove(entries[1].ref)
+    assert index.consumers("team-a", CM) == []
+    assert index._by_source == {}  # nothing left behind

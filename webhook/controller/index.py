@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -32,7 +32,7 @@ from webhook.core.constants import (
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
-from webhook.core.model import JSONObject, SourceId, SourceRecord
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
 from webhook.core.refs import (
@@ -74,34 +74,177 @@ class Consumed:
     required: bool
 
 
-@dataclass(frozen=True, slots=True)
+_DIGEST_SIZE: Final = 32  # a source digest (sha256 hex in the annotations) as raw bytes
+_NONE: Final = bytes(_DIGEST_SIZE)
+_KINDS: Final = {k.value: k for k in SourceKind}
+# (keys, required) pairs, shared by every consumption that reads the same keys the same way;
+# bounded (a flood of distinct key sets only stops the sharing, never grows it past this).
+_HOWS_MAX: Final = 4096
+_hows: dict[tuple[frozenset[str] | None, bool], tuple[frozenset[str] | None, bool]] = {}
+
+
+def _how(keys: frozenset[str] | None, required: bool) -> tuple[frozenset[str] | None, bool]:
+    key = (keys, required)
+    found = _hows.get(key)
+    if found is None:
+        if len(_hows) >= _HOWS_MAX:
+            _hows.clear()
+        if keys is not None:
+            key = (frozenset(sys.intern(k) for k in keys), required)
+        found = _hows.setdefault(key, key)
+    return found
+
+
+def _source_id(text: str) -> SourceId:
+    kind, _, name = text.partition("/")
+    return SourceId(_KINDS[kind], name)
+
+
+def _packed(value: str) -> bytes | None:
+    """The raw bytes of a digest as the annotations write it (64 lowercase hex), else None."""
+    if len(value) != 2 * _DIGEST_SIZE:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return raw if raw != _NONE and raw.hex() == value else None
+
+
 class WorkloadEntry:
-    ref: WorkloadRef
-    consumes: tuple[Consumed, ...]
-    recorded: Mapping[str, str]  # "configmap/<name>" -> digest it was last brought up to date with
-    rolled_at: float | None = None  # configpin.io/rolled-at, seconds since the epoch
-    stamped: bool = True  # it carries a record (admitted by configpin, or a baseline), even {}
-    # on-change: refresh (as honoured: not in snapshot mode) and the record of what its pods
-    # were last refreshed to; `pods` fingerprints its status, which moves as pods come and go
-    # (a scale-up, a replaced pod), so that a new pod is brought to the refreshed content.
-    refreshed: Mapping[str, str] | None = None
-    pods: int = 0
-    # The resourceVersion it was indexed at, where a change can be re-stamped from this entry
-    # alone (`plan.restamp_from_consumption`: checksum mode, on-change roll, its record on its
-    # template: no `configpin.io/observed`); None: the controller reads the object first.
-    # Not part of what the entry says (equality): a status update changes only this.
-    restamp_rv: str | int | None = field(default=None, compare=False)
+    """What the controller keeps of one workload, compactly: tens of thousands are held.
+
+    `uses` alternates the text of each consumed source (`configmap/<name>`, the key of the
+    records) with its (keys, required) pair, shared between workloads; `digests` packs, in
+    the same order, the raw digest recorded for each consumed source (zeros: none, or one
+    that `extra` holds); `extra` holds the recorded pairs that do not fit there (a snapshot's
+    source, a source no longer consumed, a value that is not a digest). `consumes` and
+    `recorded` give them back as the planner's types."""
+
+    __slots__ = (
+        "digests",
+        "extra",
+        "pods",
+        "ref",
+        "refreshed",
+        "restamp_rv",
+        "rolled_at",
+        "stamped",
+        "uses",
+    )
+
+    def __init__(
+        self,
+        ref: WorkloadRef,
+        consumes: Iterable[Consumed],
+        recorded: Mapping[str, str],
+        rolled_at: float | None = None,
+        stamped: bool = True,  # it carries a record (admitted by configpin, or a baseline), even {}
+        # on-change: refresh (as honoured: not in snapshot mode) and the record of what its
+        # pods were last refreshed to; `pods` fingerprints its status, which moves as pods
+        # come and go (a scale-up, a replaced pod), so that a new pod is brought to the
+        # refreshed content.
+        refreshed: Mapping[str, str] | None = None,
+        pods: int = 0,
+        # The resourceVersion it was indexed at, where a change can be re-stamped from this
+        # entry alone (`plan.restamp_from_consumption`: checksum mode, on-change roll, its
+        # record on its template: no `configpin.io/observed`); None: the controller reads the
+        # object first. Not part of what the entry says (equality): a status update changes
+        # only this.
+        restamp_rv: str | int | None = None,
+    ) -> None:
+        uses: list[object] = []
+        packed: list[bytes] = []
+        left = dict(recorded)
+        for c in consumes:
+            text = str(c.source)
+            uses += (text, _how(c.keys, c.required))
+            raw = _packed(left[text]) if text in left else None
+            if raw is not None:
+                del left[text]
+            packed.append(raw or _NONE)
+        self.ref = ref
+        self.uses: tuple[Any, ...] = tuple(uses)
+        self.digests = b"".join(packed)
+        self.extra: tuple[tuple[str, str], ...] | None = tuple(left.items()) or None
+        self.rolled_at = rolled_at
+        self.stamped = stamped
+        self.refreshed = refreshed
+        self.pods = pods
+        self.restamp_rv = restamp_rv
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.ref,
+            self.uses,
+            self.digests,
+            self.extra,
+            self.rolled_at,
+            self.stamped,
+            self.refreshed,
+            self.pods,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkloadEntry):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"WorkloadEntry({self.ref!r}, consumes={self.consumes!r}, "
+            f"recorded={self.recorded!r}, rolled_at={self.rolled_at!r}, "
+            f"stamped={self.stamped!r}, refreshed={self.refreshed!r}, pods={self.pods!r}, "
+            f"restamp_rv={self.restamp_rv!r})"
+        )
+
+    @property
+    def consumes(self) -> tuple[Consumed, ...]:
+        uses = self.uses
+        return tuple(Consumed(_source_id(uses[i]), *uses[i + 1]) for i in range(0, len(uses), 2))
+
+    @property
+    def recorded(self) -> dict[str, str]:
+        """ "configmap/<name>" -> the digest it was last brought up to date with."""
+        out = {}
+        uses, digests, size = self.uses, self.digests, _DIGEST_SIZE
+        for j in range(len(digests) // size):
+            raw = digests[j * size : (j + 1) * size]
+            if raw != _NONE:
+                out[uses[2 * j]] = raw.hex()
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    def recorded_for(self, text: str) -> str | None:
+        """The digest recorded for one source (`configmap/<name>`), if any."""
+        uses, size = self.uses, _DIGEST_SIZE
+        for i in range(0, len(uses), 2):
+            if uses[i] == text:
+                raw = self.digests[i // 2 * size : (i // 2 + 1) * size]
+                if raw != _NONE:
+                    return raw.hex()
+                break
+        for key, value in self.extra or ():
+            if key == text:
+                return value
+        return None
+
+    def index_texts(self) -> set[str]:
+        """The sources whose change concerns this workload, as `configmap/<name>`: those it
+        names, and those it recorded (a template pointing at a snapshot records the
+        snapshot's source)."""
+        texts = set(self.uses[::2])
+        for key, _ in self.extra or ():
+            kind, slash, _name = key.partition("/")
+            if slash and kind in _KINDS:
+                texts.add(key)
+        return texts
 
     def index_keys(self) -> set[SourceId]:
-        """The sources whose change concerns this workload: those it names, and those it
-        recorded (a template pointing at a snapshot records the snapshot's source)."""
-        keys = {c.source for c in self.consumes}
-        for text in self.recorded:
-            try:
-                keys.add(SourceId.parse(text))
-            except ValueError:
-                continue
-        return keys
+        return {_source_id(t) for t in self.index_texts()}
 
 
 class NotIndexed(Exception):
@@ -111,10 +254,6 @@ class NotIndexed(Exception):
 def _annotations(meta: Any) -> Mapping[str, Any]:
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
-
-
-def _intern_keys(keys: frozenset[str] | None) -> frozenset[str] | None:
-    return None if keys is None else frozenset(sys.intern(k) for k in keys)
 
 
 def entry_from_object(
@@ -140,10 +279,9 @@ def entry_from_object(
     pod_spec = get_path(obj, paths[1])
     if not isinstance(pod_spec, dict):
         raise NotIndexed("no pod spec")
-    consumes = tuple(
-        Consumed(sid, _intern_keys(c.keys), c.required)
-        for sid, c in consumption(find_sites(pod_spec)).items()
-    )
+    consumes = [
+        Consumed(sid, c.keys, c.required) for sid, c in consumption(find_sites(pod_spec)).items()
+    ]
     if not consumes:
         raise NotIndexed("consumes no ConfigMap or Secret")
     if len(consumes) > max_sources:
@@ -154,7 +292,6 @@ def entry_from_object(
     stamped = recorded is not None
     recorded = recorded or {}
     ref = WorkloadRef(kind, sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
-    recorded = {sys.intern(k): v for k, v in recorded.items()}
     rolled_at = parse_time(_annotations(meta).get(ANN_ROLLED_AT))
     refreshed = None
     pods = 0
@@ -200,8 +337,9 @@ def appeared(entry: WorkloadEntry, stale: Iterable[SourceId]) -> set[SourceId]:
     admitted while configpin was unreachable: nothing can be told of it.)"""
     if not entry.stamped:
         return set()
+    recorded = entry.recorded
     required = {c.source for c in entry.consumes if c.required}
-    return {sid for sid in stale if sid in required and str(sid) not in entry.recorded}
+    return {sid for sid in stale if sid in required and str(sid) not in recorded}
 
 
 Lookup = Callable[[SourceId], SourceRecord | None]
@@ -218,26 +356,32 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
     """
     stale: set[SourceId] = set()
     root, hkey = hkey, digest.namespace_key(hkey, entry.ref.namespace)
-    for c in entry.consumes:
-        record = lookup(c.source)
-        key = c.source
+    uses, digests, size = entry.uses, entry.digests, _DIGEST_SIZE
+    for i in range(0, len(uses), 2):
+        text = uses[i]
+        keys, required = uses[i + 1]
+        key = _source_id(text)
+        record = lookup(key)
         if record is not None and record.snapshot_of is not None:
             key = SourceId(record.kind, record.snapshot_of)
             record = lookup(key)
             if record is None:
                 continue
+            recorded = entry.recorded_for(str(key))
+        else:
+            raw = digests[i // 2 * size : (i // 2 + 1) * size]
+            recorded = raw.hex() if raw != _NONE else entry.recorded_for(text)
         if record is None:
-            if c.required:
+            if required:
                 continue
             current = digest.ABSENT
         elif record.ignored:
             continue
         else:
-            current = digest.source_digest(hkey, record, c.keys)
-        recorded = entry.recorded.get(str(key))
+            current = digest.source_digest(hkey, record, keys)
         if recorded == current:
             continue
-        if record is not None and recorded == digest.source_digest(root, record, c.keys):
+        if record is not None and recorded == digest.source_digest(root, record, keys):
             # Recorded by a version whose digests were not bound to the namespace, for the
             # content there is now: current. Upgrading rolls nothing; the next change
             # records the new digest.
@@ -248,12 +392,16 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
 
 class WorkloadIndex:
     """Entries by workload, and workloads by (namespace, source). Thread-safe: the
-    informers write it from their threads, the controller reads it from its own."""
+    informers write it from their threads, the controller reads it from its own.
+
+    A source consumed by one workload (the common case) maps to that workload's ref
+    itself; a set only where several consume it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[WorkloadRef, WorkloadEntry] = {}
-        self._by_source: dict[tuple[str, SourceId], set[WorkloadRef]] = {}
+        # namespace -> "configmap/<name>" -> the ref, or the refs, of its consumers
+        self._by_source: dict[str, dict[str, WorkloadRef | set[WorkloadRef]]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -271,8 +419,16 @@ class WorkloadIndex:
             if old is not None:
                 self._unlink(old)
             self._entries[entry.ref] = entry
-            for sid in entry.index_keys():
-                self._by_source.setdefault((entry.ref.namespace, sid), set()).add(entry.ref)
+            ref = entry.ref
+            by_text = self._by_source.setdefault(ref.namespace, {})
+            for text in entry.index_texts():
+                found = by_text.setdefault(text, ref)
+                if found is ref or found == ref:
+                    continue
+                if isinstance(found, set):
+                    found.add(ref)
+                else:
+                    by_text[text] = {found, ref}
             return old
 
     def remove(self, ref: WorkloadRef) -> WorkloadEntry | None:
@@ -283,12 +439,20 @@ class WorkloadIndex:
             return old
 
     def _unlink(self, entry: WorkloadEntry) -> None:
-        for sid in entry.index_keys():
-            refs = self._by_source.get((entry.ref.namespace, sid))
-            if refs is not None:
-                refs.discard(entry.ref)
-                if not refs:
-                    del self._by_source[(entry.ref.namespace, sid)]
+        ref = entry.ref
+        by_text = self._by_source.get(ref.namespace)
+        if by_text is None:
+            return
+        for text in entry.index_texts():
+            found = by_text.get(text)
+            if isinstance(found, set):
+                found.discard(ref)
+                if len(found) == 1:
+                    by_text[text] = found.pop()
+            elif found == ref:
+                del by_text[text]
+        if not by_text:
+            del self._by_source[ref.namespace]
 
     def replace_kind(self, kind: str, entries: Iterable[WorkloadEntry]) -> set[WorkloadRef]:
         """After a relist: the entries of `kind` are exactly `entries`; returns the refs
@@ -304,8 +468,12 @@ class WorkloadIndex:
 
     def consumers(self, namespace: str, sid: SourceId) -> list[WorkloadEntry]:
         with self._lock:
-            refs = list(self._by_source.get((namespace, sid), ()))
-            return [self._entries[r] for r in refs]
+            found = self._by_source.get(namespace, {}).get(str(sid))
+            if found is None:
+                return []
+            if isinstance(found, set):
+                return [self._entries[r] for r in found]
+            return [self._entries[found]]
 
     def entries(
         self, *, kind: str | None = None, namespace: str | None = None
