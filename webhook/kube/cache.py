@@ -1,21 +1,22 @@
 """The in-memory index of ConfigMaps and Secrets: digests only, never values.
 
-Per object it keeps the key names (shared tuples of interned strings), the 16-byte key
-digests packed in one bytes object, and, only where they differ from the common case, the
-Secret type, the ignore flag and the snapshot's source. Admission answers from it without an
-API call; a miss (an object created a moment ago, before its watch event arrived) reads
-through with one GET, whose answer is remembered briefly beside (not in) the index, so it
-can never replace what the watch says.
+Per object it keeps one bytes object: the number of its layout (the key names, and, only
+where they differ from the common case, the Secret type, the ignore flag and the snapshot's
+source; shared by every object that has the same), then its 16-byte key digests. Admission
+answers from it without an API call; a miss (an object created a moment ago, before its
+watch event arrived) reads through with one GET, whose answer is remembered briefly beside
+(not in) the index, so it can never replace what the watch says.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeAlias
 
 from webhook.core import digest
 from webhook.core.constants import LABEL_SNAPSHOT
@@ -70,36 +71,52 @@ def _observe(fn: Callable[..., None], *args: object) -> None:
         log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
-class _Entry:
-    __slots__ = ("digests", "extra", "keys")
+_Extra: TypeAlias = tuple[str | None, bool, str | None] | None
+_Layout: TypeAlias = tuple[tuple[str, ...], _Extra]
+_ID: Final = struct.Struct("<I")
 
-    def __init__(
-        self,
-        keys: tuple[str, ...],
-        digests: bytes,
-        extra: tuple[str | None, bool, str | None] | None,
-    ):
-        self.keys = keys
-        self.digests = digests
-        self.extra = extra
 
-    def same(self, other: _Entry | None) -> bool:
-        return (
-            other is not None
-            and self.digests == other.digests
-            and self.keys == other.keys
-            and self.extra == other.extra
-        )
+class _Layouts:
+    """What entries share: the key names (in order) and the rare extras (a Secret type
+    other than Opaque, the ignore flag, a snapshot's source). An entry names its layout by
+    number, so that one cached object is a single bytes object: its layout's number, then
+    its 16-byte key digests. Equal entries are equal bytes."""
 
-    def record(self, kind: SourceKind, name: str) -> SourceRecord:
-        size = digest.KEY_DIGEST_SIZE
-        kd = {k: self.digests[i * size : (i + 1) * size] for i, k in enumerate(self.keys)}
-        secret_type, ignored, snapshot_of = self.extra or (None, False, None)
-        if kind is SourceKind.SECRET and secret_type is None:
-            secret_type = "Opaque"
-        return SourceRecord(
-            kind, name, kd, secret_type=secret_type, ignored=ignored, snapshot_of=snapshot_of
-        )
+    def __init__(self) -> None:
+        self._list: list[_Layout] = []
+        self._ids: dict[_Layout, int] = {}
+        self._lock = threading.Lock()  # both kinds' watch threads add
+
+    def number(self, keys: tuple[str, ...], extra: _Extra) -> int:
+        layout = (keys, extra)
+        found = self._ids.get(layout)
+        if found is None:
+            with self._lock:
+                found = self._ids.get(layout)
+                if found is None:
+                    keys = tuple(sys.intern(k) for k in keys)
+                    found = len(self._list)
+                    self._list.append((keys, extra))
+                    self._ids[(keys, extra)] = found
+        return found
+
+    def __getitem__(self, number: int) -> _Layout:
+        return self._list[number]
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+
+def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> SourceRecord:
+    keys, extra = layouts[_ID.unpack_from(entry)[0]]
+    size, at = digest.KEY_DIGEST_SIZE, _ID.size
+    kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
+    secret_type, ignored, snapshot_of = extra or (None, False, None)
+    if kind is SourceKind.SECRET and secret_type is None:
+        secret_type = "Opaque"
+    return SourceRecord(
+        kind, name, kd, secret_type=secret_type, ignored=ignored, snapshot_of=snapshot_of
+    )
 
 
 class _KindIndex:
@@ -108,9 +125,9 @@ class _KindIndex:
     def __init__(self, cache: SourceCache, kind: SourceKind) -> None:
         self.cache = cache
         self.kind = kind
-        self.by_ns: dict[str, dict[str, _Entry]] = {}
+        self.by_ns: dict[str, dict[str, bytes]] = {}
 
-    def _entry(self, obj: JSONObject) -> _Entry | None:
+    def _entry(self, obj: JSONObject) -> bytes | None:
         try:
             rec = digest.record_from_object(self.cache.hkey, self.kind, obj)
         except digest.BadSource:
@@ -118,7 +135,7 @@ class _KindIndex:
         return self.cache.pack(rec)
 
     def relisted(self, items: Iterable[JSONObject]) -> None:
-        fresh: dict[str, dict[str, _Entry]] = {}
+        fresh: dict[str, dict[str, bytes]] = {}
         observers = self.cache.snapshot_observers
         copies: list[JSONObject] = []
         for obj in items:
@@ -138,7 +155,7 @@ class _KindIndex:
             for ns in old.keys() | fresh.keys():
                 o, f = old.get(ns, {}), fresh.get(ns, {})
                 for name in o.keys() | f.keys():
-                    if not (f.get(name) is not None and f[name].same(o.get(name))):
+                    if f.get(name) is None or f[name] != o.get(name):
                         self.cache.notify(ns, SourceId(self.kind, name))
 
     def event(self, kind: str, obj: JSONObject) -> None:
@@ -159,7 +176,7 @@ class _KindIndex:
         self.cache.forget_recent(self.kind, ns, name)
         for observer in self.cache.snapshot_observers:
             _observe(observer.event, self.kind, kind, obj)
-        if (before is None) != (after is None) or (after is not None and not after.same(before)):
+        if after != before:
             self.cache.update_gauge(self.kind)
             self.cache.notify(ns, SourceId(self.kind, name))
 
@@ -173,11 +190,10 @@ class SourceCache:
         self.metrics = metrics
         self.listeners: list[ChangeListener] = []
         self.snapshot_observers: list[SnapshotObserver] = []  # add before start()
-        self._keysets: dict[tuple[str, ...], tuple[str, ...]] = {}
-        self._types: dict[str, str] = {}
+        self._layouts = _Layouts()
         self._recent: dict[tuple[SourceKind, str, str], tuple[float, SourceRecord | None]] = {}
         self._recent_lock = threading.Lock()
-        self._records: dict[int, tuple[_Entry, SourceRecord]] = {}
+        self._records: dict[int, tuple[bytes, SourceRecord]] = {}
         self.indexes = {kind: _KindIndex(self, kind) for kind in SourceKind}
         self.informers = {
             kind: Informer(
@@ -209,18 +225,14 @@ class SourceCache:
         )
 
     # --- packing
-    def pack(self, rec: SourceRecord) -> _Entry:
-        names = tuple(sys.intern(k) for k in sorted(rec.key_digests))
-        names = self._keysets.setdefault(names, names)
-        packed = b"".join(rec.key_digests[k] for k in names)
+    def pack(self, rec: SourceRecord) -> bytes:
+        names = tuple(sorted(rec.key_digests))
         extra = None
         default_type = "Opaque" if rec.kind is SourceKind.SECRET else None
         if rec.secret_type != default_type or rec.ignored or rec.snapshot_of is not None:
-            st = rec.secret_type
-            if st is not None:
-                st = self._types.setdefault(st, st)
-            extra = (st, rec.ignored, rec.snapshot_of)
-        return _Entry(names, packed, extra)
+            extra = (rec.secret_type, rec.ignored, rec.snapshot_of)
+        number = self._layouts.number(names, extra)
+        return b"".join((_ID.pack(number), *(rec.key_digests[k] for k in names)))
 
     def update_gauge(self, kind: SourceKind) -> None:
         self.metrics.cached_sources.labels(kind.value).set(
@@ -252,7 +264,7 @@ class SourceCache:
             held = self._records.get(id(entry))
             if held is not None and held[0] is entry:
                 return held[1]
-            record = entry.record(sid.kind, sid.name)
+            record = _record(self._layouts, entry, sid.kind, sid.name)
             if len(self._records) >= _RECORDS_MAX:
                 self._records.clear()
             self._records[id(entry)] = (entry, record)

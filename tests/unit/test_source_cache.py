@@ -1,0 +1,83 @@
+"""The source cache's compact entries: one bytes object per cached object, its layout shared.
+
+Fed through the informer handler as a watch would feed it (no API server: the watch itself
+is tested in tests/integration/test_cache.py)."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from tests.unit.conftest import HKEY, configmap, secret
+from webhook.core import digest
+from webhook.core.constants import ANN_IGNORE
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
+from webhook.kube.cache import SourceCache
+from webhook.kube.raw import Kube
+from webhook.metrics import Metrics
+
+NS = "team-a"
+
+
+def _cache() -> SourceCache:
+    return SourceCache(Kube(client.ApiClient(client.Configuration())), HKEY, Metrics())
+
+
+def _kind(obj: JSONObject) -> SourceKind:
+    return SourceKind.CONFIGMAP if obj["kind"] == "ConfigMap" else SourceKind.SECRET
+
+
+def _same(a: SourceRecord, b: SourceRecord) -> bool:
+    return (a.kind, a.name, dict(a.key_digests), a.secret_type, a.ignored, a.snapshot_of) == (
+        b.kind,
+        b.name,
+        dict(b.key_digests),
+        b.secret_type,
+        b.ignored,
+        b.snapshot_of,
+    )
+
+
+OBJECTS = [
+    configmap("plain", {"a": "1", "b": "2"}, namespace=NS),
+    configmap("same-keys", {"a": "3", "b": "4"}, namespace=NS),
+    configmap("binary", {"a": "1"}, binary={"blob": b"\x00\x01"}, namespace=NS),
+    configmap("ignored", {"a": "1"}, namespace=NS, annotations={ANN_IGNORE: "true"}),
+    configmap("empty", namespace=NS),
+    secret("opaque", {"p": "x"}, namespace=NS),
+    secret("untyped", {"p": "x"}, namespace=NS, type_=None),
+    secret("tls", {"tls.crt": "c", "tls.key": "k"}, namespace=NS, type_="kubernetes.io/tls"),
+]
+
+
+def test_records_from_compact_entries_are_what_the_core_computes() -> None:
+    cache = _cache()
+    for kind in SourceKind:
+        cache.indexes[kind].relisted(o for o in OBJECTS if _kind(o) is kind)
+    for obj in OBJECTS:
+        kind, name = _kind(obj), obj["metadata"]["name"]
+        found = cache.peek(NS, SourceId(kind, name))
+        assert isinstance(found, SourceRecord)
+        assert _same(found, digest.record_from_object(HKEY, kind, obj)), name
+    # One layout per distinct (keys, extras): plain and same-keys share theirs, and so do
+    # opaque and untyped (a Secret without a type is Opaque).
+    entries = cache.indexes[SourceKind.CONFIGMAP].by_ns[NS]
+    assert entries["plain"][:4] == entries["same-keys"][:4]
+    assert len(cache._layouts) == len(OBJECTS) - 2
+
+
+def test_a_change_is_a_new_entry_and_metadata_alone_is_not() -> None:
+    cache = _cache()
+    index = cache.indexes[SourceKind.CONFIGMAP]
+    changed: list[SourceId] = []
+    cache.listeners.append(lambda ns, sid: changed.append(sid))
+    obj = configmap("c", {"a": "1"}, namespace=NS)
+    index.event("ADDED", obj)
+    first = cache.peek(NS, SourceId(SourceKind.CONFIGMAP, "c"))
+    assert first is cache.peek(NS, SourceId(SourceKind.CONFIGMAP, "c"))  # handed out once
+    index.event("MODIFIED", {**obj, "metadata": {**obj["metadata"], "labels": {"x": "y"}}})
+    index.event("MODIFIED", configmap("c", {"a": "2"}, namespace=NS))
+    second = cache.peek(NS, SourceId(SourceKind.CONFIGMAP, "c"))
+    assert isinstance(first, SourceRecord) and isinstance(second, SourceRecord)
+    assert first.key_digests != second.key_digests
+    index.event("DELETED", configmap("c", {"a": "2"}, namespace=NS))
+    assert changed == [SourceId(SourceKind.CONFIGMAP, "c")] * 3
