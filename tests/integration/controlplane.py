@@ -403,6 +403,7 @@ class ControlPlane:
     kubeconfig: Path
     log_dir: Path
     version: tuple[int, int] = (1, 20)
+    etcd_url: str = ""  # etcd's client URL (plain HTTP on loopback)
 
     @property
     def minor(self) -> int:
@@ -421,9 +422,27 @@ class ControlPlane:
         cfg.api_key_prefix = {"BearerToken": "Bearer"}
         return cfg
 
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as the API server does every
+        few minutes: a watch or a continue token from before then gets 410 Gone. Returns the
+        revision compacted to."""
+        status = _etcd_post(f"{self.etcd_url}/v3/kv/range", {"key": "AA==", "limit": 1})
+        revision = int(status["header"]["revision"])
+        _etcd_post(f"{self.etcd_url}/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
     def api_client(self) -> client.ApiClient:
         """A new ApiClient for this control plane; close it (or use it as a context manager)."""
         return client.ApiClient(self.configuration())
+
+
+def _etcd_post(url: str, body: Mapping[str, Any]) -> Any:
+    """etcd's JSON gateway (v3 API), on the loopback client URL."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return json.loads(resp.read())
 
 
 def kubeconfig_text(host: str, ca_pem: bytes, user: Mapping[str, Any]) -> str:
@@ -555,7 +574,8 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
         workdir / "kubeconfig", kubeconfig_text(host, ca.cert_pem, {"token": token})
     )
     version = binary_version(assets / "kube-apiserver")
-    plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir, version)
+    etcd_url = f"http://127.0.0.1:{etcd_client_port}"
+    plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir, version, etcd_url)
 
     with contextlib.ExitStack() as stack:
         etcd_data = Path(stack.enter_context(_etcd_data_dir(workdir)))
@@ -565,7 +585,6 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
             stack.callback(proc.stop)
             return proc
 
-        etcd_url = f"http://127.0.0.1:{etcd_client_port}"
         peer_url = f"http://127.0.0.1:{etcd_peer_port}"
         etcd = launch(
             "etcd",

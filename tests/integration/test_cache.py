@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from kubernetes import client
@@ -11,9 +11,10 @@ from kubernetes import client
 from tests.integration.controlplane import ControlPlane, wait_for
 from tests.integration.manifests import configmap, secret
 from webhook.core.digest import record_from_object
-from webhook.core.model import SourceId, SourceKind
+from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.cache import SourceCache
 from webhook.kube.digestkey import ensure_digest_key
+from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
 from webhook.metrics import Metrics
 from webhook.sources import Miss
@@ -130,3 +131,112 @@ def test_concurrent_starters_converge_on_one_digest_key(kube: Kube, k8s: client.
     assert (
         ensure_digest_key(kube, ns, "configpin-digest-key") == keys[0]
     )  # and a restart reads it back
+
+
+def _names(items: Iterable[JSONObject]) -> set[str]:
+    return {str(o["metadata"]["name"]) for o in items}
+
+
+def test_list_pages_are_bounded_by_size(kube: Kube, namespace: str) -> None:
+    """After the first page, each asks for as many objects as fit the byte bound: large
+    objects come a few at a time, small ones many at a time, and none is missed."""
+    for i in range(12):
+        kube.create(path("configmaps", namespace), configmap(f"big-{i}", {"v": "x" * 8000}))
+    for i in range(60):
+        kube.create(path("configmaps", namespace), configmap(f"small-{i}", {"v": str(i)}))
+    api_path = path("configmaps", namespace)
+    expected = _names(kube.get(api_path)["items"])
+    seen: list[set[str]] = []
+    before = kube.calls
+    for page in kube.list_pages(api_path, page_size=4, page_bytes=20_000):
+        seen.append(_names(page.get("items") or ()))
+    assert set().union(*seen) == expected
+    assert sum(map(len, seen)) == len(expected)  # each once
+    # big-* come first (by name): 4, then 20,000 bytes / ~8 KB = 2 per page ...
+    assert len(seen[0]) == 4
+    assert all(len(p) <= 3 for p in seen[1:4])
+    # ... and once the small ones lower the average, pages grow again.
+    assert max(map(len, seen[4:])) > 4
+    assert kube.calls - before == len(seen)
+    # Without a byte bound: the count alone.
+    counts = [len(p.get("items") or ()) for p in kube.list_pages(api_path, page_size=10)]
+    assert counts[:-1] == [10] * (len(counts) - 1)
+
+
+class _Relists:
+    def __init__(self) -> None:
+        self.lists: list[set[str]] = []
+
+    def relisted(self, items: Iterable[JSONObject]) -> None:
+        self.lists.append(_names(items))
+
+    def event(self, kind: str, obj: JSONObject) -> None:
+        pass
+
+
+def _event(namespace: str, name: str) -> JSONObject:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name},
+        "involvedObject": {"kind": "ConfigMap", "name": "x", "namespace": namespace},
+        "reason": "Test",
+        "message": "m" * 2000,
+        "type": "Normal",
+    }
+
+
+def test_a_relist_after_410_finds_every_object(
+    kube: Kube, namespace: str, control_plane: ControlPlane
+) -> None:
+    """A watch from a resourceVersion etcd has compacted away ends in 410 Gone; the informer
+    lists again, page by page (bounded by size), and every object is in it. (Events: the API
+    server keeps no watch cache of them, so their watches are etcd's, as a watch of any
+    resource is once the watch cache no longer holds its resourceVersion.)"""
+    api_path = f"/api/v1/namespaces/{namespace}/events"
+    stale = str(kube.get(api_path)["metadata"]["resourceVersion"])
+    for i in range(30):
+        kube.create(api_path, _event(namespace, f"e-{i}"))
+    control_plane.compact_etcd()  # as the API server does every few minutes
+
+    class ExpiredOnce(Informer):
+        """Its first watch starts from before the compaction (a watch that was down while
+        etcd compacted); the API server answers 410."""
+
+        forced = False
+
+        def _watch(self) -> None:
+            if not self.forced:
+                self.forced = True
+                self.resource_version = stale
+            super()._watch()
+
+    metrics = Metrics()
+    handler = _Relists()
+    informer = ExpiredOnce(
+        kube,
+        "events",
+        handler,
+        metrics,
+        prefix="/api/v1",
+        field_selector=f"metadata.namespace={namespace}",
+        page_size=3,
+        page_bytes=8000,
+    )
+    informer.start()
+    try:
+        gone = metrics.watch_restarts.labels("events", "gone")
+        wait_for(
+            lambda: gone._value.get() == 1 and len(handler.lists) == 2,
+            timeout=60,
+            what="a 410 and a relist",
+        )
+        rv = informer.resource_version
+        kube.create(api_path, _event(namespace, "after"))  # watched from the relist on
+        wait_for(lambda: informer.resource_version != rv, timeout=30, what="the watch event")
+    finally:
+        informer.stop()
+    expected = _names(kube.get(api_path)["items"])
+    assert {f"e-{i}" for i in range(30)} | {"after"} <= expected
+    assert handler.lists[0] == handler.lists[1] == expected - {"after"}
+    assert informer.relists == 2

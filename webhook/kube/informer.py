@@ -9,7 +9,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Final, Protocol
 
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Gone, KubeError
@@ -17,6 +17,9 @@ from webhook.kube.raw import Kube, path
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+FIRST_PAGE: Final = 100  # objects in the first page of a list, before their size is known
+PAGE_BYTES: Final = 256 * 1024  # JSON per list page after that, about
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
@@ -65,10 +68,11 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         watch_timeout: int = 300,
-        # Small pages keep the transient parse of full objects small: with 500 the freed
-        # memory fragments and RSS grows ~400 B per cached object instead of ~260 B
-        # (bench/cache_memory.py); the price is a slower first sync (40k objects: 6 s vs 2 s).
-        page_size: int = 100,
+        # Pages bounded by size, not by count (see Kube.list_pages): the transient parse of
+        # whole objects stays small whatever they weigh, and small objects come in few round
+        # trips. PAGE_BYTES is measured in bench/README.md (cache_memory.py).
+        page_size: int = FIRST_PAGE,
+        page_bytes: int = PAGE_BYTES,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -79,6 +83,7 @@ class Informer:
         self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self.page_size = page_size
+        self.page_bytes = page_bytes
         self.synced = threading.Event()
         self.relists = 0
         self._stop = threading.Event()
@@ -102,6 +107,7 @@ class Informer:
         pages = self.kube.list_pages(
             self.api_path,
             page_size=self.page_size,
+            page_bytes=self.page_bytes,
             labelSelector=self.label_selector,
             fieldSelector=self.field_selector,
         )

@@ -43,6 +43,8 @@ _BY_STATUS: Final[dict[int, type[KubeError]]] = {
     422: Invalid,
 }
 
+MAX_PAGE_ITEMS: Final = 5000  # objects per list page at most, however small they are
+
 # resource -> (API path prefix, namespaced)
 RESOURCES: Final[Mapping[str, str]] = {
     "configmaps": "/api/v1",
@@ -185,15 +187,38 @@ class Kube:
         return self.request("DELETE", api_path, body=body)
 
     def list_pages(
-        self, api_path: str, *, page_size: int = 500, **query: Any
+        self,
+        api_path: str,
+        *,
+        page_size: int = 500,
+        page_bytes: int | None = None,
+        **query: Any,
     ) -> Iterator[JSONObject]:
         """Each page of a list (chunked with `limit`/`continue`); the last one carries the
-        list's resourceVersion. A continue token that expired (410) raises Gone."""
+        list's resourceVersion. A continue token that expired (410) raises Gone.
+
+        With `page_bytes`, pages are bounded by size rather than by count: the first asks
+        for `page_size` objects, each next one for as many as the objects seen so far say
+        fit in `page_bytes` of JSON (at least 1, at most `MAX_PAGE_ITEMS`). Small objects
+        then come in few round trips, and large ones (Secrets of hundreds of KB) never make a
+        page of hundreds of MB to parse at once."""
         token: str | None = None
+        limit, seen_bytes, seen_items = page_size, 0, 0
         while True:
-            page = self.request(
-                "GET", api_path, query={"limit": page_size, "continue": token, **query}
-            )
+            resp = self.open("GET", api_path, query={"limit": limit, "continue": token, **query})
+            try:
+                data = resp.read()
+            finally:
+                resp.release_conn()
+            doc = orjson.loads(data) if data else {}
+            page: JSONObject = doc if isinstance(doc, dict) else {}
+            if page_bytes:
+                seen_bytes += len(data)
+                seen_items += len(page.get("items") or ())
+                if seen_items:
+                    fit = page_bytes * seen_items // seen_bytes
+                    limit = max(1, min(MAX_PAGE_ITEMS, fit))
+            del data, doc
             yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:
