@@ -116,7 +116,9 @@ def _snapshot_lifetime(
         is_leader=controller.acting,
         events=events,
     )
-    lifetime.start()
+    # Its watches (revisions, Jobs, Pods) list what neither admission nor the index needs:
+    # after both, never beside the lists that readiness waits for.
+    controller.after_synced.append(lifetime.start)
     return lifetime
 
 

@@ -344,6 +344,8 @@ class RolloutController:
             registry=metrics.registry,
         )
         self._synced = threading.Event()
+        # Started once the index has synced (after readiness): the snapshot adoption watches.
+        self.after_synced: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._failures: dict[WorkloadRef, int] = {}
@@ -376,23 +378,34 @@ class RolloutController:
     def _start_once(self) -> None:
         if not self.kinds:
             self.kinds = {k.kind: k for k in discover_kinds(self.kube)}
-        if not self.informers:
+        if self.source_changed not in self.cache.listeners:
             self.cache.listeners.append(self.source_changed)
             self.namespaces.listeners.append(self.namespace_selected)
             if self._own_namespaces:
                 self.namespaces.start()
+        # What admission needs comes first: the workloads are listed once the namespaces and
+        # the sources are, so that their lists (tens of thousands of objects, parsed in this
+        # process) neither slow the webhook's readiness down nor share the API server with it.
+        deadline = time.monotonic() + self.options.sync_timeout
+        if not self.namespaces.informer.synced.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the watch of namespaces did not sync")
+        if not self.cache.wait_synced(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the ConfigMap/Secret cache did not sync")
+        if not self.informers:
             for kind in self.kinds.values():
                 self._watch_kind(kind)
         deadline = time.monotonic() + self.options.sync_timeout
-        waiting = [self.namespaces.informer, *self.informers.values()]
-        for informer in waiting:
+        for informer in self.informers.values():
             if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError(f"the watch of {informer.resource} did not sync")
-        if not self.cache.wait_synced(max(0.0, deadline - time.monotonic())):
-            raise TimeoutError("the ConfigMap/Secret cache did not sync")
         if self._stop.is_set():
             return
         self._synced.set()
+        for then in self.after_synced:
+            try:
+                then()
+            except Exception:
+                log.exception("starting %s after the controller's sync failed", then)
         for i in range(max(1, self.options.workers)):
             t = threading.Thread(target=self._work, name=f"rollout-{i}", daemon=True)
             t.start()
