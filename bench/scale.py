@@ -56,7 +56,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ from tests.integration.configpin_proc import (
 from tests.integration.controlplane import ENABLED_LABEL, running_control_plane, wait_for
 from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_SOURCES
+from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "bench"
@@ -201,14 +202,26 @@ def create_workloads(
     return parallel(threads, one, count, "deployments+replicasets")
 
 
+def server_metrics(kube: Kube) -> str:
+    """The API server's /metrics; asked again once when a pooled connection the server had
+    closed meanwhile fails (the bench's requests are not retried otherwise)."""
+    for attempt in (1, 2):
+        try:
+            resp = kube.open("GET", "/metrics")
+            try:
+                return resp.read().decode()
+            finally:
+                resp.release_conn()
+        except KubeError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def watchers(kube: Kube) -> int:
     """Watches open on the API server: `apiserver_registered_watchers` where it exists (it is
     gone by 1.36), else the WATCH requests of `apiserver_longrunning_requests`."""
-    resp = kube.open("GET", "/metrics")
-    try:
-        text = resp.read().decode()
-    finally:
-        resp.release_conn()
+    text = server_metrics(kube)
     registered = longrunning = 0.0
     found = False
     for family in text_string_to_metric_families(text):
@@ -221,11 +234,7 @@ def watchers(kube: Kube) -> int:
 
 
 def watchers_metric(kube: Kube) -> str:
-    resp = kube.open("GET", "/metrics")
-    try:
-        text = resp.read().decode()
-    finally:
-        resp.release_conn()
+    text = server_metrics(kube)
     if "apiserver_registered_watchers" in text:
         return "apiserver_registered_watchers"
     return 'apiserver_longrunning_requests{verb="WATCH"}'
@@ -235,19 +244,47 @@ def configpin_args() -> list[str]:
     return ["--coalesce-window", "0", "--min-rollout-interval", "0", "--lease-name", "scale"]
 
 
+def apiserver_pid(plane: controlplane.ControlPlane) -> int:
+    port = plane.host.rpartition(":")[2]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if argv[0].endswith(b"kube-apiserver") and f"--secure-port={port}".encode() in argv:
+                return int(proc.name)
+    raise RuntimeError("no kube-apiserver process found")
+
+
 @contextlib.contextmanager
 def measured(
-    plane: controlplane.ControlPlane, workdir: Path, setup: Kube, label: str, timeout: float
+    plane: controlplane.ControlPlane,
+    workdir: Path,
+    setup: Kube,
+    label: str,
+    timeout: float,
+    variant: Variant,
+    snapshots: bool,
 ) -> Iterator[tuple[Configpin, dict[str, float]]]:
-    """A fresh configpin (controller on, leader-elected): its cold start, RSS, watchers."""
+    """A fresh configpin (controller on, leader-elected): its cold start, RSS, CPU, watchers.
+    Snapshot mode allowed or not (the chart's default: not, and no adoption watches)."""
     time.sleep(2.0)
     idle_watchers = watchers(setup)
+    server = apiserver_pid(plane)
+    server_cpu0 = process_cpu(server)
     t0 = time.perf_counter()
     cp = start_configpin(
-        plane, workdir, args=configpin_args(), instance=INSTANCE, ready_timeout=timeout
+        plane,
+        workdir,
+        args=[*configpin_args(), "--snapshots" if snapshots else "--no-snapshots"],
+        instance=INSTANCE,
+        ready_timeout=timeout,
+        repo=variant.repo,
+        env=variant.env,
     )
     ready = time.perf_counter() - t0
     try:
+        ready_cpu = process_cpu(cp.proc.pid)
         wait_for(
             lambda: cp.metric("configpin_controller_up") == 1,
             timeout=timeout,
@@ -255,19 +292,25 @@ def measured(
             what="configpin_controller_up 1",
         )
         synced = time.perf_counter() - t0
-        wait_for(lambda: "leading:" in cp.log(), timeout=60, what="configpin leading")
-        time.sleep(2.0)
         figures = {
             "ready": ready,
             "synced": synced,
+            "cpu_ready": ready_cpu,
+            "cpu_synced": process_cpu(cp.proc.pid),
+            "server_cpu": process_cpu(server) - server_cpu0,
+        }
+        wait_for(lambda: "leading:" in cp.log(), timeout=60, what="configpin leading")
+        time.sleep(2.0)
+        figures |= {
             "rss": rss_kib(cp.proc.pid) * 1024,
             "watchers": watchers(setup),
             "watchers_without": idle_watchers,
         }
         print(
-            f"  {label}: ready {ready:.1f}s, controller up {synced:.1f}s, "
-            f"RSS {figures['rss'] / 2**20:.1f} MB, watchers {figures['watchers']} "
-            f"(without configpin {idle_watchers})",
+            f"  {label} [{variant.label}]: ready {ready:.1f}s (CPU {ready_cpu:.1f}s), "
+            f"controller up {synced:.1f}s (CPU {figures['cpu_synced']:.1f}s, API server "
+            f"{figures['server_cpu']:.1f}s), RSS {figures['rss'] / 2**20:.1f} MB, "
+            f"watchers {figures['watchers']} (without configpin {idle_watchers})",
             flush=True,
         )
         yield cp, figures
@@ -275,10 +318,25 @@ def measured(
         cp.stop()
 
 
-@contextlib.contextmanager
-def skipped(*_: object) -> Iterator[None]:
-    """In place of `measured` (--fanout-only): nothing started, nothing measured."""
-    yield None
+def cold_starts(
+    plane: controlplane.ControlPlane,
+    workdir: Path,
+    setup: Kube,
+    label: str,
+    args: argparse.Namespace,
+    variants: list[Variant],
+) -> dict[str, dict[str, float]]:
+    """`--repeat` cold starts of each variant, taking turns; the medians per variant."""
+    runs: dict[str, list[dict[str, float]]] = {v.label: [] for v in variants}
+    for r in range(args.repeat):
+        for v in variants:
+            where = workdir / f"{label}-{v.label.replace(' ', '_')}-{r}"
+            with measured(plane, where, setup, label, args.timeout, v, args.snapshots) as (_, f):
+                runs[v.label].append(f)
+    return {
+        name: {k: statistics.median(f[k] for f in rows) for k in rows[0]}
+        for name, rows in runs.items()
+    }
 
 
 class TemplateWatch:
@@ -350,6 +408,7 @@ class Variant:
     label: str
     repo: Path
     webhook: bool = True  # its admission registered (False: what the fan-out costs without it)
+    env: dict[str, str] = field(default_factory=dict)  # its environment (MALLOC_ARENA_MAX)
 
 
 def baseline_tree(rev: str, into: Path) -> Path:
@@ -560,6 +619,18 @@ def main() -> None:
         action="store_true",
         help="also run the fan-out of this tree with no webhook registered (admission's share)",
     )
+    ap.add_argument("--repeat", type=int, default=1, help="cold starts per stage and variant")
+    ap.add_argument(
+        "--arena-max",
+        type=int,
+        help="also cold-start this tree with MALLOC_ARENA_MAX set to this (glibc arenas)",
+    )
+    ap.add_argument(
+        "--snapshots",
+        action="store_true",
+        help="cold starts with snapshot mode allowed (adoption watches), as `serve`'s own "
+        "default; without it configpin starts as the chart's default (snapshots.enabled: false)",
+    )
     ap.add_argument(
         "--leader-args",
         default="",
@@ -589,6 +660,16 @@ def main() -> None:
             variants.insert(
                 0, Variant(f"baseline {rev}", baseline_tree(args.baseline, Path(tmp) / "base"))
             )
+        # Cold starts: this tree, the baseline, this tree with capped malloc arenas.
+        starts = [v for v in variants if v.webhook]
+        if args.arena_max:
+            starts.append(
+                Variant(
+                    f"arena max {args.arena_max}",
+                    REPO,
+                    env={"MALLOC_ARENA_MAX": str(args.arena_max)},
+                )
+            )
         print(f"control plane {plane.version}, controllers {','.join(controlplane.CONTROLLERS)}")
         api = plane.api_client()  # the official client: ensure_namespace, server_minor
         print("watchers: " + watchers_metric(Kube(api)), flush=True)
@@ -606,11 +687,10 @@ def main() -> None:
                 },
             )
         setup.create(path("configmaps", nss[0]), configmap("shared", {"a": "0"}))
-        stages: dict[str, dict[str, float]] = {}
-        stage = skipped if args.fanout_only else measured
-        with stage(plane, Path(tmp) / "empty", setup, "empty", args.timeout) as found:
-            if found is not None:
-                stages["empty"] = found[1]
+        stages: dict[str, dict[str, dict[str, float]]] = {}
+        work = Path(tmp)
+        if not args.fanout_only:
+            stages["empty"] = cold_starts(plane, work, setup, "empty", args, starts)
         with running_configpin(
             plane,
             Path(tmp) / "loader",
@@ -620,13 +700,11 @@ def main() -> None:
         ):
             print("loading (through the loader configpin's webhook):", flush=True)
             create_sources(setup, args.sources, nss, args.threads)
-            with stage(plane, Path(tmp) / "sources", setup, "sources", args.timeout) as found:
-                if found is not None:
-                    stages["sources"] = found[1]
+            if not args.fanout_only:
+                stages["sources"] = cold_starts(plane, work, setup, "sources", args, starts)
             create_workloads(setup, args.workloads, args.sources, nss, fanout, args.threads)
-            with stage(plane, Path(tmp) / "full", setup, "full", args.timeout) as found:
-                if found is not None:
-                    stages["full"] = found[1]
+            if not args.fanout_only:
+                stages["full"] = cold_starts(plane, work, setup, "full", args, starts)
         print(f"fan-out ({', '.join(v.label for v in variants)}):", flush=True)
         fan = fanout_rounds(
             plane,
@@ -646,32 +724,55 @@ def main() -> None:
 def report(
     args: argparse.Namespace,
     fanout: int,
-    stages: dict[str, dict[str, float]],
+    stages: dict[str, dict[str, dict[str, float]]],
     fan: dict[str, list[dict[str, Any]]],
 ) -> None:
     mb = 2**20
     print(f"\nscale: {args.sources} sources, {args.workloads} Deployments (+ ReplicaSets)")
     if stages:
-        print(f"{'stage':>8} {'ready':>7} {'ctl up':>7} {'RSS':>9} {'watchers':>9} {'without':>8}")
-        for name, f in stages.items():
+        print(f"cold starts: medians of {args.repeat} per stage and variant")
+        print(
+            f"{'stage':>8} {'variant':>16} {'ready':>7} {'CPU':>6} {'ctl up':>7} {'CPU':>6} "
+            f"{'server':>7} {'RSS':>9} {'watchers':>9} {'without':>8}"
+        )
+        for stage_name, by_variant in stages.items():
+            for name, f in by_variant.items():
+                print(
+                    f"{stage_name:>8} {name[:16]:>16} {f['ready']:>6.1f}s "
+                    f"{f['cpu_ready']:>5.1f}s {f['synced']:>6.1f}s {f['cpu_synced']:>5.1f}s "
+                    f"{f['server_cpu']:>6.1f}s {f['rss'] / mb:>6.1f} MB "
+                    f"{f['watchers']:>9.0f} {f['watchers_without']:>8.0f}"
+                )
+        names = list(stages["empty"])
+        for name in names:
+            e, s, w = (stages[k][name]["rss"] for k in ("empty", "sources", "full"))
+            per_source = (s - e) / args.sources if args.sources else 0.0
+            per_workload = (w - s) / args.workloads if args.workloads else 0.0
+            at = e + per_source * EXTRAPOLATE[0] + per_workload * EXTRAPOLATE[1]
             print(
-                f"{name:>8} {f['ready']:>6.1f}s {f['synced']:>6.1f}s {f['rss'] / mb:>6.1f} MB "
-                f"{f['watchers']:>9} {f['watchers_without']:>8}"
+                f"[{name}] bytes per source {per_source:.0f}, per workload (Deployment + "
+                f"ReplicaSet) {per_workload:.0f}; extrapolated to {EXTRAPOLATE[0]:,} sources + "
+                f"{EXTRAPOLATE[1]:,} workloads: {at / mb:.0f} MB "
+                f"(goal < {GOAL_MB} MB; ratio {at / mb / GOAL_MB:.2f})"
             )
-        e, s, w = (stages[k]["rss"] for k in ("empty", "sources", "full"))
-        per_source = (s - e) / args.sources if args.sources else 0.0
-        per_workload = (w - s) / args.workloads if args.workloads else 0.0
-        at = e + per_source * EXTRAPOLATE[0] + per_workload * EXTRAPOLATE[1]
-        print(
-            f"bytes per source {per_source:.0f}, "
-            f"per workload (Deployment + ReplicaSet) {per_workload:.0f}"
-        )
-        print(
-            f"extrapolated to {EXTRAPOLATE[0]:,} sources + {EXTRAPOLATE[1]:,} workloads: "
-            f"{at / mb:.0f} MB (goal < {GOAL_MB} MB; ratio {at / mb / GOAL_MB:.2f})"
-        )
+        this = next((n for n in names if n == "this tree"), names[0])
+        for name in names:
+            if name == this:
+                continue
+            full, other = stages["full"][this], stages["full"][name]
+            above = (full["rss"] - stages["empty"][this]["rss"]) / (
+                other["rss"] - stages["empty"][name]["rss"]
+            )
+            print(
+                f"{this} / {name}, full stage: RSS {full['rss'] / other['rss']:.2f} (above "
+                f"empty {above:.2f}), ready {full['ready'] / other['ready']:.2f}, controller up "
+                f"{full['synced'] / other['synced']:.2f}, CPU to controller up "
+                f"{full['cpu_synced'] / other['cpu_synced']:.2f}"
+            )
     medians: dict[str, float] = {}
     for label, rows in fan.items():
+        if not rows:
+            continue
         spans = [r["span"] for r in rows]
         busy, idle = [r["busy"] for r in rows], [r["idle"] for r in rows]
         medians[label] = span = statistics.median(spans)
@@ -705,9 +806,10 @@ def report(
                 f"{k} {statistics.median(r['configpin'][k] for r in rows):.4g}" for k in names
             )
         )
-    (first_label, first), *others = medians.items()
-    for label, median in others:
-        print(f"fan-out time, {label} / {first_label}: {median / first:.2f}")
+    if medians:
+        (first_label, first), *others = medians.items()
+        for label, median in others:
+            print(f"fan-out time, {label} / {first_label}: {median / first:.2f}")
     print(f"load average at end: {' '.join(map(str, os.getloadavg()))}")
 
 
