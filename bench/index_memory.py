@@ -1,0 +1,298 @@
+"""Memory by part, in process: the Python heap each cached source, indexed workload and
+owned ReplicaSet costs once listed through configpin's own handlers, and the transient
+heap of a relist (the list pages parsed to keep a few digests of each object).
+
+No cluster: objects shaped as the API server lists them in bench/scale.py (ConfigMaps and
+Secrets of two keys; Deployments reading one key of a ConfigMap and one of a Secret,
+stamped as admission stamps them, with their managedFields; each one's ReplicaSet, owned by
+it) are fed page by page to `SourceCache`'s informer handlers, the controller's
+`_KindHandler` and, with snapshots allowed, the snapshot adopter's ReplicaSet watch, under
+tracemalloc. Load-independent: heap bytes, not time or RSS (bench/scale.py has those).
+
+    .venv/bin/python bench/index_memory.py [--objects 20000] [--baseline REV]
+
+`--baseline REV` measures REV's tree (`git archive`) the same way, in its own process, and
+prints the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = 100  # objects per simulated list page (the pages' own heap is the transient part)
+NS = "scale-0"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _managed(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "manager": "kubectl",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2026-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields,
+        }
+    ]
+
+
+def _meta(name: str, i: int, **more: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": NS,
+        "uid": f"00000000-0000-4000-8000-{i:012d}",
+        "resourceVersion": str(1000 + i),
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+        **more,
+    }
+
+
+def configmap(i: int) -> dict[str, Any]:
+    return {
+        "metadata": _meta(
+            f"cm-{i}", i, managedFields=_managed({"f:data": {".": {}, "f:a": {}, "f:b": {}}})
+        ),
+        "data": {"a": "v" * 100 + str(i), "b": "1"},
+    }
+
+
+def secret(i: int) -> dict[str, Any]:
+    return {
+        "metadata": _meta(
+            f"sec-{i}", i, managedFields=_managed({"f:data": {".": {}, "f:p": {}, "f:q": {}}})
+        ),
+        "data": {"p": "dnZ2" * 34 + "MA==", "q": "MQ=="},
+        "type": "Opaque",
+    }
+
+
+def _template(i: int, labels: dict[str, str]) -> dict[str, Any]:
+    sources = {f"configmap/cm-{i}": _digest(f"c{i}"), f"secret/sec-{i}": _digest(f"s{i}")}
+    env = [
+        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": f"cm-{i}", "key": "a"}}},
+        {"name": "P", "valueFrom": {"secretKeyRef": {"name": f"sec-{i}", "key": "p"}}},
+    ]
+    return {
+        "metadata": {
+            "labels": labels,
+            "annotations": {
+                "configpin.io/checksum": _digest(f"k{i}"),
+                "configpin.io/sources": json.dumps(sources, separators=(",", ":")),
+            },
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.invalid/app:1",
+                    "env": env,
+                    "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "securityContext": {},
+            "schedulerName": "default-scheduler",
+        },
+    }
+
+
+_SPEC_FIELDS = {
+    "f:spec": {
+        "f:replicas": {},
+        "f:selector": {},
+        "f:template": {
+            "f:metadata": {"f:annotations": {".": {}, "f:configpin.io/sources": {}}},
+            "f:spec": {"f:containers": {'k:{"name":"app"}': {".": {}, "f:env": {}}}},
+        },
+    }
+}
+
+
+def deployment(i: int) -> dict[str, Any]:
+    labels = {"app": f"d{i}"}
+    return {
+        "metadata": _meta(f"d{i}", i, generation=1, managedFields=_managed(_SPEC_FIELDS)),
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": _template(i, labels),
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"},
+            },
+            "revisionHistoryLimit": 10,
+            "progressDeadlineSeconds": 600,
+        },
+        "status": {},
+    }
+
+
+def replicaset(i: int) -> dict[str, Any]:
+    labels = {"app": f"d{i}", "pod-template-hash": "h"}
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": f"d{i}",
+        "uid": f"00000000-0000-4000-8000-{i:012d}",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    meta = _meta(
+        f"d{i}-h",
+        i,
+        generation=1,
+        labels=labels,
+        annotations={"deployment.kubernetes.io/revision": "1"},
+        ownerReferences=[owner],
+        managedFields=_managed(_SPEC_FIELDS),
+    )
+    return {
+        "metadata": meta,
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": _template(i, labels),
+        },
+        "status": {"replicas": 0, "observedGeneration": 1},
+    }
+
+
+def pages(make: Callable[[int], dict[str, Any]], count: int) -> Iterator[dict[str, Any]]:
+    """Objects as a list hands them over: each page parsed whole from its JSON."""
+    for start in range(0, count, PAGE):
+        text = orjson.dumps({"items": [make(i) for i in range(start, min(count, start + PAGE))]})
+        page = orjson.loads(text)
+        del text
+        yield from page["items"]
+        del page
+
+
+def measure(
+    feed: Callable[[Iterable[dict[str, Any]]], None], make: Any, count: int
+) -> dict[str, float]:
+    """Heap kept per object after `feed` consumed `count` objects, and the peak above it."""
+    gc.collect()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    feed(pages(make, count))
+    gc.collect()
+    after, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {"kept": (after - before) / count, "transient": (peak - after) / 2**20}
+
+
+MEASURE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, sys.argv[2])
+from kubernetes import client
+from bench.index_memory import configmap, secret, deployment, replicaset, measure
+from webhook.controller.rollout import ControllerOptions, RolloutController, _KindHandler
+from webhook.core.model import SourceKind
+from webhook.kube.cache import SourceCache
+from webhook.kube.namespaces import NamespaceSet
+from webhook.kube.raw import Kube
+from webhook.metrics import Metrics
+
+count = int(sys.argv[3])
+kube = Kube(client.ApiClient(client.Configuration()))
+metrics = Metrics()
+hkey = b"bench-key-0123456789abcdef0123456789"
+cache = SourceCache(kube, hkey, metrics)
+ctl = RolloutController(
+    kube, hkey, cache, metrics, ControllerOptions(),
+    namespaces=NamespaceSet(kube, metrics, label_selector="x"),
+)
+cm, sec = cache.indexes[SourceKind.CONFIGMAP], cache.indexes[SourceKind.SECRET]
+out = {
+    "ConfigMap (source cache)": measure(cm.relisted, configmap, count),
+    "Secret (source cache)": measure(sec.relisted, secret, count),
+    "Deployment (workload index)": measure(
+        _KindHandler(ctl, "Deployment").relisted, deployment, count
+    ),
+    "ReplicaSet it owns (workload index)": measure(
+        _KindHandler(ctl, "ReplicaSet").relisted, replicaset, count
+    ),
+}
+assert len(ctl.index) == count
+from webhook.controller.snapshots import OWNER_KINDS, SnapshotAdopter, _OwnerWatch
+from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
+
+index = SnapshotIndex(metrics, hkey)
+writer = SnapshotWriter(kube, cache, index, hkey, metrics)
+watch = _OwnerWatch(SnapshotAdopter(kube, cache, index, writer, hkey, metrics), OWNER_KINDS[0])
+out["ReplicaSet (adoption watch, snapshots allowed)"] = measure(watch.relisted, replicaset, count)
+print(json.dumps(out))
+"""
+
+
+def run(tree: Path, count: int) -> dict[str, dict[str, float]]:
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(tree), str(REPO), str(count)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    )
+    result: dict[str, dict[str, float]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--objects", type=int, default=20_000, help="objects of each kind")
+    ap.add_argument("--baseline", help="also measure this revision's tree (git archive)")
+    args = ap.parse_args()
+    trees = {"this tree": REPO}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline:
+            archive = subprocess.run(
+                ["git", "-C", str(REPO), "archive", args.baseline, "webhook"],
+                capture_output=True,
+                check=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            trees[args.baseline] = Path(tmp)
+        results = {name: run(tree, args.objects) for name, tree in trees.items()}
+    names = list(results)
+    print(f"{args.objects} objects of each kind, list pages of {PAGE}, Python heap (tracemalloc)")
+    header = "".join(f" {n[:12]:>12} {'peak':>7}" for n in names)
+    print(f"{'part':<47}{header}" + ("   ratio" if len(names) > 1 else ""))
+    for part in results[names[0]]:
+        row = ""
+        for n in names:
+            r = results[n].get(part)
+            row += f" {r['kept']:>10.0f} B {r['transient']:>4.1f}MB" if r else f" {'-':>12} {'':>7}"
+        base = results[names[-1]].get(part)
+        ratio = ""
+        if len(names) > 1 and base and base["kept"] > 1:
+            ratio = f"   {results[names[0]][part]['kept'] / base['kept']:.2f}"
+        print(f"{part:<47}{row}{ratio}")
+    print("kept: heap per object once listed; peak: the heap above that during the list")
+
+
+if __name__ == "__main__":
+    main()
