@@ -6,10 +6,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import queue
 import random
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Protocol
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Final, Protocol, TypeVar
 
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Gone, KubeError
@@ -44,6 +45,48 @@ def release_memory() -> None:
     memory mapped and RSS stays at the high-water mark of the largest list."""
     if _malloc_trim is not None:
         _malloc_trim(0)
+
+
+T = TypeVar("T")
+_END: Final = object()
+
+
+def read_ahead(source: Iterator[T], *, name: str = "read-ahead") -> Generator[T, None, None]:
+    """The items of `source`, the next one fetched on a thread of its own while the caller
+    works on this one: a list page is asked for (and the API server encodes it) while the
+    last one is digested, instead of each waiting on the other. One item is fetched ahead,
+    never more (two pages in memory at most). An error of `source` is raised to the caller
+    in its place; closing the generator stops the thread."""
+    handoff: queue.SimpleQueue[tuple[object, BaseException | None]] = queue.SimpleQueue()
+    ask = threading.Semaphore(0)  # one release per item the caller is ready for
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while True:
+                while not ask.acquire(timeout=0.5):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                handoff.put((next(source, _END), None))
+        except BaseException as e:  # handed to the caller, raised there
+            handoff.put((_END, e))
+
+    thread = threading.Thread(target=produce, name=name, daemon=True)
+    thread.start()
+    ask.release()
+    try:
+        while True:
+            item, error = handoff.get()
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            ask.release()  # the next one, while the caller works on this one
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
 
 
 class InformerHandler(Protocol):
@@ -104,12 +147,15 @@ class Informer:
             self._thread.join(timeout)
 
     def _list(self) -> None:
-        pages = self.kube.list_pages(
-            self.api_path,
-            page_size=self.page_size,
-            page_bytes=self.page_bytes,
-            labelSelector=self.label_selector,
-            fieldSelector=self.field_selector,
+        pages = read_ahead(
+            self.kube.list_pages(
+                self.api_path,
+                page_size=self.page_size,
+                page_bytes=self.page_bytes,
+                labelSelector=self.label_selector,
+                fieldSelector=self.field_selector,
+            ),
+            name=f"list-{self.resource}",
         )
         last: dict[str, str] = {}
 
@@ -118,7 +164,10 @@ class Informer:
                 last["rv"] = str((page.get("metadata") or {}).get("resourceVersion") or "")
                 yield from page.get("items") or ()
 
-        self.handler.relisted(items())
+        try:
+            self.handler.relisted(items())
+        finally:
+            pages.close()
         release_memory()
         self.resource_version = last.get("rv", "")
         self.relists += 1
