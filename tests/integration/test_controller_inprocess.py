@@ -16,7 +16,6 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -434,7 +433,7 @@ def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
         entry = ctl.index.get(ref)
         assert entry is not None
         older = first["metadata"]["resourceVersion"]
-        ctl.index.put(replace(entry, restamp_rv=older))
+        ctl.index.put(entry.at_version(older))
         conflicts = _value(ctl.metrics, "configpin_patch_conflicts_total")
         counting.sent.clear()
         _change_seen(ctl, c, {"a": "3"})

@@ -401,3 +401,12 @@ def test_reverse_index_with_one_and_many_consumers_of_a_source() -> None:
     index.remove(entries[1].ref)
     assert index.consumers("team-a", CM) == []
     assert index._by_source == {}  # nothing left behind
+
+
+def test_an_entry_at_another_version_is_a_copy_that_compares_equal() -> None:
+    obj = _admitted("Deployment", _store())
+    obj["metadata"]["resourceVersion"] = "7"
+    entry = entry_from_object(obj, "checksum")
+    older = entry.at_version(3)
+    assert older == entry and older is not entry
+    assert (entry.restamp_rv, older.restamp_rv) == (7, 3)

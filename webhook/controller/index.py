@@ -12,6 +12,7 @@ of it now differs from the digest the workload recorded for it.
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -184,6 +185,13 @@ class WorkloadEntry:
             self.refreshed,
             self.pods,
         )
+
+    def at_version(self, restamp_rv: str | int | None) -> WorkloadEntry:
+        """The same entry, indexed at another resourceVersion (entries are never changed in
+        place: readers on other threads hold them)."""
+        entry = copy.copy(self)
+        entry.restamp_rv = restamp_rv
+        return entry
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WorkloadEntry):
