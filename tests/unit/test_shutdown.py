@@ -59,6 +59,12 @@ def _request(client: httpx.Client, port: int, path: str) -> Outcome:
         return Outcome(time.monotonic(), path, None, type(e).__name__)
 
 
+# The clients' own sockets: httpx can drop a pooled TLS connection the server closed during
+# the drain without closing it, and the garbage collector then reports the socket in
+# whichever test runs next (seen once in CI). What this test asserts is the server's side.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <ssl.SSLSocket:pytest.PytestUnraisableExceptionWarning"
+)
 def test_sigterm_goes_unready_then_drains_without_losing_requests(
     tmp_path: Path, bundle: tuple[certs.CertBundle, Path, Path]
 ) -> None:
