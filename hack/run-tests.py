@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the whole test suite: the unit tests twice (the pure-Python package as installed for
 development, then the wheel with its core compiled by mypyc), the integration suite on every
-control plane.
+control plane, and once more on the newest one from the compiled wheel (what the image runs).
 
     make test                                  # what CI runs
     .venv/bin/python hack/run-tests.py [PYTEST_ARGS...]
@@ -141,6 +141,23 @@ def main(extra: list[str]) -> int:
             run.why = f"control plane not provided: {why}"
             continue
         _pytest(run, ["tests/integration"], extra, {**env, "KUBEBUILDER_ASSETS": str(assets)}, out)
+
+    # The build the image ships, through the whole production path once: the integration
+    # suite from the compiled tree (its configpin processes run `python -m webhook` there) on
+    # the newest control plane.
+    if compiled.exit_code == 0 and planes:
+        label, assets, _ = planes[-1]
+        if assets is not None:
+            run = Run(f"integration {label}, compiled")
+            runs.append(run)
+            _pytest(
+                run,
+                ["tests/integration"],
+                extra,
+                {**env, "KUBEBUILDER_ASSETS": str(assets), "CONFIGPIN_EXPECT_COMPILED": "1"},
+                out,
+                cwd=out / "compiled",
+            )
 
     allow_missing = env.get("CONFIGPIN_ALLOW_MISSING_VERSIONS") == "1"
     print("\n==== summary ====")
