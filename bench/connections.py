@@ -15,6 +15,13 @@ temporary folder) in a subprocess, then, from this process, over 127.0.0.1 only:
           must answer each (431, 415, a logged disconnect) and still be healthy.
 
     .venv/bin/python bench/connections.py [--runs 3] [--http h11|httptools] [--loop asyncio|uvloop]
+    .venv/bin/python bench/connections.py --server granian    # configpin's app on granian
+
+`--server granian` (granian installed: `pip install granian`, not a dependency) serves
+configpin's own app (`create_app`, as `bench/admission.py`'s granian-configpin) from granian
+with its own TLS and uvloop, its header-read timeout set to configpin's (5 s): what the stack
+would give configpin at the connection level. Its RSS is that of granian's main process and
+its worker together.
 
 Medians over `--runs` fresh servers. Bounded: about 2 minutes per run with the defaults.
 """
@@ -48,6 +55,16 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def tree_rss_kib(pid: int) -> int:
+    """RSS of a process and all its descendants (granian serves from a worker process)."""
+    total = rss_kib(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                total += tree_rss_kib(int(child))
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -59,16 +76,20 @@ class Server:
     def __init__(self, tmp: Path, args: argparse.Namespace, extra: list[str]) -> None:
         self.port = free_port()
         self.log = tmp / f"server-{self.port}.log"
-        cmd = [sys.executable, str(HERE / "_serve.py")]
-        if args.http:
-            cmd += ["--http", args.http]
-        if args.loop:
-            cmd += ["--loop", args.loop]
-        cmd += ["--", "serve", "--host", HOST, "--port", str(self.port)]
-        cmd += ["--certs-dir", str(tmp / "certs"), "--log-level", "info", *extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env = {k: v for k, v in env.items() if not k.startswith("CONFIGPIN_")}
         env.pop("KUBECONFIG", None)
+        if args.server == "granian":
+            cmd = _granian_cmd(tmp, self.port)
+            env.update(BENCH_MANIFESTS=str(tmp / "sources"), BENCH_KEY_FILE=str(tmp / "digest.key"))
+        else:
+            cmd = [sys.executable, str(HERE / "_serve.py")]
+            if args.http:
+                cmd += ["--http", args.http]
+            if args.loop:
+                cmd += ["--loop", args.loop]
+            cmd += ["--", "serve", "--host", HOST, "--port", str(self.port)]
+            cmd += ["--certs-dir", str(tmp / "certs"), "--log-level", "info", *extra]
         with self.log.open("wb") as fh:
             self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tmp)
         self.ctx = ssl.create_default_context()
@@ -101,7 +122,7 @@ class Server:
             return out
 
     def rss(self) -> int:
-        return rss_kib(self.proc.pid)
+        return tree_rss_kib(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -110,6 +131,51 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _granian_files(tmp: Path) -> None:
+    """What `admission.py`'s granian-configpin reads: certificates, sources, a digest key."""
+    sys.path.insert(0, str(HERE))
+    import yaml
+    from admission import source_manifests
+
+    from webhook import certs
+
+    certs.write_bundle(certs.generate("configpin", "configpin"), tmp / "certs")
+    (tmp / "sources").mkdir(exist_ok=True)
+    (tmp / "sources" / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))
+    (tmp / "digest.key").write_text("bench-digest-key-0123456789abcdef\n")
+
+
+def _granian_cmd(tmp: Path, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--factory",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--ssl-certificate",
+        str(tmp / "certs" / "tls.crt"),
+        "--ssl-keyfile",
+        str(tmp / "certs" / "tls.key"),
+        "--loop",
+        "uvloop",
+        "--no-ws",
+        "--http",
+        "1",
+        "--http1-header-read-timeout",
+        "5000",  # configpin's --header-timeout
+        "--log-level",
+        "info",
+        "--working-dir",
+        str(HERE),
+        "admission:configpin_app_from_env",
+    ]
 
 
 async def _open(server: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -293,10 +359,20 @@ def main() -> None:
     parser.add_argument("--http")
     parser.add_argument("--loop")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")
+    parser.add_argument(
+        "--server",
+        choices=("configpin", "granian"),
+        default="configpin",
+        help="configpin serve (its runner), or configpin's app on granian",
+    )
     args = parser.parse_args()
     results: list[dict[str, float]] = []
     stack = f"http={args.http or 'default'} loop={args.loop or 'default'}"
+    if args.server == "granian":
+        stack = "granian, its TLS, uvloop"
     with tempfile.TemporaryDirectory(prefix="configpin-conn-") as tmp_name:
+        if args.server == "granian":
+            _granian_files(Path(tmp_name))
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs} ({stack})", flush=True)
             server = Server(Path(tmp_name), args, args.server_arg)
