@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.conftest import (
     WORKLOAD_KINDS,
@@ -25,6 +27,8 @@ from tests.unit.conftest import (
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.refs import (
     CONTAINER_LISTS,
+    Consumption,
+    RefSite,
     consumption,
     find_sites,
     get_path,
@@ -256,6 +260,41 @@ def test_consumption_is_sorted_by_source() -> None:
         "configmap/z",
         "secret/b",
     ]
+
+
+def _grouped_by_dict(sites: list[RefSite]) -> list[Consumption]:
+    """What `consumption` computes, written plainly: grouped in a dict in document order,
+    sorted by the SourceId tuples."""
+    grouped: dict[SourceId, list[RefSite]] = {}
+    for site in sites:
+        grouped.setdefault(site.source, []).append(site)
+    out = []
+    for source in sorted(grouped):
+        group = grouped[source]
+        keys: frozenset[str] | None = frozenset()
+        required_keys: frozenset[str] = frozenset()
+        for s in group:
+            keys = None if s.keys is None or keys is None else keys | s.keys
+            if not s.optional and s.keys is not None:
+                required_keys |= s.keys
+        required = any(not s.optional for s in group)
+        out.append(Consumption(source, keys, required, required_keys, tuple(group)))
+    return out
+
+
+_NAMES = st.sampled_from(["a", "a-b", "a/b", "a.b", "b", "z", "\u00e9", ""])
+_SITES = st.builds(
+    RefSite,
+    st.builds(SourceId, st.sampled_from(list(SourceKind)), _NAMES),
+    st.tuples(st.sampled_from(["volumes", "containers"]), st.integers(0, 3)),
+    st.none() | st.frozensets(st.sampled_from(["k1", "k2", "k3"]), max_size=2),
+    st.booleans(),
+)
+
+
+@given(st.lists(_SITES, max_size=12))
+def test_consumption_groups_and_orders_as_a_dict_of_sources_would(sites: list[RefSite]) -> None:
+    assert list(consumption(sites).values()) == _grouped_by_dict(sites)
 
 
 # ---- where each workload kind keeps its pod template ----

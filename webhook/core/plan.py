@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from webhook.core import digest
@@ -49,6 +49,7 @@ from webhook.core.refs import (
     find_sites,
     get_path,
     kind_matches,
+    source_key,
     template_paths,
     unrefreshable,
     workload_ref,
@@ -142,16 +143,19 @@ def recorded_observed(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> 
     return {}
 
 
-@dataclass
 class _Builder:
-    spec_path: Path
-    patch: list[PatchOp] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    snapshots: dict[str, SnapshotRequest] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-    observed: dict[str, str] = field(default_factory=dict)
-    missing_required: bool = False
+    """The plan being built (a plain class: one per admission, and a dataclass's default
+    factories cost the compiled core a call each)."""
+
+    def __init__(self, spec_path: Path, warnings: list[str] | None = None) -> None:
+        self.spec_path = spec_path
+        self.patch: list[PatchOp] = []
+        self.warnings: list[str] = [] if warnings is None else warnings
+        self.problems: list[str] = []
+        self.snapshots: dict[str, SnapshotRequest] = {}
+        self.sources: dict[str, str] = {}
+        self.observed: dict[str, str] = {}
+        self.missing_required = False
 
     def point_at(self, cons: Consumption, name: str) -> None:
         for site in cons.sites:
@@ -183,8 +187,8 @@ def _annotation_ops(meta_path: Path, meta: Any, desired: Mapping[str, str | None
 def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
     """The key under which `existing` records `sid`: its own, or, for what looks like one
     of our snapshots (`<source>-<10 hex>`), its source's."""
-    if str(sid) in existing:
-        return str(sid)
+    if source_key(sid) in existing:
+        return source_key(sid)
     head, sep, suffix = sid.name.rpartition("-")
     if sep and len(suffix) == SUFFIX_LEN and all(c in "0123456789abcdef" for c in suffix):
         key = str(SourceId(sid.kind, head))
@@ -543,16 +547,21 @@ def _plan_live(
             b.problems.append(msg)
             b.missing_required = True
         else:
-            b.sources[str(sid)] = digest.ABSENT
-            b.observed[str(sid)] = digest.ABSENT
+            b.sources[source_key(sid)] = digest.ABSENT
+            b.observed[source_key(sid)] = digest.ABSENT
         return
     if record.ignored:
         return
-    if cons.required_keys and not cons.required_keys <= record.key_digests.keys():
-        missing = sorted(k for k in cons.required_keys if k not in record.key_digests)
-        b.warnings.append(f"{sid} has no key {', '.join(map(repr, missing))} that the pod requires")
+    key_digests = record.key_digests
+    for required in cons.required_keys:  # (a loop: cheaper than a subset test of the keys view)
+        if required not in key_digests:
+            missing = sorted(k for k in cons.required_keys if k not in key_digests)
+            b.warnings.append(
+                f"{sid} has no key {', '.join(map(repr, missing))} that the pod requires"
+            )
+            break
     value = digest.source_digest(hkey, record, cons.keys)
-    key = str(sid)
+    key = source_key(sid)
     b.sources[key] = value
     b.observed[key] = value
     if mode != MODE_SNAPSHOT:
@@ -582,9 +591,10 @@ def _plan_pinned(
     or resolve the snapshot's source anew (checksum mode, or the controller following a change)."""
     assert snap.snapshot_of is not None
     source = SourceId(snap.kind, snap.snapshot_of)
+    key = str(source)
     if mode == MODE_SNAPSHOT and source not in refresh:
         value = digest.source_digest(hkey, snap, cons.keys)
-        b.sources[str(source)] = value
+        b.sources[key] = value
         # Pinned to what the source holds now: the workload is current (this is also what
         # the controller's own re-pointing looks like). Pinned to older content: a rollback,
         # kept; the workload stays recorded as up to date with what it had seen before, so
@@ -597,7 +607,7 @@ def _plan_pinned(
             current = digest.source_digest(hkey, now, cons.keys) == value
         else:
             current = False
-        b.observed[str(source)] = value if current else previous.get(str(source), value)
+        b.observed[key] = value if current else previous.get(key, value)
         # Kept, so it must go on existing: the writer un-marks a copy the sweep has marked
         # (costs nothing when the copy is known and unmarked).
         content = digest.source_digest(hkey, snap)
@@ -607,8 +617,8 @@ def _plan_pinned(
     if record is None or record.ignored:
         # The source is gone (or opted out): the snapshot is the only copy left; keep it.
         value = digest.source_digest(hkey, snap, cons.keys)
-        b.sources[str(source)] = value
-        b.observed[str(source)] = value
+        b.sources[key] = value
+        b.observed[key] = value
         b.warnings.append(f"{source} not found: {cons.source} (its snapshot) stays in use")
         return
     live = Consumption(source, cons.keys, cons.required, cons.required_keys, cons.sites)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Final
 
 from webhook.core.model import SourceId, SourceKind
@@ -302,32 +303,62 @@ _PROJECTED_REFS: Final = (("configMap", _CONFIGMAP), ("secret", _SECRET))
 
 _new = tuple.__new__  # builds a named tuple in C, without the Python-level __new__ frame
 
-# The SourceId of each (kind, name) seen lately, made once: finding it costs a fraction of
-# building a named tuple, once per reference of every admission. Names come from requests:
-# bounded, and emptied whole when full.
-_SOURCE_IDS: Final[dict[tuple[SourceKind, str], SourceId]] = {}
+# The SourceId of each (kind, name) seen lately, made once: finding it (by the name, in its
+# kind's table: a string key) costs a fraction of building a named tuple, once per reference
+# of every admission. Names come from requests: bounded, and emptied whole when full.
+_SOURCE_IDS: Final[dict[SourceKind, dict[str, SourceId]]] = {_CONFIGMAP: {}, _SECRET: {}}
 _SOURCE_IDS_MAX: Final = 4096
 
 
 def _source_id(kind: SourceKind, name: str) -> SourceId:
-    key = (kind, name)
-    sid = _SOURCE_IDS.get(key)
+    ids = _SOURCE_IDS[kind]
+    sid = ids.get(name)
     if sid is None:
-        if len(_SOURCE_IDS) >= _SOURCE_IDS_MAX:
-            _SOURCE_IDS.clear()
-        sid = _SOURCE_IDS[key] = _new(SourceId, key)
+        if len(ids) >= _SOURCE_IDS_MAX:
+            ids.clear()
+        sid = ids[name] = _new(SourceId, (kind, name))
     return sid
 
 
+# The annotation key (`str(sid)`, `configmap/<name>`) of each SourceId seen lately: found by
+# the id's identity (ids come from `_source_id`), where `SourceId.__str__` is a method call and
+# a concatenation, once per source of every admission. Bounded like _SOURCE_IDS.
+_KEYS: Final[dict[SourceId, str]] = {}
+
+
+def source_key(sid: SourceId) -> str:
+    """`str(sid)`, remembered."""
+    key = _KEYS.get(sid)
+    if key is None:
+        if len(_KEYS) >= _SOURCE_IDS_MAX:
+            _KEYS.clear()
+        key = _KEYS[sid] = str(sid)
+    return key
+
+
+# The key set of an env var's reference (one key), made once per key seen lately: building a
+# frozenset costs more than finding it, and the digest memo then finds its entry by identity.
+_ONE_KEY: Final[dict[str, frozenset[str]]] = {}
+
+
+def _one_key(key: str) -> frozenset[str]:
+    keys = _ONE_KEY.get(key)
+    if keys is None:
+        if len(_ONE_KEY) >= _SOURCE_IDS_MAX:
+            _ONE_KEY.clear()
+        keys = _ONE_KEY[key] = frozenset((key,))
+    return keys
+
+
 def _site(kind: SourceKind, ref: Any, path: Path, keys: frozenset[str] | None) -> RefSite | None:
-    """The site `ref` names by its `name`, if it names one (`path` leads to `ref`)."""
+    """The site `ref` names by its `name`, if it names one (`path` leads to that `name`)."""
     if not isinstance(ref, dict):
         return None
     name = ref.get("name")
     if not isinstance(name, str) or not name:
         return None
     optional = ref.get("optional") is True
-    return RefSite(_source_id(kind, name), (*path, "name"), keys, optional)
+    return RefSite(_source_id(kind, name), path, keys, optional)
 
 
 def _volume_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
@@ -363,7 +394,7 @@ def _volume_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
             for field, kind in _PROJECTED_REFS:
                 if (ref := src.get(field)) is not None:
                     keys = _items_keys(ref.get("items")) if isinstance(ref, dict) else None
-                    path: Path = ("volumes", vi, "projected", "sources", si, field)
+                    path: Path = ("volumes", vi, "projected", "sources", si, field, "name")
                     if (found := _site(kind, ref, path, keys)) is not None:
                         out.append(found)
 
@@ -383,8 +414,8 @@ def _container_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
                     for field, kind in _KEY_REFS:
                         ref = value_from.get(field)
                         if isinstance(ref, dict) and isinstance(key := ref.get("key"), str):
-                            path: Path = (clist, ci, "env", ei, "valueFrom", field)
-                            if (found := _site(kind, ref, path, frozenset((key,)))) is not None:
+                            path: Path = (clist, ci, "env", ei, "valueFrom", field, "name")
+                            if (found := _site(kind, ref, path, _one_key(key))) is not None:
                                 out.append(found)
             env_from_list = container.get("envFrom")
             if env_from_list:
@@ -393,7 +424,7 @@ def _container_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
                         continue
                     for field, kind in _OBJECT_REFS:
                         if (ref := env_from.get(field)) is not None:
-                            path = (clist, ci, "envFrom", ei, field)
+                            path = (clist, ci, "envFrom", ei, field, "name")
                             if (found := _site(kind, ref, path, None)) is not None:
                                 out.append(found)
 
@@ -407,27 +438,34 @@ def find_sites(pod_spec: dict[str, Any]) -> list[RefSite]:
 
 
 _NO_KEYS: Final[frozenset[str]] = frozenset()
+_first: Final = itemgetter(0)
 
 
 def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
-    """Group sites by source: the keys consumed (None for all) and whether any site requires it."""
-    grouped: dict[SourceId, list[RefSite]] = {}
-    for site in sites:
-        group = grouped.get(site.source)
-        if group is None:
-            grouped[site.source] = [site]
-        else:
-            group.append(site)
+    """Group sites by source: the keys consumed (None for all) and whether any site requires it.
+
+    In (kind, name) order: the sites sorted by their source's key (`configmap/<name>` before
+    `secret/<name>`, which sort as plain strings, where the tuples' enum kinds would not), each
+    run of one source's sites in document order (the sort is stable)."""
+    keyed = [(source_key(site.source), site) for site in sites]
+    keyed.sort(key=_first)
     out: dict[SourceId, Consumption] = {}
-    for source in sorted(grouped):  # (kind, name): a SourceId is a tuple, compared in C
-        group = grouped[source]
-        if len(group) == 1:  # the usual case: one site, nothing to merge
-            s = group[0]
+    i = 0
+    n = len(keyed)
+    while i < n:
+        key, s = keyed[i]
+        j = i + 1
+        while j < n and keyed[j][0] == key:
+            j += 1
+        source = s.source
+        if j == i + 1:  # the usual case: one site, nothing to merge
             if s.optional:
                 out[source] = Consumption(source, s.keys, False, _NO_KEYS, (s,))
             else:
                 out[source] = Consumption(source, s.keys, True, s.keys or _NO_KEYS, (s,))
+            i = j
             continue
+        group = tuple(pair[1] for pair in keyed[i:j])
         keys: frozenset[str] | None = _NO_KEYS
         required_keys: frozenset[str] = _NO_KEYS
         required = False
@@ -437,7 +475,8 @@ def consumption(sites: list[RefSite]) -> dict[SourceId, Consumption]:
                 required = True
                 if s.keys is not None:
                     required_keys = required_keys | s.keys
-        out[source] = Consumption(source, keys, required, required_keys, tuple(group))
+        out[source] = Consumption(source, keys, required, required_keys, group)
+        i = j
     return out
 
 

@@ -6,11 +6,11 @@ response whose uid does not match, and answers `v1beta1` reviews in kind.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from typing import Any, Final, NotRequired, TypedDict
 
 import orjson
+from pybase64 import b64encode
 
 from webhook.core.model import JSONObject, PatchOp
 
@@ -49,14 +49,25 @@ class BadReview(ValueError):
 
 class Review:
     """One AdmissionReview request, read-only (its fields are Final): a plain class, since a
-    frozen dataclass's `__init__` costs a `__setattr__` per field on every admission."""
+    frozen dataclass's `__init__` costs a `__setattr__` per field on every admission. What
+    admission reads of the request is taken out once, here (it is read several times per
+    admission; `request` is never changed afterwards)."""
 
-    __slots__ = ("api_version", "request", "uid")
+    __slots__ = ("api_version", "kind", "namespace", "obj", "old", "operation", "request", "uid")
 
     def __init__(self, *, api_version: str, uid: str, request: JSONObject) -> None:
         self.api_version: Final = api_version
         self.uid: Final = uid
         self.request: Final = request
+        get = request.get
+        self.operation: Final = str(get("operation", ""))
+        self.namespace: Final = str(get("namespace") or "")
+        o = get("object")
+        self.obj: Final[JSONObject | None] = o if isinstance(o, dict) else None
+        o = get("oldObject")
+        self.old: Final[JSONObject | None] = o if isinstance(o, dict) else None
+        k = get("kind")
+        self.kind: Final = str(k.get("kind", "")) if isinstance(k, dict) else ""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Review) and (self.api_version, self.uid, self.request) == (
@@ -71,31 +82,8 @@ class Review:
         return f"Review(api_version={self.api_version!r}, uid={self.uid!r}, request=...)"
 
     @property
-    def operation(self) -> str:
-        return str(self.request.get("operation", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.request.get("namespace") or "")
-
-    @property
-    def obj(self) -> JSONObject | None:
-        o = self.request.get("object")
-        return o if isinstance(o, dict) else None
-
-    @property
-    def old(self) -> JSONObject | None:
-        o = self.request.get("oldObject")
-        return o if isinstance(o, dict) else None
-
-    @property
     def dry_run(self) -> bool:
         return self.request.get("dryRun") is True
-
-    @property
-    def kind(self) -> str:
-        k = self.request.get("kind")
-        return str(k.get("kind", "")) if isinstance(k, dict) else ""
 
 
 def parse_review(body: bytes) -> Review:
@@ -168,7 +156,7 @@ def patched(
         "uid": review.uid,
         "allowed": True,
         "patchType": "JSONPatch",
-        "patch": base64.b64encode(orjson.dumps(patch)).decode(),
+        "patch": b64encode(orjson.dumps(patch)).decode(),
     }
     return _review(review, _warnings(response, warnings))
 
