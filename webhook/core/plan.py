@@ -198,9 +198,9 @@ def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
 
 
 # What configpin writes on a pod template: the record, never a change the pods must follow.
-_TEMPLATE_RECORD: Final = (ANN_CHECKSUM, ANN_SOURCES)
+_TEMPLATE_RECORD: Final[tuple[str, ...]] = (ANN_CHECKSUM, ANN_SOURCES)
 # What it writes on a workload's own metadata.
-_WORKLOAD_RECORD: Final = (ANN_OBSERVED, ANN_ROLLED_AT, ANN_REFRESHED)
+_WORKLOAD_RECORD: Final[tuple[str, ...]] = (ANN_OBSERVED, ANN_ROLLED_AT, ANN_REFRESHED)
 
 
 def _without_record(template: Any) -> Any:

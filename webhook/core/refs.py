@@ -42,7 +42,9 @@ _BUILTIN_GROUPS: Final[Mapping[str, str]] = {
 BUILTIN_GROUP_KINDS: Final = frozenset((g, k) for k, g in _BUILTIN_GROUPS.items()) | {
     ("apps", "ControllerRevision")
 }
-CONTAINER_LISTS: Final = ("initContainers", "containers", "ephemeralContainers")
+# (Typed as variable-length tuples, here and below: the compiled core then loops over them by
+# index, where a fixed-length tuple type makes it go through a Python iterator.)
+CONTAINER_LISTS: Final[tuple[str, ...]] = ("initContainers", "containers", "ephemeralContainers")
 
 _GROUP: Final = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$"
@@ -296,9 +298,10 @@ def _items_keys(items: Any) -> frozenset[str] | None:
 
 _CONFIGMAP: Final = SourceKind.CONFIGMAP
 _SECRET: Final = SourceKind.SECRET
-_KEY_REFS: Final = (("configMapKeyRef", _CONFIGMAP), ("secretKeyRef", _SECRET))
-_OBJECT_REFS: Final = (("configMapRef", _CONFIGMAP), ("secretRef", _SECRET))
-_PROJECTED_REFS: Final = (("configMap", _CONFIGMAP), ("secret", _SECRET))
+_FieldKinds = tuple[tuple[str, SourceKind], ...]
+_KEY_REFS: Final[_FieldKinds] = (("configMapKeyRef", _CONFIGMAP), ("secretKeyRef", _SECRET))
+_OBJECT_REFS: Final[_FieldKinds] = (("configMapRef", _CONFIGMAP), ("secretRef", _SECRET))
+_PROJECTED_REFS: Final[_FieldKinds] = (("configMap", _CONFIGMAP), ("secret", _SECRET))
 
 
 _new = tuple.__new__  # builds a named tuple in C, without the Python-level __new__ frame

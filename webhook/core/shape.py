@@ -107,7 +107,7 @@ def _string_map(parent: dict[str, Any], key: str) -> None:
                 raise ShapeError(_STRING, v).at(k).at(key)
 
 
-_NAME_FIELDS: Final = ("name", "namespace")
+_NAME_FIELDS: Final[tuple[str, ...]] = ("name", "namespace")
 
 
 def _metadata(obj: dict[str, Any]) -> None:
@@ -149,10 +149,15 @@ def _ref(ref: Any, name_field: str, items: bool, key: bool) -> None:
                 raise ShapeError(_STRING, k).at("key").at(i).at("items")
 
 
+# (variable-length tuple types: see refs.CONTAINER_LISTS)
+_VOLUME_REFS: Final[tuple[tuple[str, str], ...]] = (("configMap", "name"), ("secret", "secretName"))
+_PROJECTED_REFS: Final[tuple[str, ...]] = ("configMap", "secret")
+
+
 def _volume(vol: Any) -> None:
     if not isinstance(vol, dict):
         raise ShapeError(_OBJECT, vol)
-    for field, name_field in (("configMap", "name"), ("secret", "secretName")):
+    for field, name_field in _VOLUME_REFS:
         if (ref := vol.get(field)) is not None:
             try:
                 _ref(ref, name_field, True, False)
@@ -168,7 +173,7 @@ def _volume(vol: Any) -> None:
     for si, src in enumerate(sources):
         if not isinstance(src, dict):
             raise ShapeError(_OBJECT, src).at(si).at("sources").at("projected")
-        for kind in ("configMap", "secret"):
+        for kind in _PROJECTED_REFS:
             if (ref := src.get(kind)) is not None:
                 try:
                     _ref(ref, "name", True, False)
@@ -176,8 +181,8 @@ def _volume(vol: Any) -> None:
                     raise e.at(kind).at(si).at("sources").at("projected") from None
 
 
-_KEY_REFS: Final = ("configMapKeyRef", "secretKeyRef")
-_OBJECT_REFS: Final = ("configMapRef", "secretRef")
+_KEY_REFS: Final[tuple[str, ...]] = ("configMapKeyRef", "secretKeyRef")
+_OBJECT_REFS: Final[tuple[str, ...]] = ("configMapRef", "secretRef")
 
 
 def _container(c: Any) -> None:
@@ -270,7 +275,10 @@ def _template_metadata(meta: dict[str, Any]) -> None:
     _string_map(meta, "annotations")
 
 
-_REQUEST_STRINGS: Final = ("operation", "namespace", "subResource")
+_REQUEST_STRINGS: Final[tuple[str, ...]] = ("operation", "namespace", "subResource")
+
+
+_OBJECTS: Final[tuple[tuple[str, bool], ...]] = (("object", True), ("oldObject", False))
 
 
 def check_request(request: dict[str, Any]) -> None:
@@ -283,7 +291,7 @@ def check_request(request: dict[str, Any]) -> None:
             _str(kind, "kind")
         except ShapeError as e:
             raise e.at("kind") from None
-    for field, full in (("object", True), ("oldObject", False)):
+    for field, full in _OBJECTS:
         value = request.get(field)
         if value is None:
             continue
