@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -667,36 +667,41 @@ def free_port() -> int:
         return port
 
 
+def granian_cmd(port: int, certs: Path, factory: str, extra: Sequence[str] = ()) -> list[str]:
+    """granian serving this file's app `factory` (`allow_all_app` or `configpin_app_from_env`:
+    BENCH_MANIFESTS and BENCH_KEY_FILE in its environment) with its own TLS and uvloop."""
+    return [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--factory",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--ssl-certificate",
+        str(certs / "tls.crt"),
+        "--ssl-keyfile",
+        str(certs / "tls.key"),
+        "--loop",
+        "uvloop",
+        "--no-ws",
+        *extra,
+        "--working-dir",
+        str(Path(__file__).resolve().parent),
+        f"admission:{factory}",
+    ]
+
+
 def _server_cmd(args: argparse.Namespace, tmp: Path, port: int, app: str) -> list[str]:
     """The command of one server process: configpin's runner, a plain uvicorn (allow-all),
     or granian (either app), pinned to the server's core."""
     if app.startswith("granian"):
         factory = "configpin_app_from_env" if app == "granian-configpin" else "allow_all_app"
-        cmd = [
-            sys.executable,
-            "-m",
-            "granian",
-            "--interface",
-            "asgi",
-            "--factory",
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            "--ssl-certificate",
-            str(tmp / "certs" / "tls.crt"),
-            "--ssl-keyfile",
-            str(tmp / "certs" / "tls.key"),
-            "--loop",
-            "uvloop",
-            "--no-ws",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--working-dir",
-            str(Path(__file__).resolve().parent),
-            f"admission:{factory}",
-        ]
+        quiet = ["--log-level", "warning", "--no-access-log"]
+        cmd = granian_cmd(port, tmp / "certs", factory, quiet)
         if args.server_cpu is not None:
             cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
         return cmd

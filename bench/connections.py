@@ -148,34 +148,11 @@ def _granian_files(tmp: Path) -> None:
 
 
 def _granian_cmd(tmp: Path, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "granian",
-        "--interface",
-        "asgi",
-        "--factory",
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--ssl-certificate",
-        str(tmp / "certs" / "tls.crt"),
-        "--ssl-keyfile",
-        str(tmp / "certs" / "tls.key"),
-        "--loop",
-        "uvloop",
-        "--no-ws",
-        "--http",
-        "1",
-        "--http1-header-read-timeout",
-        "5000",  # configpin's --header-timeout
-        "--log-level",
-        "info",
-        "--working-dir",
-        str(HERE),
-        "admission:configpin_app_from_env",
-    ]
+    from admission import granian_cmd
+
+    # HTTP/1 (what the API server speaks to a webhook) and configpin's header timeout
+    extra = ["--http", "1", "--http1-header-read-timeout", "5000", "--log-level", "info"]
+    return granian_cmd(port, tmp / "certs", "configpin_app_from_env", extra)
 
 
 async def _open(server: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
