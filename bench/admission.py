@@ -460,17 +460,25 @@ class Phase:
         return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process `pid` and its children that still
-    run (granian serves from a worker process)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def process_tree(pid: int) -> Iterator[int]:
+    """`pid` and its descendants that still run (granian serves from a worker process)."""
+    yield pid
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
         with contextlib.suppress(OSError):
-            total += sum(proc_cpu(int(child)) for child in task.read_text().split())
+            for child in task.read_text().split():
+                yield from process_tree(int(child))
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and its children that still
+    run."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 

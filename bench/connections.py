@@ -55,13 +55,21 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def _admission() -> Any:
+    """bench/admission.py, for what both benches share (granian's command, the process tree)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import admission
+
+    return admission
+
+
 def tree_rss_kib(pid: int) -> int:
     """RSS of a process and all its descendants (granian serves from a worker process)."""
-    total = rss_kib(pid)
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            for child in (task / "children").read_text().split():
-                total += tree_rss_kib(int(child))
+    total = 0
+    for p in _admission().process_tree(pid):
+        with contextlib.suppress(OSError, RuntimeError):
+            total += rss_kib(p)
     return total
 
 
@@ -135,11 +143,11 @@ class Server:
 
 def _granian_files(tmp: Path) -> None:
     """What `admission.py`'s granian-configpin reads: certificates, sources, a digest key."""
-    sys.path.insert(0, str(HERE))
     import yaml
-    from admission import source_manifests
 
     from webhook import certs
+
+    source_manifests = _admission().source_manifests
 
     certs.write_bundle(certs.generate("configpin", "configpin"), tmp / "certs")
     (tmp / "sources").mkdir(exist_ok=True)
@@ -148,11 +156,9 @@ def _granian_files(tmp: Path) -> None:
 
 
 def _granian_cmd(tmp: Path, port: int) -> list[str]:
-    from admission import granian_cmd
-
     # HTTP/1 (what the API server speaks to a webhook) and configpin's header timeout
     extra = ["--http", "1", "--http1-header-read-timeout", "5000", "--log-level", "info"]
-    return granian_cmd(port, tmp / "certs", "configpin_app_from_env", extra)
+    return list(_admission().granian_cmd(port, tmp / "certs", "configpin_app_from_env", extra))
 
 
 async def _open(server: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

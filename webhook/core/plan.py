@@ -187,8 +187,9 @@ def _annotation_ops(meta_path: Path, meta: Any, desired: Mapping[str, str | None
 def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
     """The key under which `existing` records `sid`: its own, or, for what looks like one
     of our snapshots (`<source>-<10 hex>`), its source's."""
-    if source_key(sid) in existing:
-        return source_key(sid)
+    key = source_key(sid)
+    if key in existing:
+        return key
     head, sep, suffix = sid.name.rpartition("-")
     if sep and len(suffix) == SUFFIX_LEN and all(c in "0123456789abcdef" for c in suffix):
         key = str(SourceId(sid.kind, head))
@@ -547,8 +548,9 @@ def _plan_live(
             b.problems.append(msg)
             b.missing_required = True
         else:
-            b.sources[source_key(sid)] = digest.ABSENT
-            b.observed[source_key(sid)] = digest.ABSENT
+            key = source_key(sid)
+            b.sources[key] = digest.ABSENT
+            b.observed[key] = digest.ABSENT
         return
     if record.ignored:
         return
