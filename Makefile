@@ -25,8 +25,8 @@ test: $(STAMP) lint
 	$(BIN)/python hack/run-tests.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check webhook tests bench
-	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/ruff check webhook harness tests bench
+	$(BIN)/ruff format --check webhook harness tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

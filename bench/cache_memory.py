@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.controlplane import running_control_plane
+from harness.controlplane import running_control_plane
 from webhook.kube.informer import FIRST_PAGE
 from webhook.kube.raw import Kube, path
 

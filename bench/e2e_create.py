@@ -34,8 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.rollout import cpu_seconds
-from tests.integration.configpin_proc import ensure_namespace, start_configpin
-from tests.integration.controlplane import (
+from harness.configpin import ensure_namespace, start_configpin
+from harness.controlplane import (
     ENABLED_LABEL,
     chart_webhook,
     default_service_account_ready,
@@ -45,7 +45,7 @@ from tests.integration.controlplane import (
     unregister_webhook,
     wait_for,
 )
-from tests.integration.manifests import (
+from harness.manifests import (
     configmap,
     container,
     deployment,

@@ -45,19 +45,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
     ensure_namespace,
     running_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     running_control_plane,
     server_minor,
     wait_for,
 )
-from tests.integration.manifests import configmap, container, deployment
+from harness.manifests import configmap, container, deployment
 from webhook.controller.rollout import ControllerOptions, RolloutController
 from webhook.core.constants import ANN_ON_CHANGE
 from webhook.kube.cache import SourceCache

@@ -44,14 +44,14 @@ import urllib3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
     ensure_namespace,
     running_configpin,
 )
-from tests.integration.controlplane import ENABLED_LABEL, running_control_plane, wait_for
-from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from harness.controlplane import ENABLED_LABEL, running_control_plane, wait_for
+from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.controller.rollout import ControllerOptions, RolloutController
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect

@@ -68,16 +68,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.connections import rss_kib
 from bench.refresh import Buckets, served, server_histogram
 from bench.rollout import cpu_seconds
-from tests.integration import controlplane
-from tests.integration.configpin_proc import (
+from harness import controlplane
+from harness.configpin import (
     INSTANCE_LABEL,
     Configpin,
     ensure_namespace,
     running_configpin,
     start_configpin,
 )
-from tests.integration.controlplane import ENABLED_LABEL, running_control_plane, wait_for
-from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from harness.controlplane import ENABLED_LABEL, running_control_plane, wait_for
+from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path

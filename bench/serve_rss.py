@@ -47,8 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.configpin_proc import CONFIGPIN_NAMESPACE, ensure_namespace
-from tests.integration.controlplane import ENABLED_LABEL, ControlPlane, running_control_plane
+from harness.configpin import CONFIGPIN_NAMESPACE, ensure_namespace
+from harness.controlplane import ENABLED_LABEL, ControlPlane, running_control_plane
 from webhook.certs import generate, write_bundle
 
 REPO = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.controlplane import running_control_plane
+from harness.controlplane import running_control_plane
 from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import SourceId, SourceKind
 from webhook.kube.cache import SourceCache

@@ -42,6 +42,7 @@ LINKED = (
     "charts",
     "examples",
     "bench",
+    "harness",
     "hack",
     "certs",
 )

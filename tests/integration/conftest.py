@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import Configpin, ensure_namespace, running_configpin
-from tests.integration.controlplane import (
+from harness.configpin import Configpin, ensure_namespace, running_configpin
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,

@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.integration.controlplane import wait_for
+from harness.controlplane import wait_for
 from webhook.kube.errors import NotFound
 from webhook.kube.raw import Kube
 

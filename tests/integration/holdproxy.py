@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from tests.integration.controlplane import ControlPlane, issue_serving_cert, new_ca
+from harness.controlplane import ControlPlane, issue_serving_cert, new_ca
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import Configpin
-from tests.integration.controlplane import ControlPlane, server_minor, wait_for
-from tests.integration.manifests import (
+from harness.configpin import Configpin
+from harness.controlplane import ControlPlane, server_minor, wait_for
+from harness.manifests import (
     configmap,
     container,
     deployment,
@@ -163,7 +163,7 @@ def test_configmap_created_in_the_same_apply_is_read_through(
 def test_creates_succeed_with_configpin_stopped(
     control_plane: ControlPlane, k8s: client.ApiClient, namespace: str, tmp_path: Any
 ) -> None:
-    from tests.integration.configpin_proc import INSTANCE_LABEL, start_configpin
+    from harness.configpin import INSTANCE_LABEL, start_configpin
 
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
     core.patch_namespace(namespace, {"metadata": {"labels": {INSTANCE_LABEL: "stopped"}}})
@@ -176,6 +176,6 @@ def test_creates_succeed_with_configpin_stopped(
         assert dep.metadata.name == "web"
         assert CHECKSUM not in (dep.spec.template.metadata.annotations or {})
     finally:
-        from tests.integration.controlplane import unregister_webhook
+        from harness.controlplane import unregister_webhook
 
         unregister_webhook(k8s, "configpin-stopped")

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     INSTANCE_LABEL,
     Configpin,
     ensure_namespace,
@@ -34,14 +34,14 @@ from tests.integration.configpin_proc import (
     running_configpin,
     start_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     wait_for,
 )
+from harness.manifests import configmap, deployment
 from tests.integration.holdproxy import HoldProxy, hold_proxy
-from tests.integration.manifests import configmap, deployment
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Conflict

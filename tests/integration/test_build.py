@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from tests.integration.configpin_proc import REPO
+from harness.configpin import REPO
 
 EXPECT_COMPILED = os.environ.get("CONFIGPIN_EXPECT_COMPILED") == "1"
 

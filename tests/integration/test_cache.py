@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 import pytest
 from kubernetes import client
 
-from tests.integration.controlplane import ControlPlane, wait_for
-from tests.integration.manifests import configmap, secret
+from harness.controlplane import ControlPlane, wait_for
+from harness.manifests import configmap, secret
 from webhook.core.digest import record_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.cache import SourceCache

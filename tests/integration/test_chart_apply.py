@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.controlplane import server_minor
-from tests.unit._chart import cluster_capabilities, render
+from harness.chart import cluster_capabilities, render
+from harness.controlplane import server_minor
 from webhook.kube.raw import Kube
 
 CLUSTER_SCOPED = {

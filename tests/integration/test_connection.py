@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     ensure_namespace,
     running_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ControlPlane,
     KeyPair,
     issue_client_cert,

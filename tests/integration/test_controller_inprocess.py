@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL
-from tests.integration.controlplane import (
+from harness.configpin import INSTANCE_LABEL
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     wait_for,
 )
-from tests.integration.manifests import configmap, deployment
+from harness.manifests import configmap, deployment
 from webhook.controller.index import WorkloadRef
 from webhook.controller.rollout import ControllerOptions, RolloutController
 from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES

@@ -13,14 +13,14 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
-from tests.integration.controlplane import (
+from harness.configpin import INSTANCE_LABEL, Configpin, leading_configpin
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     wait_for,
 )
-from tests.integration.manifests import configmap, deployment
+from harness.manifests import configmap, deployment
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.raw import Kube, path
 

@@ -16,18 +16,17 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     Configpin,
     ensure_namespace,
-    instance_fixtures,
     running_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ControlPlane,
     server_minor,
     wait_for,
 )
-from tests.integration.manifests import (
+from harness.manifests import (
     configmap,
     container,
     deployment,
@@ -35,6 +34,7 @@ from tests.integration.manifests import (
     env_key_ref,
     pod_spec,
 )
+from tests.integration.instances import instance_fixtures
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
 from webhook.kube.raw import Kube, path
 from webhook.kube.workloads import cronjob_prefix

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     new_ca,
@@ -15,7 +15,7 @@ from tests.integration.controlplane import (
     unregister_webhook,
     wait_for,
 )
-from tests.integration.manifests import container, deployment, pod_spec
+from harness.manifests import container, deployment, pod_spec
 
 
 def _items(object_list: Any) -> list[dict[str, Any]]:

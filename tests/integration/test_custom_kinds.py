@@ -21,8 +21,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import Configpin, instance_namespace, leading_configpin
-from tests.integration.controlplane import ControlPlane, wait_for
+from harness.configpin import Configpin, instance_namespace, leading_configpin
+from harness.controlplane import ControlPlane, wait_for
+from harness.manifests import (
+    configmap,
+    container,
+    deployment,
+    env_key_ref,
+    pod_spec,
+)
 from tests.integration.crds import (
     CLONESET,
     CLONESET_CRD,
@@ -30,13 +37,6 @@ from tests.integration.crds import (
     WIDGET,
     WIDGET_CRD,
     installed,
-)
-from tests.integration.manifests import (
-    configmap,
-    container,
-    deployment,
-    env_key_ref,
-    pod_spec,
 )
 from webhook.core.constants import (
     ANN_MODE,

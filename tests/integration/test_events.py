@@ -8,13 +8,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
-    instance_fixtures,
-)
-from tests.integration.controlplane import (
+from harness.controlplane import (
     wait_for,
 )
-from tests.integration.manifests import configmap, deployment, pod_spec
+from harness.manifests import configmap, deployment, pod_spec
+from tests.integration.instances import instance_fixtures
 from tests.integration.test_snapshot_mode import copies_in, template_spec
 from webhook.core.constants import ANN_MODE, ANN_SOURCE, LABEL_SNAPSHOT, MODE_SNAPSHOT
 from webhook.kube import events

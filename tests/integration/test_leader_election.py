@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
     Configpin,
@@ -26,14 +26,14 @@ from tests.integration.configpin_proc import (
     lease_name,
     start_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     unregister_webhook,
     wait_for,
 )
-from tests.integration.manifests import configmap, deployment
+from harness.manifests import configmap, deployment
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.raw import Kube, path
 

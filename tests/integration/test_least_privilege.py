@@ -19,17 +19,17 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL, running_configpin
-from tests.integration.controlplane import (
+from harness.chart import cluster_capabilities, render
+from harness.configpin import INSTANCE_LABEL, running_configpin
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     server_minor,
     wait_for,
 )
+from harness.manifests import configmap, container, deployment, env_from, pod_spec
 from tests.integration.crds import CLONESET, CLONESET_CRD, ROLLOUT_CRD, WIDGET_CRD, installed
-from tests.integration.manifests import configmap, container, deployment, env_from, pod_spec
-from tests.unit._chart import cluster_capabilities, render
 from webhook.kube.errors import Forbidden, Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
 

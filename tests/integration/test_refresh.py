@@ -19,29 +19,29 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.chart import cluster_capabilities, render
+from harness.configpin import (
     INSTANCE_LABEL,
     Configpin,
-    instance_fixtures,
     instance_namespace,
     leading_configpin,
     running_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     server_minor,
     wait_for,
 )
-from tests.integration.manifests import configmap, container, deployment, env_key_ref
+from harness.manifests import configmap, container, deployment, env_key_ref
+from tests.integration.instances import instance_fixtures
 from tests.integration.test_least_privilege import (  # the chart's RBAC, live
     Install,
     _kubeconfig_for,
     admin,  # noqa: F401 (a fixture)
     install,  # noqa: F401 (a fixture)
 )
-from tests.unit._chart import cluster_capabilities, render
 from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_ON_CHANGE,

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.integration.configpin_proc import CONFIGPIN_NAMESPACE, Configpin
-from tests.integration.controlplane import ControlPlane
+from harness.configpin import CONFIGPIN_NAMESPACE, Configpin
+from harness.controlplane import ControlPlane
 from webhook.cli import main
 from webhook.kube.raw import Kube, path
 

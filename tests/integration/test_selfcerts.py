@@ -13,13 +13,13 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
     ensure_namespace,
     start_configpin,
 )
-from tests.integration.controlplane import ControlPlane, register_webhook, unregister_webhook
+from harness.controlplane import ControlPlane, register_webhook, unregister_webhook
 from webhook.certs import generate
 from webhook.kube.raw import Kube, path
 from webhook.kube.selfcerts import SelfManagedCerts

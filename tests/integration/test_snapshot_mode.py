@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.configpin_proc import Configpin
-from tests.integration.controlplane import ControlPlane, wait_for
-from tests.integration.manifests import configmap, secret
+from harness.configpin import Configpin
+from harness.controlplane import ControlPlane, wait_for
+from harness.manifests import configmap, secret
 from webhook.kube.errors import Conflict, Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
 from webhook.kube.workloads import cronjob_prefix

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import INSTANCE_LABEL, Configpin, leading_configpin
-from tests.integration.controlplane import (
+from harness.configpin import INSTANCE_LABEL, Configpin, leading_configpin
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     wait_for,
 )
-from tests.integration.manifests import configmap, container, env_from, pod_spec
+from harness.manifests import configmap, container, env_from, pod_spec
 from tests.integration.test_events import described_reason
 from tests.integration.test_snapshot_mode import (
     copies_in,

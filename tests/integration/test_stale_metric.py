@@ -8,12 +8,12 @@ import time
 
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     Configpin,
-    instance_fixtures,
 )
-from tests.integration.controlplane import wait_for
-from tests.integration.manifests import configmap, deployment
+from harness.controlplane import wait_for
+from harness.manifests import configmap, deployment
+from tests.integration.instances import instance_fixtures
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     Configpin,
     instance_namespace,
     leading_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ControlPlane,
     wait_for,
 )
-from tests.integration.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from tests.integration.test_snapshot_mode import copies_in, template_spec
 from webhook.core.constants import ANN_MODE, ANN_SOURCES, MODE_SNAPSHOT
 from webhook.kube.raw import MERGE_PATCH, Kube, path

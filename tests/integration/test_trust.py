@@ -26,13 +26,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
-from tests.integration.configpin_proc import (
+from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     Configpin,
     ensure_namespace,
     start_configpin,
 )
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     KeyPair,
@@ -40,7 +40,7 @@ from tests.integration.controlplane import (
     new_ca,
     wait_for,
 )
-from tests.integration.manifests import (
+from harness.manifests import (
     container,
     deployment,
     env_from,

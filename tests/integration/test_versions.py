@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.configpin_proc import CONFIGPIN_NAMESPACE, Configpin, ensure_namespace
-from tests.integration.controlplane import ENABLED_LABEL, chart_webhook, server_minor, wait_for
-from tests.integration.manifests import configmap, deployment
-from tests.unit._chart import cluster_capabilities, one, render
+from harness.chart import cluster_capabilities, one, render
+from harness.configpin import CONFIGPIN_NAMESPACE, Configpin, ensure_namespace
+from harness.controlplane import ENABLED_LABEL, chart_webhook, server_minor, wait_for
+from harness.manifests import configmap, deployment
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.errors import Forbidden
 from webhook.kube.raw import JSON_PATCH, Kube, path

@@ -16,7 +16,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.unit._chart import (
+from harness.chart import (
     CHART_DIR,
     RELEASE_NAMESPACE,
     Manifest,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from tests.integration.controlplane import wait_for
+from harness.controlplane import wait_for
 from webhook.controller.queue import RolloutQueue
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit import _chart
+from harness import chart as _chart
 from webhook.cli import main
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

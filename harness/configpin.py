@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.controlplane import (
+from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
@@ -40,7 +39,9 @@ from webhook.kube.client import SERVICE_ACCOUNT_DIR_ENV
 
 CONFIGPIN_NAMESPACE = "configpin-system"
 INSTANCE_LABEL = "test.configpin.io/instance"
-REPO = Path(__file__).resolve().parents[2]
+# Not resolved: in the compiled tree (hack/compiled-tree.py) harness/ is a link, and configpin
+# must run from that tree, whose `webhook` is the compiled wheel.
+REPO = Path(__file__).absolute().parents[1]
 
 
 @dataclass
@@ -268,30 +269,3 @@ def instance_namespace(api: client.ApiClient, instance: str, prefix: str) -> Ite
         yield name
     finally:
         core.delete_namespace(name)
-
-
-def instance_fixtures(instance: str, prefix: str, args: Sequence[str]) -> tuple[Any, Any]:
-    """The two fixtures of a module that runs against one configpin of its own: `cp`, that
-    configpin leading with `args` (once per module, its webhook named `configpin-<prefix>`),
-    and `ns`, a fresh namespace opted in for it alone (per test).
-    Use as `cp, ns = instance_fixtures(...)` at module level."""
-
-    @pytest.fixture(scope="module")
-    def cp(
-        control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-    ) -> Iterator[Configpin]:
-        with leading_configpin(
-            control_plane,
-            tmp_path_factory.mktemp(f"configpin-{prefix}"),
-            instance=instance,
-            webhook_name=f"configpin-{prefix}",
-            args=args,
-        ) as proc:
-            yield proc
-
-    @pytest.fixture
-    def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-        with instance_namespace(k8s, instance, prefix) as name:
-            yield name
-
-    return cp, ns

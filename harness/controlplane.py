@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PROVISION_SCRIPT = REPO_ROOT / "hack" / "provision-control-plane.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
@@ -676,7 +676,7 @@ _CHART_WEBHOOKS: dict[str, dict[str, Any]] = {}
 def _chart_webhook(
     kube_version: str, api_versions: Sequence[str], values: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    from tests.unit._chart import one, render
+    from harness.chart import one, render
 
     key = f"{kube_version} {len(api_versions)} {json.dumps(values or {}, sort_keys=True)}"
     if key not in _CHART_WEBHOOKS:
@@ -695,7 +695,7 @@ def chart_webhook(
     """The webhook entry of the chart's MutatingWebhookConfiguration, rendered for the
     capabilities of the cluster behind ``api_client`` (and chart ``values``), as
     ``helm install`` would render it."""
-    from tests.unit._chart import cluster_capabilities
+    from harness.chart import cluster_capabilities
 
     host = api_client.configuration.host
     if host not in _CAPABILITIES:

@@ -18,7 +18,7 @@ import helm_python as helm
 import yaml
 from helm_python import _native
 
-CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "configpin"
+CHART_DIR = Path(__file__).resolve().parents[1] / "charts" / "configpin"
 RELEASE_NAME = "configpin"
 RELEASE_NAMESPACE = "configpin-system"
 DEFAULT_KUBE_VERSION = "1.30.0"

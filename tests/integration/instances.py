@@ -1,0 +1,39 @@
+"""Fixtures of a test module that runs against one configpin of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness.configpin import Configpin, instance_namespace, leading_configpin
+from harness.controlplane import ControlPlane
+
+
+def instance_fixtures(instance: str, prefix: str, args: Sequence[str]) -> tuple[Any, Any]:
+    """The two fixtures of a module that runs against one configpin of its own: `cp`, that
+    configpin leading with `args` (once per module, its webhook named `configpin-<prefix>`),
+    and `ns`, a fresh namespace opted in for it alone (per test).
+    Use as `cp, ns = instance_fixtures(...)` at module level."""
+
+    @pytest.fixture(scope="module")
+    def cp(
+        control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Configpin]:
+        with leading_configpin(
+            control_plane,
+            tmp_path_factory.mktemp(f"configpin-{prefix}"),
+            instance=instance,
+            webhook_name=f"configpin-{prefix}",
+            args=args,
+        ) as proc:
+            yield proc
+
+    @pytest.fixture
+    def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
+        with instance_namespace(k8s, instance, prefix) as name:
+            yield name
+
+    return cp, ns
