@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from webhook import __version__
 from webhook.core.constants import MODES
+from webhook.core.kinds import ARGO_ROLLOUT, parse_custom_kinds, use_custom_kinds
 from webhook.core.owners import parse_owner_kinds, use_owner_kinds
-from webhook.core.refs import ARGO_ROLLOUT, parse_custom_kinds, use_custom_kinds
 from webhook.digestkey import BadDigestKey, load_key_file, new_key_text
 from webhook.logs import setup_logging
 from webhook.sources import EMBEDDED_MANIFESTS

@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from webhook.core.kinds import ARGO_ROLLOUT, WorkloadKind, parse_custom_kinds
 from webhook.core.owners import parse_owner_kinds
-from webhook.core.refs import ARGO_ROLLOUT, CustomKind, parse_custom_kinds
 
 Mode = Literal["checksum", "snapshot", "off"]
 
@@ -358,7 +358,7 @@ class Settings(BaseSettings):
         parse_owner_kinds(value)
         return value
 
-    def custom_kinds(self) -> tuple[CustomKind, ...]:
+    def custom_kinds(self) -> tuple[WorkloadKind, ...]:
         """The configured custom kinds, Argo Rollouts first when enabled (a configured
         Rollout entry replaces the built-in one)."""
         configured = parse_custom_kinds(self.workload_kinds)

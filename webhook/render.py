@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, Final
 import jsonpatch
 
 from webhook.core.digest import BadSource, copy_signature, record_from_object
+from webhook.core.kinds import is_workload_kind
 from webhook.core.model import (
     JSONObject,
     PatchOp,
@@ -32,7 +33,6 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.plan import plan_object
-from webhook.core.refs import is_workload_kind
 from webhook.core.snapshot import snapshot_object
 from webhook.manifests import STDIN, Document, InputError, decode, dump, read_text
 

@@ -13,8 +13,8 @@ from webhook.certs import ensure_dev_certs
 from webhook.config import Settings
 from webhook.controller.rollout import ControllerOptions, RolloutController, SnapshotEnsurer
 from webhook.controller.snapshots import SnapshotLifetime
+from webhook.core.kinds import use_custom_kinds
 from webhook.core.owners import use_owner_kinds
-from webhook.core.refs import use_custom_kinds
 from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect

@@ -41,45 +41,31 @@ from webhook.core.constants import (
     LABEL_SNAPSHOT,
     OWNED_PIN,
 )
+from webhook.core.kinds import (
+    BUILTIN_KINDS,
+    custom_kind,
+    custom_kinds,
+    fixed_template,
+    template_paths,
+    workload_kind,
+    workload_ref,
+)
 from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
 from webhook.core.plan import parse_mapping
-from webhook.core.refs import (
-    RefSite,
-    custom_kind,
-    custom_kinds,
-    find_sites,
-    get_path,
-    template_paths,
-    workload_ref,
-)
+from webhook.core.refs import RefSite, find_sites, get_path
 from webhook.kube.errors import Forbidden, KubeError, NotFound
-from webhook.kube.raw import Kube
-from webhook.kube.workloads import cronjob_prefix
+from webhook.kube.raw import Kube, path
+from webhook.kube.workloads import served_prefix
 
-# kind -> (resource, API prefix); CronJob's prefix is found at run time (batch/v1 or v1beta1)
-KINDS: Final[dict[str, tuple[str, str]]] = {
-    "Deployment": ("deployments", "/apis/apps/v1"),
-    "StatefulSet": ("statefulsets", "/apis/apps/v1"),
-    "DaemonSet": ("daemonsets", "/apis/apps/v1"),
-    "CronJob": ("cronjobs", ""),
-    "ReplicaSet": ("replicasets", "/apis/apps/v1"),
-    "ReplicationController": ("replicationcontrollers", "/api/v1"),
-    "Job": ("jobs", "/apis/batch/v1"),
-}
+# What status reports on: every workload kind with a pod template of its own (not bare Pods)
+_KINDS: Final = {k.kind: k for k in BUILTIN_KINDS if k.admitted and k.template}
 _ALIASES: Final = {
-    **{k.lower(): k for k in KINDS},
-    **{r: k for k, (r, _) in KINDS.items()},
-    "deploy": "Deployment",
-    "sts": "StatefulSet",
-    "ds": "DaemonSet",
-    "cj": "CronJob",
-    "rs": "ReplicaSet",
-    "rc": "ReplicationController",
+    **{k.lower(): k for k in _KINDS},
+    **{e.resource: k for k, e in _KINDS.items()},
+    **{short: k for k, e in _KINDS.items() for short in e.short_names},
 }
 _HEX: Final = re.compile(r"[0-9a-f]+")
-# The pod template of these never changes after creation: what they record is what they run.
-_FIXED_TEMPLATE: Final = frozenset({"Job"})
 
 
 @dataclass
@@ -213,32 +199,24 @@ def _copies(obj: dict[str, Any], recorded: dict[str, str]) -> list[str]:
 class StatusReader:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._cronjobs: str | None = None
+        self._prefixes: dict[str, str | None] = {}
 
     def prefix(self, kind: str) -> str | None:
-        custom = custom_kind(kind)
-        if custom is not None:
-            return custom.prefix
-        prefix = KINDS[kind][1]
-        if kind == "CronJob":
-            if self._cronjobs is None:
-                self._cronjobs = cronjob_prefix(self.kube) or ""
-            return self._cronjobs or None
-        return prefix
+        entry = workload_kind(kind)
+        if entry is None:
+            return None
+        if len(entry.versions) == 1:
+            return entry.prefix()
+        if kind not in self._prefixes:  # asked once (CronJobs: batch/v1 or v1beta1)
+            self._prefixes[kind] = served_prefix(self.kube, entry)
+        return self._prefixes[kind]
 
     def _path(self, kind: str, namespace: str | None, name: str | None = None) -> str | None:
         prefix = self.prefix(kind)
-        if prefix is None:
+        entry = workload_kind(kind)
+        if prefix is None or entry is None:
             return None
-        custom = custom_kind(kind)
-        resource = custom.resource if custom is not None else KINDS[kind][0]
-        parts = [prefix]
-        if namespace:
-            parts.append(f"/namespaces/{namespace}")
-        parts.append(f"/{resource}")
-        if name:
-            parts.append(f"/{name}")
-        return "".join(parts)
+        return path(entry.resource, namespace, name, prefix=prefix)
 
     def workloads(
         self, namespace: str | None, kinds: Iterable[str], selector: str | None
@@ -303,7 +281,7 @@ class StatusReader:
             st.state = "not-pinned"
             st.reason = f"workloadRef: its pod template is {ref[1]} {ref[2]}'s, pinned there"
             return st
-        if kind in _FIXED_TEMPLATE:
+        if fixed_template(kind):
             st.sources = [SourceStatus(k, v, v) for k, v in sorted(recorded.items())]
             st.state = "current" if recorded else "not-pinned"
             st.reason = f"a {kind}'s pod template cannot change: it runs what it recorded"
@@ -460,7 +438,7 @@ def _table(rows: Sequence[WorkloadStatus], wide: bool, all_ns: bool) -> str:
 
 
 def _kinds() -> list[str]:
-    return [*KINDS, *(k.kind for k in custom_kinds())]
+    return [*_KINDS, *(k.kind for k in custom_kinds())]
 
 
 def _custom_alias(text: str) -> str | None:

@@ -45,7 +45,7 @@ from webhook.core.constants import (
     ANN_SOURCES,
     LABEL_SNAPSHOT,
 )
-from webhook.core.refs import custom_kinds, parse_custom_kinds, use_custom_kinds
+from webhook.core.kinds import custom_kinds, parse_custom_kinds, use_custom_kinds
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.workloads import served_custom_kinds
 

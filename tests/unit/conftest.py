@@ -17,6 +17,7 @@ import pytest
 
 from webhook.core import digest
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES
+from webhook.core.kinds import BUILTIN_KINDS, template_paths
 from webhook.core.model import (
     JSONObject,
     Plan,
@@ -26,35 +27,17 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.plan import parse_mapping, plan_object
-from webhook.core.refs import find_sites, get_path, template_paths
+from webhook.core.refs import find_sites, get_path
 from webhook.core.snapshot import snapshot_object
 
 HKEY: Final = b"0123456789abcdef0123456789abcdef"
 OTHER_KEY: Final = b"fedcba9876543210fedcba9876543210"
 
-WORKLOAD_KINDS: Final = (
-    "Pod",
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "Job",
-    "CronJob",
-    "ReplicationController",
-)
-# Kinds whose pod template may change after creation (UPDATE is planned like CREATE).
-MUTABLE_TEMPLATE_KINDS: Final = tuple(k for k in WORKLOAD_KINDS if k not in ("Pod", "Job"))
-
-_API_VERSIONS: Final = {
-    "Pod": "v1",
-    "ReplicationController": "v1",
-    "Deployment": "apps/v1",
-    "StatefulSet": "apps/v1",
-    "DaemonSet": "apps/v1",
-    "ReplicaSet": "apps/v1",
-    "Job": "batch/v1",
-    "CronJob": "batch/v1",
-}
+# From the one table of kinds (webhook/core/kinds.py): what admission pins, and of those the
+# kinds whose pod template may change after creation (UPDATE is planned like CREATE).
+WORKLOAD_KINDS: Final = tuple(k.kind for k in BUILTIN_KINDS if k.admitted)
+MUTABLE_TEMPLATE_KINDS: Final = tuple(k.kind for k in BUILTIN_KINDS if k.admitted and k.rolls)
+_API_VERSIONS: Final = {k.kind: k.api_version for k in BUILTIN_KINDS}
 
 
 def b64(text: str | bytes) -> str:

@@ -30,6 +30,7 @@ from harness.chart import (
 )
 from webhook.cli import build_parser
 from webhook.config import Settings
+from webhook.core.kinds import BUILTIN_KINDS
 
 ROOT = CHART_DIR.parents[1]
 NON_DEFAULT = {
@@ -43,16 +44,11 @@ NON_DEFAULT = {
 ARGO = ("argoproj.io", "v1alpha1", "rollouts")
 CLONESET_ENTRY = "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
 CLONESET = ("apps.kruise.io", "v1alpha1", "clonesets")
-WORKLOAD_RULES = {
-    ("", "pods"),
-    ("", "replicationcontrollers"),
-    ("apps", "deployments"),
-    ("apps", "statefulsets"),
-    ("apps", "daemonsets"),
-    ("apps", "replicasets"),
-    ("batch", "jobs"),
-    ("batch", "cronjobs"),
-}
+# What the chart must grant and register, from the one table of kinds (webhook/core/kinds.py):
+# a kind added on either side without the other fails the tests below.
+WORKLOAD_RULES = {(k.group, k.resource) for k in BUILTIN_KINDS if k.admitted}  # admission
+WORKLOAD_READS = {(k.group, k.resource) for k in BUILTIN_KINDS}  # the controller's watches
+WORKLOAD_PATCHES = {(k.group, k.resource) for k in BUILTIN_KINDS if k.rolls}  # re-stamps
 
 
 @pytest.fixture(scope="module")
@@ -525,25 +521,6 @@ def test_no_wildcards_in_rbac(objects: list[Manifest]) -> None:
 
 
 READ = ("get", "list", "watch")
-WORKLOAD_READS = {
-    ("", "pods"),
-    ("", "replicationcontrollers"),
-    ("apps", "deployments"),
-    ("apps", "statefulsets"),
-    ("apps", "daemonsets"),
-    ("apps", "replicasets"),
-    ("apps", "controllerrevisions"),
-    ("batch", "jobs"),
-    ("batch", "cronjobs"),
-}
-WORKLOAD_PATCHES = {
-    ("", "replicationcontrollers"),
-    ("apps", "deployments"),
-    ("apps", "statefulsets"),
-    ("apps", "daemonsets"),
-    ("apps", "replicasets"),
-    ("batch", "cronjobs"),
-}
 
 
 def expected_cluster_grants(
@@ -720,10 +697,16 @@ def test_webhook_rules_cover_pods_and_workloads(
         assert rule["operations"] == ["CREATE", "UPDATE"]
         assert rule["scope"] == "Namespaced"
         assert "*" not in rule["apiVersions"]
-        group = rule["apiGroups"][0]
-        assert (custom[1] if group == custom[0] else "v1") in rule["apiVersions"]
-        covered |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
-    assert covered == WORKLOAD_RULES | {(custom[0], custom[2])}
+        covered |= {
+            (g, r, v)
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+            for v in rule["apiVersions"]
+        }
+    # every version each kind is served at (CronJobs: batch/v1 and, before 1.21, v1beta1)
+    wanted = {(k.group, k.resource, v) for k in BUILTIN_KINDS if k.admitted for v in k.versions}
+    assert wanted | {(custom[0], custom[2], custom[1])} <= covered
+    assert {(g, r) for g, r, _ in covered} == WORKLOAD_RULES | {(custom[0], custom[2])}
 
 
 def test_custom_kinds_one_value_for_flag_rules_and_rbac() -> None:
@@ -1093,6 +1076,29 @@ def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
     assert custom["--max-connections"] == "300"
     settings = Settings(tls_cipher_suites=custom["--tls-cipher-suites"])
     assert settings.cipher_suites() == tuple(suites)
+
+
+def test_the_policy_confines_every_write_configpin_is_granted() -> None:
+    """The ValidatingAdmissionPolicy covers each resource configpin may patch, no more: the
+    kinds it re-stamps (from the table), copies, and pods it refreshes."""
+    vap = ["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+    for values in ({"snapshots": {"enabled": True}}, {"controller": {"refreshPods": False}}):
+        objects = render(values, "1.36.2", vap)
+        [policy] = select(objects, "ValidatingAdmissionPolicy")
+        confined = {
+            (g, r)
+            for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+            if "UPDATE" in rule["operations"]
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+        }
+        patched = {
+            (g, r)
+            for g, r, verb, names in rbac_grants(one(objects, "ClusterRole"))
+            if verb == "patch" and not names and g != "events.k8s.io"
+        }
+        assert confined == patched | {("", "configmaps"), ("", "secrets")}
+        assert WORKLOAD_PATCHES | {(ARGO[0], ARGO[2])} <= confined
 
 
 def test_the_policy_confines_custom_kinds_at_their_template_path() -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import webhook
+from webhook.core.kinds import ARGO_ROLLOUT
 from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceKind, SourceRecord
-from webhook.core.refs import ARGO_ROLLOUT
 
 CORE = Path(webhook.__file__).parent / "core"
 MODULES = sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")

@@ -30,7 +30,6 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.controller.index import (
-    CONTROLLED_KINDS,
     NotIndexed,
     WorkloadIndex,
     WorkloadRef,
@@ -39,6 +38,7 @@ from webhook.controller.index import (
 )
 from webhook.core import digest
 from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT
+from webhook.core.kinds import rolled_kinds
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import plan_object
 
@@ -86,7 +86,7 @@ def _admitted(kind: str, store: Store, mode: str = "checksum") -> JSONObject:
     return apply(obj, p)
 
 
-@pytest.mark.parametrize("kind", CONTROLLED_KINDS)
+@pytest.mark.parametrize("kind", [k.kind for k in rolled_kinds()])
 def test_admitted_workload_is_current_and_a_consumed_change_makes_it_stale(kind: str) -> None:
     store = _store()
     obj = _admitted(kind, store)

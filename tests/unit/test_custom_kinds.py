@@ -3,6 +3,7 @@ parsing the settings, planning, indexing, and what a tenant cannot make configpi
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,21 +27,21 @@ from webhook.cli import main
 from webhook.config import Settings
 from webhook.controller.index import NotIndexed, entry_from_object
 from webhook.core.constants import ANN_OWNED, ANN_SOURCES
+from webhook.core.kinds import (
+    ARGO_ROLLOUT,
+    CopyOwner,
+    custom_kinds,
+    parse_custom_kinds,
+    template_paths,
+    use_custom_kinds,
+    workload_ref,
+)
 from webhook.core.model import JSONObject, SourceKind
 from webhook.core.owners import (
     left_to_owner,
     operator_owned,
     parse_owner_kinds,
     use_owner_kinds,
-)
-from webhook.core.refs import (
-    ARGO_ROLLOUT,
-    CustomKind,
-    custom_kinds,
-    parse_custom_kinds,
-    template_paths,
-    use_custom_kinds,
-    workload_ref,
 )
 from webhook.core.shape import ShapeError, check_object
 from webhook.digestkey import new_key_text
@@ -92,11 +93,20 @@ SPEC = pod_spec(container(env=[env_cm("cfg", "k")]))
 
 def test_parse_round_trips_and_names_paths() -> None:
     [kind] = parse_custom_kinds(f" {CLONESET} ,")
-    assert kind == CustomKind(
-        "apps.kruise.io", "v1alpha1", "clonesets", "CloneSet", ("spec", "template")
+    assert (kind.group, kind.versions, kind.resource, kind.kind, kind.template) == (
+        "apps.kruise.io",
+        ("v1alpha1",),
+        "clonesets",
+        "CloneSet",
+        ("spec", "template"),
     )
+    # pinned and re-stamped as a Deployment is; rolls instead of refreshing (its pods are its
+    # controller's business); owns the copies its template points at while it does
+    assert kind.custom and kind.admitted and kind.rolls and not kind.refreshable
+    assert kind.copies is CopyOwner.WHILE_POINTING
     assert str(kind) == CLONESET
-    assert kind.prefix == "/apis/apps.kruise.io/v1alpha1"
+    assert kind.prefix() == "/apis/apps.kruise.io/v1alpha1"
+    assert pickle.loads(pickle.dumps(kind)) == kind  # (handed to the large-review worker)
     assert template_paths("CloneSet") == (
         ("spec", "template", "metadata"),
         ("spec", "template", "spec"),

@@ -24,6 +24,7 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
+from webhook.core.kinds import template_paths
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.refs import (
     CONTAINER_LISTS,
@@ -32,7 +33,6 @@ from webhook.core.refs import (
     consumption,
     find_sites,
     get_path,
-    template_paths,
 )
 
 CM = SourceKind.CONFIGMAP

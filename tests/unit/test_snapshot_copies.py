@@ -22,10 +22,10 @@ import pytest
 
 from tests.unit.conftest import HKEY, configmap, merge_patch, secret, workload
 from webhook.controller.snapshots import (
-    OWNER_KINDS,
     SnapshotAdopter,
     SnapshotSweeper,
     SweepResult,
+    owner_kinds,
     owner_of,
 )
 from webhook.core import digest
@@ -46,6 +46,7 @@ from webhook.kube.snapshots import (
 from webhook.metrics import Metrics
 
 NS = "team-a"
+_REPLICASETS = next(k for k in owner_kinds() if k.kind == "ReplicaSet")
 _KIND_OF = {"configmaps": SourceKind.CONFIGMAP, "secrets": SourceKind.SECRET}
 _API_KIND = {
     "configmaps": "ConfigMap",
@@ -452,7 +453,7 @@ def _adopter(cluster: Cluster, **kwargs: Any) -> SnapshotAdopter:
 
 def test_owner_of_reads_each_revision_kind() -> None:
     spec = {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "a-0123456789"}}]}]}
-    by_kind = {k.kind: k for k in OWNER_KINDS}
+    by_kind = {k.kind: k for k in owner_kinds()}
     rs = workload("ReplicaSet", spec, namespace=NS)
     rs["metadata"]["uid"] = "u1"
     revision = {
@@ -498,7 +499,7 @@ def test_adoption_adds_one_reference_per_revision(cluster: Cluster) -> None:
     req = cluster.request(_cm())
     cluster.writer.ensure(NS, [req])
     adopter = _adopter(cluster)
-    by_kind = {k.kind: k for k in OWNER_KINDS}
+    by_kind = {k.kind: k for k in owner_kinds()}
     key = (SourceKind.CONFIGMAP, NS, req.snapshot_name)
     for name in ("web-1", "web-2"):
         rs = _replicaset(cluster, req.snapshot_name, name)
@@ -517,7 +518,7 @@ def test_adoption_respects_the_namespace_filter(cluster: Cluster) -> None:
     cluster.writer.ensure(NS, [req])
     adopter = _adopter(cluster, namespace_filter=lambda ns: False)
     rs = _replicaset(cluster, req.snapshot_name)
-    adopter.put_owner(rs["metadata"]["uid"], owner_of(OWNER_KINDS[0], rs))
+    adopter.put_owner(rs["metadata"]["uid"], owner_of(_REPLICASETS, rs))
     assert adopter.reconcile((SourceKind.CONFIGMAP, NS, req.snapshot_name)) == "not selected"
     assert _owned(cluster, req.snapshot_name) == []
 
@@ -527,7 +528,7 @@ def test_a_missing_copy_a_live_revision_uses_is_made_again(cluster: Cluster) -> 
     req = cluster.request(_cm())
     adopter = _adopter(cluster)
     rs = _replicaset(cluster, req.snapshot_name)
-    adopter.put_owner(rs["metadata"]["uid"], owner_of(OWNER_KINDS[0], rs))
+    adopter.put_owner(rs["metadata"]["uid"], owner_of(_REPLICASETS, rs))
     key = (SourceKind.CONFIGMAP, NS, req.snapshot_name)
     assert adopter.reconcile(key) == "repaired"
     assert cluster.kube.obj("configmaps", req.snapshot_name) is not None
@@ -539,7 +540,7 @@ def test_a_missing_copy_of_content_that_is_gone_is_reported_not_made(cluster: Cl
     old = cluster.request(_cm({"a": "1"}))
     adopter = _adopter(cluster)
     rs = _replicaset(cluster, old.snapshot_name)
-    adopter.put_owner(rs["metadata"]["uid"], owner_of(OWNER_KINDS[0], rs))
+    adopter.put_owner(rs["metadata"]["uid"], owner_of(_REPLICASETS, rs))
     assert adopter.reconcile((SourceKind.CONFIGMAP, NS, old.snapshot_name)) == "lost"
     assert cluster.kube.obj("configmaps", old.snapshot_name) is None
 
@@ -549,7 +550,7 @@ def test_a_missing_copy_whose_revisions_are_gone_is_left_gone(cluster: Cluster) 
     req = cluster.request(_cm())
     adopter = _adopter(cluster)
     rs = _replicaset(cluster, req.snapshot_name)
-    adopter.put_owner(rs["metadata"]["uid"], owner_of(OWNER_KINDS[0], rs))
+    adopter.put_owner(rs["metadata"]["uid"], owner_of(_REPLICASETS, rs))
     cluster.kube.delete(f"/api/v1/namespaces/{NS}/replicasets/web-1")  # not seen by the adopter
     assert adopter.reconcile((SourceKind.CONFIGMAP, NS, req.snapshot_name)) == "owners gone"
     assert cluster.kube.obj("configmaps", req.snapshot_name) is None
@@ -634,7 +635,7 @@ def test_owned_copies_are_never_swept(cluster: Cluster) -> None:
     req = _unused_copy(cluster)
     rs = _replicaset(cluster, req.snapshot_name)
     adopter = _adopter(cluster)
-    adopter.put_owner(rs["metadata"]["uid"], owner_of(OWNER_KINDS[0], rs))
+    adopter.put_owner(rs["metadata"]["uid"], owner_of(_REPLICASETS, rs))
     adopter.reconcile((SourceKind.CONFIGMAP, NS, req.snapshot_name))
     clocks.advance(1000)
     sweep = _sweeper(cluster, clocks)

@@ -33,29 +33,11 @@ from webhook.core.constants import (
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
+from webhook.core.kinds import template_paths, workload_kind, workload_ref
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
-from webhook.core.refs import (
-    consumption,
-    custom_kind,
-    find_sites,
-    get_path,
-    template_paths,
-    workload_ref,
-)
-
-# Built-in kinds the controller re-stamps (and the configured custom kinds). Pods and Jobs
-# are absent: their templates are immutable (a Job keeps the config it was created with;
-# its CronJob's jobTemplate is re-stamped).
-CONTROLLED_KINDS: Final = (
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "ReplicaSet",
-    "ReplicationController",
-    "CronJob",
-)
+from webhook.core.refs import consumption, find_sites, get_path
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -270,7 +252,10 @@ def entry_from_object(
     """The index entry of a workload; raises NotIndexed (with the reason) for one the
     controller leaves alone."""
     kind = str(obj.get("kind", ""))
-    if kind not in CONTROLLED_KINDS and custom_kind(kind) is None:
+    known = workload_kind(kind)
+    if known is None or not known.rolls:
+        # Pods and Jobs: their templates are immutable (a Job keeps the config it was
+        # created with; its CronJob's jobTemplate is re-stamped)
         raise NotIndexed(f"kind {kind or '?'} is not rolled")
     paths = template_paths(kind)
     assert paths is not None

@@ -57,6 +57,7 @@ from webhook.core.constants import (
     ON_CHANGE_REFRESH,
     OWNED_PIN,
 )
+from webhook.core.kinds import custom_kinds, template_paths
 from webhook.core.model import JSONObject, PatchOp, SnapshotRequest, SourceId, SourceRecord
 from webhook.core.names import pointer
 from webhook.core.owners import controller_of, operator_owned
@@ -72,15 +73,7 @@ from webhook.core.plan import (
     roll_instead,
     rolled_at_ops,
 )
-from webhook.core.refs import (
-    Consumption,
-    consumption,
-    custom_kinds,
-    find_sites,
-    get_path,
-    template_paths,
-    unrefreshable,
-)
+from webhook.core.refs import Consumption, consumption, find_sites, get_path, unrefreshable
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
@@ -92,7 +85,7 @@ from webhook.kube.ratelimit import LimitedKube, RateLimiter
 from webhook.kube.raw import MERGE_PATCH, Kube
 from webhook.kube.workloads import (
     Decision,
-    WorkloadKind,
+    Served,
     discover_kinds,
     served_custom_kinds,
     update_workload,
@@ -104,11 +97,6 @@ log = logging.getLogger(__name__)
 
 _RETRY_LIMIT: Final = 6  # failed applies of one workload retried with backoff, then left
 STALE_EVERY: Final = 5.0  # seconds between two counts of the stale workloads
-# Kinds whose pods configpin finds (webhook.kube.pods); a custom kind (an Argo Rollout, its
-# pods owned through ReplicaSets of its own) rolls instead.
-_REFRESH_KINDS: Final = frozenset(
-    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "CronJob"}
-)
 _POD_WRITERS: Final = 8  # pod patches in flight at once, every refresh together (and rate limited)
 _NEVER_ACT_IN: Final = ("kube-system",)
 
@@ -188,11 +176,9 @@ def _skip_reason(reason: str) -> str:
 _REPORTED_MAX: Final = 10_000
 
 
-def _regarding(ref: WorkloadRef, kinds: Mapping[str, WorkloadKind]) -> Regarding:
+def _regarding(ref: WorkloadRef, kinds: Mapping[str, Served]) -> Regarding:
     kind = kinds.get(ref.kind)
-    api_version = (
-        kind.prefix.removeprefix("/apis/").removeprefix("/api/") if kind is not None else ""
-    )
+    api_version = kind.api_version if kind is not None else ""
     return Regarding(api_version, ref.kind, ref.namespace, ref.name)
 
 
@@ -334,7 +320,7 @@ class RolloutController:
             )
             namespaces.informer.watch_timeout = options.watch_timeout
         self.namespaces = namespaces
-        self.kinds: dict[str, WorkloadKind] = {}
+        self.kinds: dict[str, Served] = {}
         self.informers: dict[str, Informer] = {}
         self.elector: Elector | None = None
         self.up = Gauge(
@@ -439,7 +425,7 @@ class RolloutController:
         )
         self.elector.start()
 
-    def _watch_kind(self, kind: WorkloadKind) -> None:
+    def _watch_kind(self, kind: Served) -> None:
         informer = Informer(
             self.kube,
             kind.resource,
@@ -787,7 +773,7 @@ class RolloutController:
                 return Decision.leave("unchanged")
             if _asks_refresh(obj):
                 instead = roll_instead(obj, plan, stale)
-                if instead is None and ref.kind not in _REFRESH_KINDS:
+                if instead is None and not kind.entry.refreshable:
                     instead = RollInstead(
                         "kind", f"configpin does not find the pods of a {ref.kind} to refresh"
                     )
@@ -861,7 +847,7 @@ class RolloutController:
             instead=instead,
         )
 
-    def _restamp_from_index(self, entry: WorkloadEntry, kind: WorkloadKind) -> _Landed | None:
+    def _restamp_from_index(self, entry: WorkloadEntry, kind: Served) -> _Landed | None:
         """A plain re-stamp planned from the index and written without reading the object
         first (see `apply`); None when it needs the object (or the object changed since the
         index saw it: a 409), and `apply` reads it."""

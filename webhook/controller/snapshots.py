@@ -33,10 +33,11 @@ from typing import Final, Protocol
 
 from webhook.core import digest
 from webhook.core.constants import ANN_SOURCES
+from webhook.core.kinds import BUILTIN_KINDS, CopyOwner, custom_kinds, workload_kind
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 from webhook.core.plan import is_controlled, parse_mapping
-from webhook.core.refs import Path, custom_kinds, find_sites, get_path, template_paths
+from webhook.core.refs import find_sites, get_path
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.events import EventRecorder, Regarding
@@ -54,7 +55,7 @@ from webhook.kube.snapshots import (
     remove_owners,
     unmark,
 )
-from webhook.kube.workloads import WorkloadKind, cronjob_prefix, served_custom_kinds
+from webhook.kube.workloads import Served, served_custom_kinds, served_prefix
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -81,47 +82,17 @@ def _always(_namespace: str) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class OwnerKind:
-    resource: str
-    api_version: str
-    kind: str
-    template: Path  # where the pod template is (metadata + spec); () for a Pod itself
-
-    @property
-    def prefix(self) -> str:
-        return ("/apis/" if "/" in self.api_version else "/api/") + self.api_version
-
-
-OWNER_KINDS: Final = (
-    OwnerKind("replicasets", "apps/v1", "ReplicaSet", ("spec", "template")),
-    OwnerKind("controllerrevisions", "apps/v1", "ControllerRevision", ("data", "spec", "template")),
-    OwnerKind("jobs", "batch/v1", "Job", ("spec", "template")),
-    OwnerKind("pods", "v1", "Pod", ()),
-)
-# Owns a copy only while its template points at it (templates of the kinds above never change).
-_CRONJOB_TEMPLATE: Final = ("spec", "jobTemplate", "spec", "template")
-
-
-def cronjob_owner_kind(prefix: str) -> OwnerKind:
-    """CronJobs as owners, served at `prefix` (batch/v1 from 1.21, batch/v1beta1 before)."""
-    return OwnerKind("cronjobs", prefix.removeprefix("/apis/"), "CronJob", _CRONJOB_TEMPLATE)
-
-
-def custom_owner_kind(kind: WorkloadKind) -> OwnerKind:
-    """A served custom workload kind as an owner: like a CronJob, it owns the copies its
-    template points at, while it does (Argo Rollouts' ReplicaSets and OpenKruise's
-    ControllerRevisions, its revisions, own what they use for as long as they exist)."""
-    paths = template_paths(kind.kind)
-    assert paths is not None
-    return OwnerKind(kind.resource, kind.prefix.removeprefix("/apis/"), kind.kind, paths[0][:-1])
+def owner_kinds() -> list[Served]:
+    """The kinds that own every copy they reference for as long as they exist (their
+    template never changes: revisions, Jobs, bare Pods), where they are always served."""
+    return [Served(k, k.prefix()) for k in BUILTIN_KINDS if k.copies is CopyOwner.FOR_LIFE]
 
 
 @dataclass(frozen=True, slots=True)
 class Owner:
     """A revision (or bare Pod) that references copies: what adoption and repair need."""
 
-    kind: OwnerKind
+    kind: Served
     namespace: str
     name: str
     uid: str
@@ -141,12 +112,9 @@ class Owner:
 
 
 def pod_specs(kind: str, obj: JSONObject) -> Iterator[JSONObject]:
-    """The pod spec(s) an object of `kind` carries (a ControllerRevision: its template's)."""
-    if kind == "ControllerRevision":
-        spec = get_path(obj, ("data", "spec", "template", "spec"))
-    else:
-        paths = template_paths(kind)
-        spec = get_path(obj, paths[1]) if paths is not None else None
+    """The pod spec an object of `kind` carries (a ControllerRevision: its template's)."""
+    entry = workload_kind(kind)
+    spec = get_path(obj, entry.spec_path) if entry is not None else None
     if isinstance(spec, dict):
         yield spec
 
@@ -155,20 +123,20 @@ def referenced_names(specs: Iterable[JSONObject]) -> set[tuple[SourceKind, str]]
     return {(site.source.kind, site.source.name) for spec in specs for site in find_sites(spec)}
 
 
-def owner_of(kind: OwnerKind, obj: JSONObject) -> Owner | None:
+def owner_of(kind: Served, obj: JSONObject) -> Owner | None:
     """The Owner an object would be, or None if it references no copy-like name (or cannot
     own anything any more: it is being deleted; a Pod is its controller's business)."""
     meta = obj.get("metadata") or {}
     if meta.get("deletionTimestamp") or not meta.get("uid"):
         return None
-    if kind.kind == "Pod" and is_controlled(obj):
+    if not kind.entry.template and is_controlled(obj):  # a Pod of a workload
         return None
     namespace = str(meta.get("namespace", ""))
     names = referenced_names(pod_specs(kind.kind, obj))
     copies = frozenset((k, namespace, n) for k, n in names if _COPY_NAME.search(n))
     if not copies:
         return None
-    template_meta = get_path(obj, (*kind.template, "metadata"))
+    template_meta = get_path(obj, kind.entry.meta_path)
     recorded = parse_mapping(((template_meta or {}).get("annotations") or {}).get(ANN_SOURCES))
     sources = set()
     for text in recorded or {}:
@@ -184,7 +152,7 @@ def owner_of(kind: OwnerKind, obj: JSONObject) -> Owner | None:
 class _OwnerWatch:
     """InformerHandler of one owner kind: feeds the adopter, keeps nothing itself."""
 
-    def __init__(self, adopter: SnapshotAdopter, kind: OwnerKind) -> None:
+    def __init__(self, adopter: SnapshotAdopter, kind: Served) -> None:
         self.adopter = adopter
         self.kind = kind
 
@@ -270,7 +238,8 @@ class SnapshotAdopter:
         self._thread: threading.Thread | None = None
         self._lost: set[CopyKey] = set()
         self.informers = [
-            Informer(kube, k.resource, _OwnerWatch(self, k), metrics) for k in OWNER_KINDS
+            Informer(kube, k.resource, _OwnerWatch(self, k), metrics, prefix=k.prefix)
+            for k in owner_kinds()
         ]
         self._cronjobs_found = False  # where CronJobs are served is asked once, then watched
         self._cronjob_copies: dict[str, frozenset[CopyKey]] = {}  # live CronJob uid -> copies
@@ -323,12 +292,16 @@ class SnapshotAdopter:
         return self._cronjobs_found and all(i.synced.is_set() for i in self.informers)
 
     def _watch_cronjobs(self) -> None:
-        """Add the CronJob watch (and the served custom kinds') once discovery says where
-        they are served."""
+        """Add the watches of the kinds that own copies only while their template points at
+        them (CronJobs, the served custom kinds) once discovery says where they are served."""
         try:
-            prefix = cronjob_prefix(self.kube)
-            kinds = [cronjob_owner_kind(prefix)] if prefix is not None else []
-            kinds += [custom_owner_kind(k) for k in served_custom_kinds(self.kube)]
+            kinds = []
+            for kind in BUILTIN_KINDS:
+                if kind.copies is CopyOwner.WHILE_POINTING:
+                    prefix = served_prefix(self.kube, kind)
+                    if prefix is not None:
+                        kinds.append(Served(kind, prefix))
+            kinds += served_custom_kinds(self.kube)
         except KubeError as e:
             log.warning("cannot tell where CronJobs are served (%s); asking again", e)
             return
@@ -340,13 +313,13 @@ class SnapshotAdopter:
         if not self._cronjobs_found or not custom_kinds():
             return
         try:
-            kinds = [custom_owner_kind(k) for k in served_custom_kinds(self.kube)]
+            kinds = served_custom_kinds(self.kube)
         except KubeError as e:
             log.warning("cannot ask which custom kinds are served (%s); next resync", e)
             return
         self._watch_owners(kinds)
 
-    def _watch_owners(self, kinds: Iterable[OwnerKind]) -> None:
+    def _watch_owners(self, kinds: Iterable[Served]) -> None:
         watched = {i.api_path for i in self.informers}
         for kind in kinds:
             if path(kind.resource, prefix=kind.prefix) in watched:
@@ -387,7 +360,7 @@ class SnapshotAdopter:
                 if before is None or before.copies != owner.copies:
                     self._enqueue(owner.copies)
 
-    def replace_owners(self, kind: OwnerKind, owners: list[Owner]) -> None:
+    def replace_owners(self, kind: Served, owners: list[Owner]) -> None:
         with self._lock:
             for uid in [u for u, o in self._owners.items() if o.kind == kind]:
                 self._unlink(uid)
@@ -553,19 +526,12 @@ class SnapshotAdopter:
 
 # --- the sweep
 
-# What can reference a copy in a namespace: every workload kind's template, revisions, pods.
-_REFERRERS: Final = (
-    ("pods", "Pod", ("/api/v1",)),
-    ("replicationcontrollers", "ReplicationController", ("/api/v1",)),
-    ("deployments", "Deployment", ("/apis/apps/v1",)),
-    ("statefulsets", "StatefulSet", ("/apis/apps/v1",)),
-    ("daemonsets", "DaemonSet", ("/apis/apps/v1",)),
-    ("replicasets", "ReplicaSet", ("/apis/apps/v1",)),
-    ("controllerrevisions", "ControllerRevision", ("/apis/apps/v1",)),
-    ("jobs", "Job", ("/apis/batch/v1",)),
-    # batch/v1 serves CronJobs from 1.21; older servers only batch/v1beta1.
-    ("cronjobs", "CronJob", ("/apis/batch/v1", "/apis/batch/v1beta1")),
-)
+
+# What can reference a copy in a namespace: every kind with a pod template (workloads,
+# revisions, pods), at each version it may be served at.
+def _referrers() -> list[tuple[str, str, tuple[str, ...]]]:
+    kinds = (*BUILTIN_KINDS, *custom_kinds())
+    return [(k.resource, k.kind, tuple(k.prefix(v) for v in k.versions)) for k in kinds]
 
 
 @dataclass
@@ -720,8 +686,7 @@ class SnapshotSweeper:
         """Every ConfigMap/Secret name that anything in the namespace references, read fresh
         from the API server (never from a cache that may lag a re-use)."""
         names: set[tuple[SourceKind, str]] = set()
-        custom = [(k.resource, k.kind, (k.prefix,)) for k in custom_kinds()]
-        for resource, kind, prefixes in (*_REFERRERS, *custom):
+        for resource, kind, prefixes in _referrers():
             names |= referenced_names(
                 spec
                 for obj in self._list(resource, namespace, prefixes)
@@ -742,7 +707,7 @@ class SnapshotSweeper:
                 continue
             self._prefix[resource] = prefix
             return items
-        if any(k.resource == resource and k.prefix in prefixes for k in custom_kinds()):
+        if any(k.resource == resource and k.prefix() in prefixes for k in custom_kinds()):
             return []  # a custom kind whose CRD is not installed: nothing references a copy
         raise NotFound(f"list {resource}", 404, "no API version of it is served")
 

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from webhook.core.constants import ANN_OWNED, OWNED_PIN
-from webhook.core.refs import BUILTIN_GROUP_KINDS, custom_kind, get_path, group_of
+from webhook.core.kinds import BUILTIN_GROUP_KINDS, POD, custom_kind, group_of
+from webhook.core.refs import get_path
 
 _KIND: Final = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
 _GROUP: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
@@ -68,7 +69,7 @@ def _known_owner(group: str, kind: str) -> bool:
 def operator_owned(obj: Mapping[str, Any]) -> bool:
     """Owned by a controller of a kind configpin does not know (an operator's workload)."""
     owner = controller_of(obj)
-    if owner is None or obj.get("kind") == "Pod":
+    if owner is None or obj.get("kind") == POD:
         return False
     return not _known_owner(group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind")))
 
@@ -79,7 +80,7 @@ def left_to_owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     owner = controller_of(obj)
     if owner is None:
         return None
-    if obj.get("kind") == "Pod":
+    if obj.get("kind") == POD:
         return owner
     group, kind = group_of(str(owner.get("apiVersion") or "")), str(owner.get("kind") or "")
     if _known_owner(group, kind):

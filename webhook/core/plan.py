@@ -31,6 +31,7 @@ from webhook.core.constants import (
     ON_CHANGE_ROLL,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
+from webhook.core.kinds import POD, Path, fixed_template, kind_matches, template_paths, workload_ref
 from webhook.core.model import (
     JSONObject,
     PatchOp,
@@ -44,15 +45,11 @@ from webhook.core.names import SUFFIX_LEN, pointer, snapshot_name
 from webhook.core.owners import left_to_owner, owned_reason
 from webhook.core.refs import (
     Consumption,
-    Path,
     consumption,
     find_sites,
     get_path,
-    kind_matches,
     source_key,
-    template_paths,
     unrefreshable,
-    workload_ref,
 )
 
 Lookup = Callable[[SourceId], SourceRecord | None]
@@ -62,9 +59,6 @@ MAX_SOURCES: Final = 100
 """Default limit of distinct ConfigMaps/Secrets one object may consume and still be pinned:
 beyond it the object is admitted unpinned with a warning, so that one hostile object cannot
 cost every replica lookups, digests and memory in proportion to its size."""
-
-# Kinds whose pod template cannot change after creation: only CREATE is mutated.
-_IMMUTABLE_TEMPLATE: Final = frozenset({"Pod", "Job"})
 
 
 dumps_mapping = digest.canonical_mapping  # the text of a sources/observed annotation
@@ -335,7 +329,7 @@ def plan_object(
         return Plan(skipped=f"{owned_reason(owner)}, a controller: its owner's template decides")
     if workload_ref(obj) is not None:
         return Plan(skipped="workloadRef: the pod template is the referenced workload's")
-    if kind in _IMMUTABLE_TEMPLATE and operation != "CREATE":
+    if operation != "CREATE" and fixed_template(kind):
         return Plan(skipped=f"the pod template of a {kind} cannot change after creation")
     mode, mode_warning = effective_mode(obj, default_mode)
     warnings = [mode_warning] if mode_warning else []
@@ -348,7 +342,7 @@ def plan_object(
     if mode == MODE_OFF:
         return Plan(warnings=warnings, mode=mode, skipped="mode off")
     on_change = ON_CHANGE_ROLL
-    if kind not in _IMMUTABLE_TEMPLATE:  # a Pod or Job is never rolled or refreshed
+    if not fixed_template(kind):  # a Pod or Job is never rolled or refreshed
         on_change, policy_warning = on_change_policy(obj, mode)
         if policy_warning:
             warnings.append(policy_warning)
@@ -393,7 +387,7 @@ def plan_object(
     _plan_sources(b, consumed.values(), lookup, mode, previous, frozenset(refresh), hkey, existing)
     template_record, workload_record = _records(b, hkey)
     b.patch.extend(_annotation_ops(meta_path, template_meta, template_record))
-    if kind != "Pod":
+    if kind != POD:
         b.patch.extend(_annotation_ops(("metadata",), obj.get("metadata"), workload_record))
     return Plan(
         patch=b.patch,

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from webhook.core.refs import CONTAINER_LISTS, template_paths
+from webhook.core.kinds import template_paths
+from webhook.core.refs import CONTAINER_LISTS
 
 
 class ShapeError(ValueError):

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from webhook.core.kinds import builtin, workload_kind
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Conflict, NotFound
 from webhook.kube.ratelimit import LimitedKube
@@ -72,33 +73,35 @@ def _owned(items: Iterable[JSONObject], owners: set[str]) -> list[JSONObject]:
 
 def workload_pods(kube: Kube, kind: str, obj: JSONObject) -> list[JSONObject]:
     """The live pods (not finished, not being deleted) the workload `obj` of `kind` owns,
-    directly or through its ReplicaSets (Deployment) or Jobs (CronJob)."""
+    directly or through the kind its pods are owned through (webhook.core.kinds: a
+    Deployment's ReplicaSets, a CronJob's unfinished Jobs)."""
     meta = obj.get("metadata") or {}
     namespace, uid = str(meta.get("namespace") or ""), str(meta.get("uid") or "")
-    spec = obj.get("spec") or {}
     if not namespace or not uid:
         return []
+    entry = workload_kind(kind)
+    via = builtin(entry.pods_via) if entry is not None and entry.pods_via else None
+    spec = obj.get("spec") or {}
+    # A workload with a selector (a Deployment) selects its pods with it, through whichever
+    # of its owned objects; one without (a CronJob) leaves that to each object it owns.
+    selector = selector_text(spec.get("selector")) if "selector" in spec else None
+    if selector is None and ("selector" in spec or via is None):
+        return []  # an empty or unreadable selector would select every pod of the namespace
     pods_path = path("pods", namespace)
+    owners = {uid}
     pods: list[JSONObject] = []
-    if kind == "CronJob":
-        jobs = _owned(_items(kube, path("jobs", namespace), None), {uid})
-        for job in jobs:
-            if (job.get("status") or {}).get("completionTime"):
-                continue
-            job_uid = str((job.get("metadata") or {}).get("uid") or "")
-            selector = selector_text((job.get("spec") or {}).get("selector"))
-            if selector is not None:
-                pods += _owned(_items(kube, pods_path, selector), {job_uid})
-    else:
-        selector = selector_text(spec.get("selector"))
+    if via is not None:
+        owned = _owned(
+            _items(kube, path(via.resource, namespace, prefix=via.prefix()), selector), {uid}
+        )
+        owned = [o for o in owned if not (o.get("status") or {}).get("completionTime")]
+        owners = {str((o.get("metadata") or {}).get("uid") or "") for o in owned}
         if selector is None:
-            return []
-        owners = {uid}
-        if kind == "Deployment":
-            replica_sets = _items(kube, path("replicasets", namespace), selector)
-            owners = {
-                str((rs.get("metadata") or {}).get("uid")) for rs in _owned(replica_sets, {uid})
-            }
+            for o in owned:
+                own_selector = selector_text((o.get("spec") or {}).get("selector"))
+                if own_selector is not None:
+                    pods += _owned(_items(kube, pods_path, own_selector), owners)
+    if selector is not None:
         pods = _owned(_items(kube, pods_path, selector), owners)
     return [
         p

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlencode
 import orjson
 import urllib3
 
+from webhook.core.kinds import BUILTIN_KINDS
 from webhook.core.model import JSONObject
 from webhook.kube.client import Connection
 from webhook.kube.errors import (
@@ -50,18 +51,11 @@ RESOURCES: Final[Mapping[str, str]] = {
     "configmaps": "/api/v1",
     "secrets": "/api/v1",
     "namespaces": "/api/v1",
-    "pods": "/api/v1",
     "serviceaccounts": "/api/v1",
-    "replicationcontrollers": "/api/v1",
-    "deployments": "/apis/apps/v1",
-    "statefulsets": "/apis/apps/v1",
-    "daemonsets": "/apis/apps/v1",
-    "replicasets": "/apis/apps/v1",
-    "controllerrevisions": "/apis/apps/v1",
-    "jobs": "/apis/batch/v1",
-    "cronjobs": "/apis/batch/v1",  # served from 1.21; 1.20 clusters: see cronjob_prefix()
     "leases": "/apis/coordination.k8s.io/v1",
     "mutatingwebhookconfigurations": "/apis/admissionregistration.k8s.io/v1",
+    # the workload kinds, at their preferred version (CronJobs on 1.20: see cronjob_prefix())
+    **{k.resource: k.prefix() for k in BUILTIN_KINDS},
 }
 
 

@@ -24,6 +24,7 @@ from typing import Any, Final, TypeAlias
 
 from webhook.core import digest
 from webhook.core.constants import SERVICE_ACCOUNT_TOKEN_TYPE
+from webhook.core.kinds import CopyOwner, group_of, workload_kind
 from webhook.core.model import (
     JSONObject,
     SnapshotRequest,
@@ -32,7 +33,6 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
-from webhook.core.refs import custom_kind
 from webhook.core.snapshot import snapshot_object
 from webhook.kube.cache import SourceCache, is_snapshot
 from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
@@ -113,11 +113,12 @@ class Copy:
 def _owns_while_pointing(ref: JSONObject) -> bool:
     """An owner that holds a copy only while its template points at it: a CronJob, or a
     custom workload kind (its revisions, if it keeps any, own the copies they use)."""
-    kind = str(ref.get("kind", ""))
-    custom = custom_kind(kind)
-    if custom is not None:
-        return str(ref.get("apiVersion", "")).rpartition("/")[0] == custom.group
-    return kind == "CronJob"
+    kind = workload_kind(str(ref.get("kind", "")))
+    return (
+        kind is not None
+        and kind.copies is CopyOwner.WHILE_POINTING
+        and group_of(str(ref.get("apiVersion", ""))) == kind.group
+    )
 
 
 CopyListener: TypeAlias = Callable[[CopyKey, Copy | None], None]

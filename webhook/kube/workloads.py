@@ -14,10 +14,9 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
 
+from webhook.core.kinds import WorkloadKind, builtin, custom_kinds, rolled_kinds
 from webhook.core.model import JSONObject, PatchOp
-from webhook.core.refs import custom_kinds
 from webhook.kube.errors import Conflict, KubeError, NotFound
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube, path
@@ -26,23 +25,26 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class WorkloadKind:
-    kind: str
-    resource: str
-    prefix: str
+class Served:
+    """A workload kind (webhook.core.kinds) at the version this cluster serves it at."""
+
+    entry: WorkloadKind
+    prefix: str  # /apis/apps/v1
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    @property
+    def resource(self) -> str:
+        return self.entry.resource
+
+    @property
+    def api_version(self) -> str:
+        return self.prefix.removeprefix("/apis/").removeprefix("/api/")
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        return path(self.resource, namespace, name, prefix=self.prefix)
-
-
-_STATIC: Final = (
-    WorkloadKind("Deployment", "deployments", "/apis/apps/v1"),
-    WorkloadKind("StatefulSet", "statefulsets", "/apis/apps/v1"),
-    WorkloadKind("DaemonSet", "daemonsets", "/apis/apps/v1"),
-    WorkloadKind("ReplicaSet", "replicasets", "/apis/apps/v1"),
-    WorkloadKind("ReplicationController", "replicationcontrollers", "/api/v1"),
-)
-_CRONJOB_VERSIONS: Final = ("/apis/batch/v1", "/apis/batch/v1beta1")
+        return path(self.entry.resource, namespace, name, prefix=self.prefix)
 
 
 def _serves(kube: Kube, prefix: str, resource: str) -> bool:
@@ -53,36 +55,56 @@ def _serves(kube: Kube, prefix: str, resource: str) -> bool:
     return any(r.get("name") == resource for r in doc.get("resources") or ())
 
 
-def cronjob_prefix(kube: Kube) -> str | None:
-    """Where CronJobs are served: batch/v1 from Kubernetes 1.21, batch/v1beta1 before.
-    None when neither serves them."""
-    for prefix in _CRONJOB_VERSIONS:
-        if _serves(kube, prefix, "cronjobs"):
-            return prefix
+def served_prefix(kube: Kube, kind: WorkloadKind) -> str | None:
+    """Where the cluster serves `kind`: the first of its versions it serves (CronJobs: batch/v1
+    from Kubernetes 1.21, batch/v1beta1 before). A built-in kind with one version is taken as
+    served there without asking; a custom one is asked about (its CRD may not be installed).
+    None when none is served."""
+    if len(kind.versions) == 1 and not kind.custom:
+        return kind.prefix()
+    for version in kind.versions:
+        if _serves(kube, kind.prefix(version), kind.resource):
+            return kind.prefix(version)
     return None
 
 
-def served_custom_kinds(kube: Kube) -> list[WorkloadKind]:
-    """The configured custom kinds (`webhook.core.refs.custom_kinds`) this cluster serves:
+def cronjob_prefix(kube: Kube) -> str | None:
+    """Where CronJobs are served: batch/v1 from Kubernetes 1.21, batch/v1beta1 before.
+    None when neither serves them."""
+    cronjob = builtin("CronJob")
+    assert cronjob is not None
+    return served_prefix(kube, cronjob)
+
+
+def served_custom_kinds(kube: Kube) -> list[Served]:
+    """The configured custom kinds (`webhook.core.kinds.custom_kinds`) this cluster serves:
     a kind whose CRD is not installed is left out, quietly (raises KubeError if discovery
     fails for another reason)."""
     kinds = []
     for custom in custom_kinds():
-        if _serves(kube, custom.prefix, custom.resource):
-            kinds.append(WorkloadKind(custom.kind, custom.resource, custom.prefix))
+        prefix = served_prefix(kube, custom)
+        if prefix is not None:
+            kinds.append(Served(custom, prefix))
         else:
             log.info("%s is not served here: not watching it", custom)
     return kinds
 
 
-def discover_kinds(kube: Kube) -> list[WorkloadKind]:
+def discover_kinds(kube: Kube) -> list[Served]:
     """The workload kinds to watch on this cluster (raises KubeError if discovery fails)."""
-    kinds = list(_STATIC)
-    prefix = cronjob_prefix(kube)
-    if prefix is None:
-        log.warning("this cluster serves no CronJobs (batch/v1 or v1beta1): not watching them")
-    else:
-        kinds.append(WorkloadKind("CronJob", "cronjobs", prefix))
+    kinds = []
+    for kind in rolled_kinds():
+        if kind.custom:
+            continue
+        prefix = served_prefix(kube, kind)
+        if prefix is None:
+            log.warning(
+                "this cluster serves no %ss (%s): not watching them",
+                kind.kind,
+                " or ".join(kind.prefix(v).removeprefix("/apis/") for v in kind.versions),
+            )
+        else:
+            kinds.append(Served(kind, prefix))
     return kinds + served_custom_kinds(kube)
 
 

@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from webhook.core.constants import MODE_SNAPSHOT
 from webhook.core.digest import BadSource, record_from_object
+from webhook.core.kinds import admitted_kinds, custom_kinds
 from webhook.core.model import (
     JSONObject,
     Plan,
@@ -29,7 +30,6 @@ from webhook.core.model import (
 )
 from webhook.core.owners import pinned_owners
 from webhook.core.plan import MAX_SOURCES, changes_only_the_record, plan_object
-from webhook.core.refs import custom_kinds
 from webhook.core.shape import ShapeError, check_request
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.raw import path
@@ -75,18 +75,6 @@ class _NeedsRead(Exception):
 
 # Metric label values come from these sets only: a request's fields are whatever its sender
 # wrote, and every distinct label value is a time series kept for the life of the process.
-_KINDS: Final = frozenset(
-    {
-        "Pod",
-        "Deployment",
-        "StatefulSet",
-        "DaemonSet",
-        "ReplicaSet",
-        "Job",
-        "CronJob",
-        "ReplicationController",
-    }
-)
 _OPERATIONS: Final = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 # group, version and resource of a review's `resource`, before they go into an API path
 _API_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -153,7 +141,7 @@ class Admitter:
         self._read_through = metrics.source_reads.labels("read_through")
         self._read_fresh = metrics.source_reads.labels("fresh")
         self._counts: dict[tuple[str, str, str], Tally] = {}
-        self._kinds = _KINDS | {k.kind for k in custom_kinds()}
+        self._kinds = frozenset(k.kind for k in admitted_kinds())
         # Large reviews are decided in a worker process (large.py), one at a time.
         self._worker: ProcessPoolExecutor | None = None
         self.large_reviews = asyncio.Lock()

@@ -20,17 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from webhook.core.kinds import WorkloadKind, template_paths, use_custom_kinds
 from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.owners import use_owner_kinds
 from webhook.core.plan import plan_object
-from webhook.core.refs import (
-    CustomKind,
-    consumption,
-    find_sites,
-    get_path,
-    template_paths,
-    use_custom_kinds,
-)
+from webhook.core.refs import consumption, find_sites, get_path
 from webhook.core.shape import ShapeError, check_request
 from webhook.server import memory
 from webhook.server.admission import BadReview, Review, parse_review
@@ -155,7 +149,7 @@ def plan(
     return result
 
 
-def configure(kinds: tuple[CustomKind, ...], owners: frozenset[tuple[str, str]]) -> None:
+def configure(kinds: tuple[WorkloadKind, ...], owners: frozenset[tuple[str, str]]) -> None:
     """The worker's initializer: the custom kinds and opted-in owners of its parent."""
     use_custom_kinds(kinds)
     use_owner_kinds(owners)
