@@ -34,6 +34,7 @@ BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "webhook")
 LINKED = (
     "pyproject.toml",
     "README.md",
+    "docs",
     "Dockerfile",
     "requirements.lock",
     "requirements-build.lock",

@@ -162,7 +162,7 @@ def test_objects_waiting_to_be_created_are_bounded(monkeypatch: pytest.MonkeyPat
     assert sorted(dropped) == ["never created"] * 3 + ["queue full"] * 2
 
 
-# --- the README's list of Events is the code's ------------------------------------------
+# --- the docs' list of Events (docs/operations.md) is the code's -------------------------
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -186,14 +186,17 @@ def _emitted() -> set[tuple[str, str]]:
             reason = node.args[1]
             assert isinstance(reason, ast.Constant) and isinstance(reason.value, str), (
                 f"{source.name}:{node.lineno}: an Event reason must be a literal, so that the "
-                "README's list can be checked"
+                "list in docs/operations.md can be checked"
             )
             found.add((reason.value, kind))
     return found
 
 
 def _documented() -> set[tuple[str, str]]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "operations.md").read_text()
+    assert "<!-- events:begin" in text and "<!-- events:end -->" in text, (
+        "docs/operations.md lost its events markers"
+    )
     table = text.split("<!-- events:begin", 1)[1].split("<!-- events:end -->", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     return {
@@ -202,7 +205,7 @@ def _documented() -> set[tuple[str, str]]:
     }
 
 
-def test_the_readme_lists_exactly_the_events_the_code_emits() -> None:
+def test_the_docs_list_exactly_the_events_the_code_emits() -> None:
     emitted = _emitted()
     assert len(emitted) >= 12, emitted
     assert _documented() == emitted

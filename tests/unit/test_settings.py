@@ -1,5 +1,6 @@
 """Settings have one source of truth, the Settings model: the `serve` flags, `--help`, the
-README's table and the chart's values.yaml comments are made from it or checked against it."""
+table in docs/settings.md and the chart's values.yaml comments are made from it or checked
+against it."""
 
 from __future__ import annotations
 
@@ -79,12 +80,12 @@ def test_a_wrong_choice_is_refused_by_the_parser(capsys: pytest.CaptureFixture[s
     assert "--mode: invalid choice: 'sometimes'" in capsys.readouterr().err
 
 
-def test_readme_settings_table_is_the_models() -> None:
-    readme = (REPO / "README.md").read_text()
-    match = re.search(r"<!-- settings:begin[^>]*-->\n(.*?)<!-- settings:end -->", readme, re.S)
-    assert match, "README lost its settings markers"
+def test_the_docs_settings_table_is_the_models() -> None:
+    page = (REPO / "docs" / "settings.md").read_text()
+    match = re.search(r"<!-- settings:begin[^>]*-->\n(.*?)<!-- settings:end -->", page, re.S)
+    assert match, "docs/settings.md lost its settings markers"
     assert match[1] == settings_markdown(), (
-        "README's settings table drifted from webhook/config.py: replace it with "
+        "docs/settings.md's settings table drifted from webhook/config.py: replace it with "
         "`python -c 'from webhook.config import settings_markdown; print(settings_markdown())'`"
     )
 
