@@ -51,7 +51,7 @@ class Settings(BaseSettings):
         None,
         description=(
             "CA (PEM) that callers' client certificates must be signed by: a caller without such"
-            " a certificate cannot complete the TLS handshake (see README, Security model)."
+            " a certificate cannot complete the TLS handshake (see docs/security.md)."
         ),
         json_schema_extra={"default_text": "none: any caller that reaches the port is answered"},
     )
