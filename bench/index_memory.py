@@ -239,7 +239,7 @@ out = {
 }
 assert len(ctl.index) == count
 from webhook.controller.snapshots import OWNER_KINDS, SnapshotAdopter, _OwnerWatch
-from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
+from webhook.kube.copies import SnapshotIndex, SnapshotWriter
 
 index = SnapshotIndex(metrics, hkey)
 writer = SnapshotWriter(kube, cache, index, hkey, metrics)

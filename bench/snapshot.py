@@ -39,7 +39,7 @@ from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import SourceId, SourceKind
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
+from webhook.kube.copies import SnapshotIndex, SnapshotWriter
 from webhook.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 from webhook.core.kinds import ARGO_ROLLOUT, WorkloadKind, parse_custom_kinds
 from webhook.core.owners import parse_owner_kinds
 
@@ -365,6 +366,10 @@ class Settings(BaseSettings):
         argo = (ARGO_ROLLOUT,) if self.argo_rollouts else ()
         return (*(k for k in argo if all(c.kind != k.kind for c in configured)), *configured)
 
+    def excluded_namespaces(self) -> frozenset[str]:
+        """Never acted in, whatever their labels: kube-system, configpin's own, and the list."""
+        return frozenset({"kube-system", self.namespace, *self.exclude_namespaces})
+
     def owner_kinds(self) -> frozenset[tuple[str, str]]:
         return parse_owner_kinds(self.pin_owned_by)
 
@@ -372,14 +377,10 @@ class Settings(BaseSettings):
     @classmethod
     def _known_suites(cls, value: str | None) -> str | None:
         if value is not None:
-            from webhook.server.tls import openssl_ciphers  # noqa: PLC0415 (ssl only when set)
-
             openssl_ciphers(cipher_suite_names(value))
         return value
 
     def cipher_suites(self) -> tuple[str, ...]:
-        from webhook.server.tls import DEFAULT_CIPHER_SUITES  # noqa: PLC0415
-
         if self.tls_cipher_suites is None:
             return DEFAULT_CIPHER_SUITES
         return cipher_suite_names(self.tls_cipher_suites)

@@ -11,24 +11,25 @@ from pathlib import Path
 
 from webhook.certs import ensure_dev_certs
 from webhook.config import Settings
-from webhook.controller.rollout import ControllerOptions, RolloutController, SnapshotEnsurer
-from webhook.controller.snapshots import SnapshotLifetime
+from webhook.controller.rollout import RolloutController
+from webhook.controller.sweep import SnapshotLifetime
 from webhook.core.kinds import use_custom_kinds
+from webhook.core.model import SnapshotEnsurer
 from webhook.core.owners import use_owner_kinds
 from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
+from webhook.kube.copies import SnapshotIndex, SnapshotWriter
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.kube.selfcerts import SelfManagedCerts
-from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
 from webhook.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
 from webhook.server.guard import Limits
-from webhook.server.handler import Admitter
+from webhook.server.handler import Admitter, Excluding, Scope
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
 from webhook.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
@@ -122,11 +123,6 @@ def _snapshot_lifetime(
     return lifetime
 
 
-def excluded_namespaces(settings: Settings) -> frozenset[str]:
-    """Never acted in, whatever their labels: kube-system, configpin's own, and the list."""
-    return frozenset({"kube-system", settings.namespace, *settings.exclude_namespaces})
-
-
 def _rollout_controller(
     settings: Settings,
     kube: Kube,
@@ -145,23 +141,7 @@ def _rollout_controller(
         hkey,
         cache,
         metrics,
-        ControllerOptions(
-            default_mode=settings.mode,
-            coalesce_window=settings.coalesce_window,
-            min_rollout_interval=settings.min_rollout_interval,
-            namespace_selector=settings.namespace_selector,
-            own_namespace=settings.namespace,
-            leader_elect=settings.leader_elect,
-            lease_name=settings.lease_name,
-            lease_duration=settings.lease_duration,
-            catch_up_window=settings.catch_up_window,
-            max_sources=settings.max_sources,
-            allow_snapshots=settings.snapshots,
-            resync_period=settings.resync_period,
-            qps=settings.controller_qps,
-            burst=settings.controller_burst,
-            refresh_pods=settings.refresh_pods,
-        ),
+        settings,
         snapshots=snapshots,
         namespaces=namespaces,
         events=events,
@@ -181,9 +161,8 @@ def serve(settings: Settings) -> int:
     kube: Kube | None = None
     sources: SourceReader
     snapshots: SnapshotWriter | None = None
-    excluded = excluded_namespaces(settings)
-    in_scope: Callable[[str], bool] = lambda namespace: namespace not in excluded  # noqa: E731
-    confirm_scope: Callable[[str, float], bool] | None = None
+    excluded = settings.excluded_namespaces()
+    scope: Scope = Excluding(excluded)
     events: EventRecorder | None = None
 
     if api is None:
@@ -210,8 +189,7 @@ def serve(settings: Settings) -> int:
         namespaces.start()
         stoppers.append(namespaces.stop)
         ready_checks.append(namespaces.synced)
-        in_scope = namespaces.__contains__
-        confirm_scope = namespaces.confirm
+        scope = namespaces
         # Events about what configpin did and why, on the workload; best effort and bounded
         events = EventRecorder(
             kube,
@@ -252,15 +230,9 @@ def serve(settings: Settings) -> int:
         hkey=hkey,
         sources=sources,
         metrics=metrics,
-        default_mode=settings.mode,
-        strict=settings.strict,
+        settings=settings,
         snapshots=snapshots,
-        in_scope=in_scope,
-        confirm_scope=confirm_scope,
-        max_sources=settings.max_sources,
-        read_deadline=settings.read_deadline,
-        read_workers=settings.read_workers,
-        allow_snapshots=settings.snapshots,
+        scope=scope,
         events=events,
     )
     # The worker process for large reviews starts with the first one (~1 s once): it costs

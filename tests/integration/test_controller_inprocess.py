@@ -29,13 +29,16 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, deployment
+from webhook.config import Settings
 from webhook.controller.index import WorkloadRef
-from webhook.controller.rollout import ControllerOptions, RolloutController
+from webhook.controller.outcome import Rolled
+from webhook.controller.restamp import Decision
+from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import JSON_PATCH, Kube, path
-from webhook.kube.workloads import Decision, update_workload
+from webhook.kube.workloads import update_workload
 from webhook.metrics import Metrics
 
 DEPLOYMENTS = "/apis/apps/v1"
@@ -140,16 +143,15 @@ def running_controller(
         cache.hkey,
         cache,
         metrics,
-        ControllerOptions(
+        Settings(
             coalesce_window=window,
             min_rollout_interval=interval,
             namespace_selector=selector,
-            own_namespace="configpin-system",
+            namespace="configpin-system",
             leader_elect=False,
-            workers=2,
-            watch_timeout=2,
             catch_up_window=catch_up_window,
         ),
+        tuning=Tuning(workers=2, watch_timeout=2),
     )
     ctl.start()
     try:
@@ -289,7 +291,7 @@ def test_controller_apply_retries_a_conflict(api: client.ApiClient, ns: str, ins
                     content_type="application/merge-patch+json",
                 )
 
-        assert ctl.apply(ref, before_write=meanwhile) is True
+        assert isinstance(ctl.apply(ref, before_write=meanwhile), Rolled)
         assert len(touched) == 1  # ours is the first conflict; another writer may add one
         assert _value(ctl.metrics, "configpin_patch_conflicts_total") >= 1
         final = c.deployment("web")
@@ -403,7 +405,7 @@ def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
     with running_controller(counting, f"{INSTANCE_LABEL}={instance}", window=300) as ctl:
         ref = WorkloadRef("Deployment", ns, "web")
         wait_for(lambda: ctl.index.get(ref), what="the Deployment indexed")
-        assert ctl.apply(ref) is True  # unstamped: read, planned and stamped
+        assert isinstance(ctl.apply(ref), Rolled)  # unstamped: read, planned and stamped
         first = c.deployment("web")
 
         def indexed_at_current_version() -> bool:
@@ -422,7 +424,7 @@ def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
         wait_for(indexed_at_current_version, what="the index at the object's version")
         counting.sent.clear()
         _change_seen(ctl, c, {"a": "2"})
-        assert ctl.apply(ref) is True
+        assert isinstance(ctl.apply(ref), Rolled)
         assert counting.to(api_path) == [("PATCH", "application/merge-patch+json")]
         second = c.deployment("web")
         assert _sources(second) != _sources(first)
@@ -437,7 +439,7 @@ def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
         conflicts = _value(ctl.metrics, "configpin_patch_conflicts_total")
         counting.sent.clear()
         _change_seen(ctl, c, {"a": "3"})
-        assert ctl.apply(ref) is True
+        assert isinstance(ctl.apply(ref), Rolled)
         assert counting.to(api_path) == [
             ("PATCH", "application/merge-patch+json"),  # 409
             ("GET", ""),

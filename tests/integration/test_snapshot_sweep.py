@@ -32,14 +32,15 @@ from tests.integration.test_snapshot_mode import (
     revisions,
     template_spec,
 )
-from webhook.controller.snapshots import SnapshotSweeper
+from webhook.controller.sweep import SnapshotSweeper
 from webhook.core import digest
+from webhook.core.constants import ANN_UNUSED
 from webhook.core.model import SnapshotRequest, SourceId, SourceKind
 from webhook.core.names import snapshot_name
 from webhook.kube.cache import SourceCache
+from webhook.kube.copies import SnapshotIndex, SnapshotWriter, delete_unchanged
 from webhook.kube.errors import Invalid
 from webhook.kube.raw import Kube, path
-from webhook.kube.snapshots import ANN_UNUSED, SnapshotIndex, SnapshotWriter, delete_unchanged
 from webhook.metrics import Metrics
 
 INSTANCE = "sweep"

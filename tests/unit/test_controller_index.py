@@ -30,7 +30,6 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.controller.index import (
-    NotIndexed,
     WorkloadIndex,
     WorkloadRef,
     entry_from_object,
@@ -41,6 +40,7 @@ from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, ANN_SOURC
 from webhook.core.kinds import rolled_kinds
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import plan_object
+from webhook.core.reasons import SkipReason
 
 CM = SourceId(SourceKind.CONFIGMAP, "app-config")
 SEC = SourceId(SourceKind.SECRET, "app-secret")
@@ -228,25 +228,27 @@ def test_observed_wins_over_the_template_sources() -> None:
 @pytest.mark.parametrize(
     ("obj", "reason"),
     [
-        (workload("Job", pod_spec(volumes=[vol_cm("c")])), "not rolled"),
-        (workload("Pod", pod_spec(volumes=[vol_cm("c")])), "not rolled"),
-        (workload("ReplicaSet", pod_spec(volumes=[vol_cm("c")]), owner="Deployment"), "owned"),
+        (workload("Job", pod_spec(volumes=[vol_cm("c")])), SkipReason.FIXED_TEMPLATE),
+        (workload("Pod", pod_spec(volumes=[vol_cm("c")])), SkipReason.FIXED_TEMPLATE),
+        (
+            workload("ReplicaSet", pod_spec(volumes=[vol_cm("c")]), owner="Deployment"),
+            SkipReason.OWNED,
+        ),
         (
             workload("Deployment", pod_spec(volumes=[vol_cm("c")]), annotations={ANN_MODE: "off"}),
-            "mode off",
+            SkipReason.MODE_OFF,
         ),
-        (workload("Deployment", pod_spec()), "consumes no"),
+        (workload("Deployment", pod_spec()), SkipReason.NO_SOURCES),
+        ({**workload("Deployment", pod_spec()), "kind": "Widget"}, SkipReason.NOT_HANDLED),
     ],
 )
-def test_workloads_the_controller_leaves_alone(obj: JSONObject, reason: str) -> None:
-    with pytest.raises(NotIndexed, match=reason):
-        entry_from_object(obj, "checksum")
+def test_workloads_the_controller_leaves_alone(obj: JSONObject, reason: SkipReason) -> None:
+    assert entry_from_object(obj, "checksum") is reason
 
 
 def test_server_default_mode_off_indexes_nothing() -> None:
     obj = workload("Deployment", pod_spec(volumes=[vol_cm("c")]))
-    with pytest.raises(NotIndexed, match="mode off"):
-        entry_from_object(obj, "off")
+    assert entry_from_object(obj, "off") is SkipReason.MODE_OFF
     obj["metadata"]["annotations"] = {ANN_MODE: "checksum"}
     assert entry_from_object(obj, "off").ref.name == "app"
 
@@ -254,8 +256,7 @@ def test_server_default_mode_off_indexes_nothing() -> None:
 def test_snapshot_objects_are_not_indexed() -> None:
     obj = workload("Deployment", pod_spec(volumes=[vol_cm("c")]))
     obj["metadata"]["labels"][LABEL_SNAPSHOT] = "true"
-    with pytest.raises(NotIndexed):
-        entry_from_object(obj, "checksum")
+    assert entry_from_object(obj, "checksum") is SkipReason.OWN_COPY
 
 
 def test_reverse_index() -> None:

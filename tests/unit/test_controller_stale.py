@@ -18,9 +18,10 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
+from webhook.config import Settings
 from webhook.controller.index import entry_from_object
 from webhook.controller.leader import AlwaysLeader
-from webhook.controller.rollout import ControllerOptions, RolloutController
+from webhook.controller.rollout import RolloutController
 from webhook.core.model import SourceId
 from webhook.metrics import Metrics
 
@@ -50,7 +51,7 @@ def _controller(store: Store, clock: Clock, metrics: Metrics) -> RolloutControll
         HKEY,
         StoreCache(store),  # type: ignore[arg-type]
         metrics,
-        ControllerOptions(),
+        Settings(),
         clock=clock,
         namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
     )

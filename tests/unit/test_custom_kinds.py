@@ -25,7 +25,7 @@ from tests.unit.conftest import (
 )
 from webhook.cli import main
 from webhook.config import Settings
-from webhook.controller.index import NotIndexed, entry_from_object
+from webhook.controller.index import entry_from_object
 from webhook.core.constants import ANN_OWNED, ANN_SOURCES
 from webhook.core.kinds import (
     ARGO_ROLLOUT,
@@ -43,9 +43,10 @@ from webhook.core.owners import (
     parse_owner_kinds,
     use_owner_kinds,
 )
+from webhook.core.reasons import SkipReason
 from webhook.core.shape import ShapeError, check_object
 from webhook.digestkey import new_key_text
-from webhook.kube.snapshots import Copy
+from webhook.kube.copies import Copy
 
 CLONESET = "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
 
@@ -193,11 +194,11 @@ def test_custom_kind_snapshot_mode_points_at_copies(kind: str) -> None:
 
 def test_unconfigured_or_foreign_group_kinds_are_not_handled() -> None:
     use_custom_kinds(())
-    assert plan(custom("CloneSet", SPEC), store()).skipped == "kind CloneSet is not handled"
+    assert plan(custom("CloneSet", SPEC), store()).skipped is SkipReason.NOT_HANDLED
     use_custom_kinds(parse_custom_kinds(CLONESET))
     # same Kind name, another group: not the configured kind (whatever a request says)
     other = custom("CloneSet", SPEC, api_version="evil.example.com/v1")
-    assert plan(other, store()).skipped == "kind CloneSet of another API group is not handled"
+    assert plan(other, store()).skipped is SkipReason.OTHER_GROUP
     fake = custom("Deployment", SPEC, api_version="evil.example.com/v1")
     assert plan(fake, store()).skipped is not None
 
@@ -220,10 +221,9 @@ def test_a_workloadref_rollout_is_never_stamped() -> None:
     obj["spec"]["workloadRef"] = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}
     assert workload_ref(obj) == ("apps/v1", "Deployment", "web")
     p = plan(obj, store())
-    assert p.skipped is not None and "workloadRef" in p.skipped
+    assert p.skipped is SkipReason.WORKLOAD_REF
     assert p.patch == []
-    with pytest.raises(NotIndexed):
-        entry_from_object(obj, "checksum")
+    assert entry_from_object(obj, "checksum") is SkipReason.WORKLOAD_REF
     # a namespace written into it is not Argo's and never read
     obj["spec"]["workloadRef"]["namespace"] = "other-team"
     assert workload_ref(obj) == ("apps/v1", "Deployment", "web")
@@ -274,10 +274,9 @@ OPERATOR = {
 def test_operator_owned_is_skipped_by_default_and_said_so() -> None:
     obj = custom("StatefulSet", SPEC, owner=OPERATOR)
     p = plan(obj, store())
-    assert p.skipped is not None and p.skipped.startswith("owned by Database db")
+    assert p.skipped is SkipReason.OWNED
     assert operator_owned(obj)
-    with pytest.raises(NotIndexed, match="owned by a controller"):
-        entry_from_object(obj, "checksum")
+    assert entry_from_object(obj, "checksum") is SkipReason.OWNED
 
 
 def test_operator_owned_pinned_by_annotation_or_owner_kind() -> None:

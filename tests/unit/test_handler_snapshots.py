@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonpatch
 
+from webhook.config import Settings
 from webhook.core.digest import namespace_key, record_from_object, source_digest
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
 from webhook.metrics import Metrics
@@ -96,7 +97,11 @@ def test_a_stale_cache_is_corrected_by_fresh_reads_not_admitted_unchanged() -> N
     reader = LaggingReader()
     writer = CheckingWriter(reader)
     admitter = Admitter(
-        hkey=KEY, sources=reader, metrics=Metrics(), default_mode="snapshot", snapshots=writer
+        hkey=KEY,
+        sources=reader,
+        metrics=Metrics(),
+        settings=Settings(mode="snapshot"),
+        snapshots=writer,
     )
     container = {"name": "c", "image": "x", "envFrom": [{"configMapRef": {"name": "cfg"}}]}
     obj = {

@@ -40,6 +40,7 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
+from webhook.config import Settings
 from webhook.core import digest
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES
 from webhook.core.model import (
@@ -76,6 +77,21 @@ URL = "http://configpin.test/mutate"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+class Scope:
+    """Where configpin acts: `member` from memory, `confirm` past it (no cluster here)."""
+
+    def __init__(
+        self,
+        member: Callable[[str], bool],
+        confirm: Callable[[str, float], bool] = lambda _ns, _timeout: False,
+    ) -> None:
+        self.member = member
+        self.confirm = confirm
+
+    def __contains__(self, namespace: object) -> bool:
+        return isinstance(namespace, str) and self.member(namespace)
 
 
 @dataclass
@@ -121,10 +137,9 @@ def _server(
         hkey=HKEY,
         sources=sources if sources is not None else FileSources(HKEY, SOURCES),
         metrics=metrics,
-        default_mode=mode,
-        strict=strict,
+        settings=Settings(mode=mode, strict=strict),
         snapshots=snapshots,
-        in_scope=in_scope,
+        scope=Scope(in_scope),
     )
     extra = {} if heavy_body is None else {"heavy_body": heavy_body}
     app = create_app(
@@ -770,7 +785,7 @@ async def test_a_namespace_memory_does_not_know_is_confirmed_off_the_loop(
         return confirmed
 
     s = _server(in_scope=lambda _ns: False)
-    s.admitter.confirm_scope = confirm
+    s.admitter.scope = Scope(lambda _ns: False, confirm)
     async with s.client:
         resp = (await s.admit(review(_deployment(env_cm("cfg", "a")))))["response"]
     assert asked == [("team-a", s.admitter.read_deadline)]

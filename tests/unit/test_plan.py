@@ -61,6 +61,7 @@ from webhook.core.names import (
     snapshot_name,
 )
 from webhook.core.plan import dumps_mapping, parse_mapping, plan_object
+from webhook.core.reasons import SkipReason
 from webhook.core.refs import CONTAINER_LISTS, get_path
 from webhook.core.snapshot import snapshot_object
 
@@ -139,19 +140,19 @@ def test_pods_and_jobs_on_update_are_untouched(kind: str) -> None:
     store = _store()
     obj = workload(kind, pod_spec(container(env=[env_cm("cfg", "a")])))
     p = plan(obj, store, operation="UPDATE", old=obj)
-    assert p.patch == [] and p.skipped is not None
+    assert p.patch == [] and p.skipped is SkipReason.FIXED_TEMPLATE
     assert store.lookups == []
 
 
 @pytest.mark.parametrize("kind", ["Service", "ConfigMap", "Namespace", "PodTemplate"])
 def test_other_kinds_are_skipped(kind: str) -> None:
     p = plan_object({"kind": kind, "metadata": {"name": "x"}}, hkey=HKEY, lookup=_store().lookup)
-    assert p.patch == [] and p.skipped is not None and kind in p.skipped
+    assert p.patch == [] and p.skipped is SkipReason.NOT_HANDLED
 
 
 def test_a_workload_without_a_pod_spec_is_skipped() -> None:
     p = plan({"kind": "Deployment", "metadata": {"name": "d"}, "spec": {}}, _store())
-    assert p.patch == [] and p.skipped == "no pod spec"
+    assert p.patch == [] and p.skipped is SkipReason.NO_POD_SPEC
 
 
 # ---- every reference kind, in every container list ----
@@ -401,13 +402,13 @@ def test_only_ignored_sources_give_no_patch() -> None:
 def test_pods_owned_by_a_controller_are_left_alone(owner: str) -> None:
     obj = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])), owner=owner)
     p = plan(obj, _store())
-    assert p.patch == [] and p.skipped is not None and "controller" in p.skipped
+    assert p.patch == [] and p.skipped is SkipReason.OWNED
 
 
 def test_replicasets_owned_by_a_deployment_are_left_alone() -> None:
     obj = workload("ReplicaSet", pod_spec(container(env=[env_cm("cfg", "a")])), owner="Deployment")
     p = plan(obj, _store(), operation="UPDATE", old=obj)
-    assert p.patch == [] and p.skipped is not None
+    assert p.patch == [] and p.skipped is SkipReason.OWNED
 
 
 def test_jobs_owned_by_a_cronjob_are_left_alone() -> None:
@@ -935,7 +936,7 @@ def test_too_many_sources_are_admitted_unpinned_with_a_warning() -> None:
     env = [env_cm(f"cfg-{i}", "k", optional=True, var=f"V{i}") for i in range(4)]
     obj = workload("Deployment", pod_spec(container(env=env)))
     p = plan_object(obj, hkey=HKEY, lookup=_store().lookup, max_sources=3)
-    assert p.patch == [] and p.skipped == "too many sources"
+    assert p.patch == [] and p.skipped is SkipReason.TOO_MANY_SOURCES
     assert p.warnings == [
         "consumes 4 ConfigMaps/Secrets, more than configpin pins per object (3): "
         "admitted without pinning any"

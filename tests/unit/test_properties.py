@@ -38,7 +38,7 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
-from webhook.controller.index import NotIndexed, entry_from_object
+from webhook.controller.index import entry_from_object
 from webhook.core import digest
 from webhook.core.constants import (
     ANN_CHECKSUM,
@@ -50,6 +50,7 @@ from webhook.core.constants import (
 )
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import restamp_from_consumption
+from webhook.core.reasons import SkipReason
 from webhook.core.refs import Consumption, consumption, find_sites
 
 FAST = settings(
@@ -307,9 +308,8 @@ def test_a_restamp_from_the_index_writes_what_planning_the_object_writes(
     out["metadata"].setdefault("annotations", {}).update(extra)
     build = configmap if target is SourceKind.CONFIGMAP else secret
     store.put(build("shared", new_content))
-    try:
-        entry = entry_from_object(out, "checksum")
-    except NotIndexed:
+    entry = entry_from_object(out, "checksum")
+    if isinstance(entry, SkipReason):
         return
     planned = plan(out, store, refresh=ALL)
     fast = restamp_from_consumption(

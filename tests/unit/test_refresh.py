@@ -261,7 +261,7 @@ def test_a_change_through_volumes_only_is_refreshed() -> None:
 def test_a_change_that_reaches_env_or_subpath_rolls(spec: JSONObject, reason: str) -> None:
     obj, p = _controller_plan(spec)
     why = roll_instead(obj, p, [CFG])
-    assert why is not None and why.reason == reason and not why.warning
+    assert why is not None and why.reason == reason and not why.reason.in_the_way
     assert "configmap/cfg" in why.why
 
 

@@ -32,6 +32,7 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.cli import main
+from webhook.config import Settings
 from webhook.core import digest
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES, LABEL_SNAPSHOT, LABEL_SOURCE
 from webhook.core.model import JSONObject, SourceKind
@@ -98,7 +99,7 @@ def _served(key_file: Path, manifests: Path, obj: JSONObject, mode: str) -> JSON
         hkey=hkey,
         sources=FileSources.from_paths(hkey, [manifests]),
         metrics=metrics,
-        default_mode=mode,
+        settings=Settings(mode=mode),
     )
     app = create_app(admitter, Lifecycle(), metrics)
 

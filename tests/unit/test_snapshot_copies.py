@@ -21,21 +21,14 @@ from typing import Any, cast
 import pytest
 
 from tests.unit.conftest import HKEY, configmap, merge_patch, secret, workload
-from webhook.controller.snapshots import (
-    SnapshotAdopter,
-    SnapshotSweeper,
-    SweepResult,
-    owner_kinds,
-    owner_of,
-)
+from webhook.controller.adoption import SnapshotAdopter, owner_kinds, owner_of
+from webhook.controller.sweep import SnapshotSweeper, SweepResult
 from webhook.core import digest
+from webhook.core.constants import ANN_UNUSED
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind
 from webhook.core.names import snapshot_name
 from webhook.kube.cache import SourceCache
-from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
-from webhook.kube.raw import MERGE_PATCH, Kube
-from webhook.kube.snapshots import (
-    ANN_UNUSED,
+from webhook.kube.copies import (
     STRATEGIC_MERGE_PATCH,
     Copy,
     SnapshotError,
@@ -43,6 +36,8 @@ from webhook.kube.snapshots import (
     SnapshotWriter,
     delete_unchanged,
 )
+from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from webhook.kube.raw import MERGE_PATCH, Kube
 from webhook.metrics import Metrics
 
 NS = "team-a"

@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from tests.unit.test_tls_reload import memory_handshake
 from webhook import certs
+from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 from webhook.config import Settings
-from webhook.server.tls import DEFAULT_CIPHER_SUITES, ReloadingTLSContext, openssl_ciphers
+from webhook.server.tls import ReloadingTLSContext
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ from webhook.core.kinds import template_paths, workload_kind, workload_ref
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
+from webhook.core.reasons import SkipReason
 from webhook.core.refs import consumption, find_sites, get_path
 
 
@@ -237,10 +238,6 @@ class WorkloadEntry:
         return {_source_id(t) for t in self.index_texts()}
 
 
-class NotIndexed(Exception):
-    """The object is not one the controller acts on; the message says why."""
-
-
 def _annotations(meta: Any) -> Mapping[str, Any]:
     value = meta.get("annotations") if isinstance(meta, dict) else None
     return value if isinstance(value, dict) else {}
@@ -248,37 +245,36 @@ def _annotations(meta: Any) -> Mapping[str, Any]:
 
 def entry_from_object(
     obj: JSONObject, default_mode: str, max_sources: int = MAX_SOURCES
-) -> WorkloadEntry:
-    """The index entry of a workload; raises NotIndexed (with the reason) for one the
-    controller leaves alone."""
+) -> WorkloadEntry | SkipReason:
+    """The index entry of a workload, or why the controller leaves it alone."""
     kind = str(obj.get("kind", ""))
     known = workload_kind(kind)
     if known is None or not known.rolls:
         # Pods and Jobs: their templates are immutable (a Job keeps the config it was
         # created with; its CronJob's jobTemplate is re-stamped)
-        raise NotIndexed(f"kind {kind or '?'} is not rolled")
+        return SkipReason.NOT_HANDLED if known is None else SkipReason.FIXED_TEMPLATE
     paths = template_paths(kind)
     assert paths is not None
     meta = obj.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
-        raise NotIndexed("configpin's own object")
+        return SkipReason.OWN_COPY
     if left_to_owner(obj) is not None:
-        raise NotIndexed("owned by a controller")
+        return SkipReason.OWNED
     if workload_ref(obj) is not None:
-        raise NotIndexed("no pod spec")  # a Rollout's workloadRef: its Deployment is indexed
+        return SkipReason.WORKLOAD_REF  # a Rollout's workloadRef: its Deployment is indexed
     mode, _ = effective_mode(obj, default_mode)
     if mode == MODE_OFF:
-        raise NotIndexed("mode off")
+        return SkipReason.MODE_OFF
     pod_spec = get_path(obj, paths[1])
     if not isinstance(pod_spec, dict):
-        raise NotIndexed("no pod spec")
+        return SkipReason.NO_POD_SPEC
     consumes = [
         Consumed(sid, c.keys, c.required) for sid, c in consumption(find_sites(pod_spec)).items()
     ]
     if not consumes:
-        raise NotIndexed("consumes no ConfigMap or Secret")
+        return SkipReason.NO_SOURCES
     if len(consumes) > max_sources:
-        raise NotIndexed("too many sources")  # admission left it unpinned too
+        return SkipReason.TOO_MANY_SOURCES  # admission left it unpinned too
     recorded = parse_mapping(_annotations(meta).get(ANN_OBSERVED))
     if recorded is None:
         recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES))

@@ -14,6 +14,8 @@ LABEL_SNAPSHOT: Final = "configpin.io/snapshot"
 LABEL_SOURCE: Final = "configpin.io/source"  # on a copy, only where the name fits a label value
 ANN_SOURCE: Final = "configpin.io/source"  # on a copy: the source's full name, always
 ANN_SIGNATURE: Final = "configpin.io/signature"  # on a copy: proof that configpin made it
+# On a copy: the sweep's mark when nothing owns or references it (when it was first found so).
+ANN_UNUSED: Final = "configpin.io/unused-since"
 MAX_LABEL_VALUE: Final = 63
 
 MODE_CHECKSUM: Final = "checksum"

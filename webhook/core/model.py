@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, Protocol, TypeAlias
+
+from webhook.core.reasons import SkipReason
 
 JSONObject: TypeAlias = dict[str, Any]
 PatchOp: TypeAlias = dict[str, Any]
@@ -129,7 +131,7 @@ class Plan:
         sources: dict[str, str] | None = None,
         observed: dict[str, str] | None = None,
         mode: str = "off",
-        skipped: str | None = None,
+        skipped: SkipReason | None = None,
         kept: bool = False,
         on_change: str = "roll",
     ) -> None:
@@ -175,3 +177,27 @@ class Plan:
     def __reduce__(self) -> tuple[type[Plan], tuple[Any, ...]]:
         # (the large-review worker's answer; positional, in the order of __init__)
         return Plan, self._fields()
+
+
+class SnapshotEnsurer(Protocol):
+    """What may point a template at snapshot copies: makes them exist first (the snapshot
+    writer, webhook.kube.copies.SnapshotWriter; tests give fakes)."""
+
+    def ensure(
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
+    ) -> list[str]:
+        """Make every requested copy exist with its content; return warnings. Blocks.
+        `on_created` is called with each copy it created (as the API server stored it).
+
+        Raises on failure: the object must then not point at a copy that does not exist."""
+        ...
+
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        """True when, from memory alone, every copy already exists as requested: `ensure`
+        would do nothing. Never blocks."""
+        ...

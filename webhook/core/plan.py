@@ -42,7 +42,8 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.names import SUFFIX_LEN, pointer, snapshot_name
-from webhook.core.owners import left_to_owner, owned_reason
+from webhook.core.owners import left_to_owner
+from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.refs import (
     Consumption,
     consumption,
@@ -318,19 +319,18 @@ def plan_object(
     kind = str(obj.get("kind", ""))
     paths = template_paths(kind)
     if paths is None:
-        return Plan(skipped=f"kind {kind or '?'} is not handled")
+        return Plan(skipped=SkipReason.NOT_HANDLED)
     meta = obj.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
-        return Plan(skipped="configpin's own object")
+        return Plan(skipped=SkipReason.OWN_COPY)
     if not kind_matches(obj):
-        return Plan(skipped=f"kind {kind} of another API group is not handled")
-    owner = left_to_owner(obj)
-    if owner is not None:
-        return Plan(skipped=f"{owned_reason(owner)}, a controller: its owner's template decides")
+        return Plan(skipped=SkipReason.OTHER_GROUP)
+    if left_to_owner(obj) is not None:  # its owner's template decides
+        return Plan(skipped=SkipReason.OWNED)
     if workload_ref(obj) is not None:
-        return Plan(skipped="workloadRef: the pod template is the referenced workload's")
+        return Plan(skipped=SkipReason.WORKLOAD_REF)  # the referenced workload's template
     if operation != "CREATE" and fixed_template(kind):
-        return Plan(skipped=f"the pod template of a {kind} cannot change after creation")
+        return Plan(skipped=SkipReason.FIXED_TEMPLATE)
     mode, mode_warning = effective_mode(obj, default_mode)
     warnings = [mode_warning] if mode_warning else []
     if mode == MODE_SNAPSHOT and not allow_snapshots:
@@ -340,7 +340,7 @@ def plan_object(
         )
         mode = MODE_CHECKSUM
     if mode == MODE_OFF:
-        return Plan(warnings=warnings, mode=mode, skipped="mode off")
+        return Plan(warnings=warnings, mode=mode, skipped=SkipReason.MODE_OFF)
     on_change = ON_CHANGE_ROLL
     if not fixed_template(kind):  # a Pod or Job is never rolled or refreshed
         on_change, policy_warning = on_change_policy(obj, mode)
@@ -352,7 +352,7 @@ def plan_object(
     hkey = digest.namespace_key(hkey, namespace)
     pod_spec = get_path(obj, spec_path)
     if not isinstance(pod_spec, dict):
-        return Plan(warnings=warnings, mode=mode, skipped="no pod spec")
+        return Plan(warnings=warnings, mode=mode, skipped=SkipReason.NO_POD_SPEC)
 
     if operation == "UPDATE" and old is not None and not refresh:
         kept = _kept_record(obj, old, meta_path, mode)
@@ -383,7 +383,7 @@ def plan_object(
             f"consumes {len(consumed)} ConfigMaps/Secrets, more than configpin pins per "
             f"object ({max_sources}): admitted without pinning any"
         )
-        return Plan(warnings=warnings, mode=mode, skipped="too many sources")
+        return Plan(warnings=warnings, mode=mode, skipped=SkipReason.TOO_MANY_SOURCES)
     _plan_sources(b, consumed.values(), lookup, mode, previous, frozenset(refresh), hkey, existing)
     template_record, workload_record = _records(b, hkey)
     b.patch.extend(_annotation_ops(meta_path, template_meta, template_record))
@@ -627,10 +627,8 @@ def _plan_pinned(
 class RollInstead:
     """Why a change to a workload that asks for refresh rolls it instead."""
 
-    reason: str  # a metric label: snapshot-mode, references, env, subpath (and the
-    # controller's own: disabled, forbidden)
+    reason: Fallback
     why: str  # for people
-    warning: bool = False  # a setting or a permission stands in the way, not the workload
 
 
 def roll_instead(obj: JSONObject, plan: Plan, changed: Collection[SourceId]) -> RollInstead | None:
@@ -639,14 +637,14 @@ def roll_instead(obj: JSONObject, plan: Plan, changed: Collection[SourceId]) -> 
     changed source: each reaches its pods only through whole-volume mounts)."""
     if plan.on_change != ON_CHANGE_REFRESH:
         return RollInstead(
-            "snapshot-mode", "refresh is refused in snapshot mode (a copy never changes)"
+            Fallback.SNAPSHOT_MODE, "refresh is refused in snapshot mode (a copy never changes)"
         )
     paths = template_paths(str(obj.get("kind", "")))
     assert paths is not None
     spec_prefix = pointer(paths[1]) + "/"
     if any(str(op.get("path", "")).startswith(spec_prefix) for op in plan.patch):
         return RollInstead(
-            "references",
+            Fallback.REFERENCES,
             "its pod template points at snapshot copies, which must point at the live sources "
             "again",
         )
@@ -655,6 +653,6 @@ def roll_instead(obj: JSONObject, plan: Plan, changed: Collection[SourceId]) -> 
     if blocked:
         sid = min(blocked)
         why = blocked[sid]
-        reason = "subpath" if why.how == "subPath" else "env"
+        reason = Fallback.SUBPATH if why.how == "subPath" else Fallback.ENV
         return RollInstead(reason, f"a change of {sid} cannot reach a running process: {why}")
     return None

@@ -13,7 +13,8 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from webhook.core.kinds import WorkloadKind, builtin, custom_kinds, rolled_kinds
 from webhook.core.model import JSONObject, PatchOp
@@ -108,25 +109,27 @@ def discover_kinds(kube: Kube) -> list[Served]:
     return kinds + served_custom_kinds(kube)
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What to do with a freshly read workload: patch it with `ops`, or leave it (`skip`)."""
+class Decides(Protocol):
+    """A decision on a freshly read workload: patch it with `ops` (none: leave it)."""
 
-    ops: list[PatchOp]
-    skip: str | None = None
+    @property
+    def ops(self) -> list[PatchOp]: ...
 
-    @classmethod
-    def leave(cls, reason: str) -> Decision:
-        return cls([], reason)
+
+D = TypeVar("D", bound=Decides)
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateResult:
-    patched: bool
-    skip: str | None  # why nothing was written (None when patched)
-    conflicts: int
-    obj: JSONObject | None  # the object as written (patched) or as last read
-    ops: list[PatchOp] = field(default_factory=list)  # the operations written
+class UpdateResult(Generic[D]):
+    decision: D | None  # the last decision made (None: the workload was gone before one)
+    read: JSONObject | None  # the object that decision was made from
+    written: JSONObject | None = None  # as the API server stored it (None: nothing written)
+    gone: bool = False  # deleted before it could be written
+    conflicts: int = 0
+
+    @property
+    def patched(self) -> bool:
+        return self.written is not None
 
 
 class TooManyConflicts(KubeError):
@@ -136,13 +139,13 @@ class TooManyConflicts(KubeError):
 def update_workload(
     kube: Kube | LimitedKube,
     api_path: str,
-    decide: Callable[[JSONObject], Decision],
+    decide: Callable[[JSONObject], D],
     *,
     attempts: int = 5,
     backoff: float = 0.01,
     on_conflict: Callable[[], None] = lambda: None,
     before_write: Callable[[JSONObject], None] | None = None,
-) -> UpdateResult:
+) -> UpdateResult[D]:
     """Read the workload, decide, write the decision guarded by the read's resourceVersion;
     on 409 read again and decide again, at most `attempts` times.
 
@@ -150,14 +153,16 @@ def update_workload(
     A workload that is gone is skipped; other API errors propagate.
     """
     conflicts = 0
+    decision: D | None = None
+    obj: JSONObject | None = None
     for attempt in range(attempts):
         try:
             obj = kube.get(api_path)
         except NotFound:
-            return UpdateResult(False, "gone", conflicts, None)
+            return UpdateResult(decision, obj, gone=True, conflicts=conflicts)
         decision = decide(obj)
-        if decision.skip is not None or not decision.ops:
-            return UpdateResult(False, decision.skip or "unchanged", conflicts, obj)
+        if not decision.ops:
+            return UpdateResult(decision, obj, conflicts=conflicts)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         guard: PatchOp = {"op": "replace", "path": "/metadata/resourceVersion", "value": rv}
         if before_write is not None:
@@ -165,12 +170,12 @@ def update_workload(
         try:
             written = kube.patch(api_path, [guard, *decision.ops])
         except NotFound:
-            return UpdateResult(False, "gone", conflicts, None)
+            return UpdateResult(decision, obj, gone=True, conflicts=conflicts)
         except Conflict:
             conflicts += 1
             on_conflict()
             # client-go's DefaultRetry: 10 ms steps with a little jitter.
             time.sleep(backoff * (1 + random.random() * 0.1) * (attempt + 1))  # noqa: S311
             continue
-        return UpdateResult(True, None, conflicts, written, decision.ops)
+        return UpdateResult(decision, obj, written, conflicts=conflicts)
     raise TooManyConflicts(f"PATCH {api_path}", 409, f"still conflicting after {attempts} tries")

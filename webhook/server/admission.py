@@ -176,10 +176,13 @@ def denied(
     return _review(review, _warnings(response, warnings))
 
 
-def errored(review: Review, message: str, code: int = 500) -> AdmissionReviewOut:
+def errored(
+    review: Review, message: str, code: int = 500, warnings: Sequence[str] = ()
+) -> AdmissionReviewOut:
+    """Refused because configpin could not decide (strict mode), not as a policy decision."""
     response: AdmissionResponse = {
         "uid": review.uid,
         "allowed": False,
         "status": {"code": code, "message": message, "reason": "InternalError"},
     }
-    return _review(review, response)
+    return _review(review, _warnings(response, warnings))

@@ -1,7 +1,9 @@
 """The admission decision around the core: dict in, dict out, nothing of HTTP.
 
-Policy for trouble: a source that cannot be read, or an internal error, admits the object
-unchanged with a warning that says so, unless the operator chose strict mode (then denied).
+Policy for trouble (`Admitter._trouble`, the one place it is decided): a source that cannot
+be read, copies that cannot be made, or an internal error admit the object unchanged with a
+warning that says so, unless the operator chose strict mode (then refused: 500, or 400 for a
+malformed request).
 """
 
 from __future__ import annotations
@@ -15,21 +17,24 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
+from webhook.config import Settings
 from webhook.core.constants import MODE_SNAPSHOT
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.kinds import admitted_kinds, custom_kinds
 from webhook.core.model import (
     JSONObject,
     Plan,
-    SnapshotRequest,
+    SnapshotEnsurer,
     SourceId,
     SourceRecord,
     SourceUnavailable,
 )
 from webhook.core.owners import pinned_owners
-from webhook.core.plan import MAX_SOURCES, changes_only_the_record, plan_object
+from webhook.core.plan import changes_only_the_record, plan_object
+from webhook.core.reasons import SkipReason
 from webhook.core.shape import ShapeError, check_request
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.raw import path
@@ -41,6 +46,7 @@ from webhook.server.admission import (
     Review,
     allowed,
     denied,
+    errored,
     patched,
 )
 from webhook.sources import Miss, SourceReader
@@ -48,25 +54,38 @@ from webhook.sources import Miss, SourceReader
 log = logging.getLogger(__name__)
 
 
-class SnapshotWriter(Protocol):
-    def ensure(
-        self,
-        namespace: str,
-        requests: Sequence[SnapshotRequest],
-        *,
-        dry_run: bool,
-        on_created: Callable[[JSONObject], None] | None = None,
-    ) -> list[str]:
-        """Make every requested snapshot exist with its content; return warnings. Blocks.
-        `on_created` is called with each copy it created (as the API server stored it).
+class Scope(Protocol):
+    """The namespaces configpin acts in (webhook.kube.namespaces.NamespaceSet): the selection
+    the webhook configuration makes, enforced here whatever a request claims."""
 
-        Raises on failure: the object must then not point at a copy that does not exist."""
+    def __contains__(self, namespace: object) -> bool:
+        """From memory."""
         ...
 
-    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
-        """True when, from memory alone, every copy already exists as requested: `ensure`
-        would do nothing. Never blocks."""
+    def confirm(self, namespace: str, timeout: float) -> bool:
+        """Asked (blocking, on the reader threads) when memory says no, for a namespace
+        selected a moment ago."""
         ...
+
+
+class Excluding:
+    """Every namespace but these (no cluster: nothing to select by)."""
+
+    def __init__(self, excluded: frozenset[str] = frozenset()) -> None:
+        self.excluded = excluded
+
+    def __contains__(self, namespace: object) -> bool:
+        return namespace not in self.excluded
+
+    def confirm(self, namespace: str, timeout: float) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """No plan: the sources could not be read in time (why, for the warning)."""
+
+    why: str
 
 
 class _NeedsRead(Exception):
@@ -84,10 +103,6 @@ def _label(value: str, allowed: frozenset[str]) -> str:
     return value if value in allowed else "other"
 
 
-def _everywhere(_namespace: str) -> bool:
-    return True
-
-
 _T = TypeVar("_T")
 
 
@@ -98,42 +113,35 @@ class Admitter:
         hkey: bytes,
         sources: SourceReader,
         metrics: Metrics,
-        default_mode: str = "checksum",
-        strict: bool = False,
-        snapshots: SnapshotWriter | None = None,
-        in_scope: Callable[[str], bool] = _everywhere,
-        confirm_scope: Callable[[str, float], bool] | None = None,
-        max_sources: int = MAX_SOURCES,
-        read_deadline: float = 3.0,
-        read_workers: int = 4,
-        allow_snapshots: bool = True,
+        settings: Settings | None = None,
+        snapshots: SnapshotEnsurer | None = None,
+        scope: Scope | None = None,
         events: EventRecorder | None = None,
     ) -> None:
-        """`in_scope(namespace)`: whether configpin acts in a namespace (the selection the
-        webhook configuration makes, enforced here whatever a request claims), from memory.
-        `confirm_scope(namespace, timeout)`: asked (blocking, on the reader threads) when
-        memory says no, for a namespace selected a moment ago."""
+        """`settings`: `configpin serve`'s (mode, strict, max-sources, read deadline and
+        workers, snapshots allowed); `scope`: where configpin acts (default: everywhere)."""
+        settings = settings or Settings()
         self.hkey = hkey
         self.events = events
-        self.in_scope = in_scope
-        self.confirm_scope = confirm_scope
-        self.max_sources = max_sources
-        self.allow_snapshots = allow_snapshots
+        self.scope: Scope = scope if scope is not None else Excluding()
+        self.max_sources = settings.max_sources
+        self.allow_snapshots = settings.snapshots
+        read_workers = settings.read_workers
         # Reads past the cache run on their own few threads, never the loop's default
         # executor, and within a deadline below the webhook's timeout: the answer (unchanged,
         # with a warning) reaches the API server while it still waits for one, and a slow API
         # server or a review naming many missing sources holds at most these threads, each
         # of which gives up at the deadline. Beyond a short queue, a review is answered at
         # once instead of waiting for a thread.
-        self.read_deadline = read_deadline
+        self.read_deadline = settings.read_deadline
         self._reader = ThreadPoolExecutor(max_workers=read_workers, thread_name_prefix="read")
         self._read_slots = read_workers * 4
         self._reads_pending = 0
         self._out_of_scope = metrics.out_of_scope
         self.sources = sources
         self.metrics = metrics
-        self.default_mode = default_mode
-        self.strict = strict
+        self.default_mode = settings.mode
+        self.strict = settings.strict
         self.snapshots = snapshots
         # Labelled metric children, looked up once: `labels()` costs more than the count.
         # (counted on the event loop: a tally; the others are counted on reader threads)
@@ -217,11 +225,34 @@ class Admitter:
             wanted = result
         raise RuntimeError(f"a large review still wants sources {list(wanted)}")
 
-    def _invalid(self, review: Review, message: str) -> tuple[AdmissionReviewOut, str]:
-        msg = f"malformed request: {message}"
+    def _trouble(
+        self,
+        review: Review,
+        message: str,
+        *,
+        refused_as: str,
+        admitted_as: str = "error",
+        warnings: Sequence[str] = (),
+        malformed: bool = False,
+    ) -> tuple[AdmissionReviewOut, str]:
+        """configpin could not decide: admitted unchanged with a warning that says why, or in
+        strict mode refused (400 for a malformed request, else 500). With the result label
+        of each (`configpin_admissions_total`)."""
         if self.strict:
-            return denied(review, msg, code=400), "invalid"
-        return allowed(review, [f"{msg}; admitted unchanged"]), "invalid"
+            if malformed:
+                return denied(review, message, code=400, warnings=warnings), refused_as
+            return errored(review, message, warnings=warnings), refused_as
+        note = f"{message}; admitted unchanged" if malformed else f"{message}: admitted unchanged"
+        return allowed(review, [*warnings, note]), admitted_as
+
+    def _invalid(self, review: Review, message: str) -> tuple[AdmissionReviewOut, str]:
+        return self._trouble(
+            review,
+            f"malformed request: {message}",
+            refused_as="invalid",
+            admitted_as="invalid",
+            malformed=True,
+        )
 
     def _plan(
         self,
@@ -288,10 +319,7 @@ class Admitter:
         except Exception:
             log.exception("admission of %s %s failed", kind, review.uid)
             msg = "configpin failed internally; see its log"
-            if self.strict:
-                out, result = denied(review, msg, code=500), "error"
-            else:
-                out, result = allowed(review, [f"{msg}: admitted unchanged"]), "error"
+            out, result = self._trouble(review, msg, refused_as="error")
         key = (_label(kind, self._kinds), _label(review.operation, _OPERATIONS), result)
         counter = self._counts.get(key)
         if counter is None:
@@ -329,7 +357,7 @@ class Admitter:
         if (
             not namespace
             or (claimed and claimed != namespace)
-            or not (self.in_scope(namespace) or await self._confirmed_in_scope(namespace))
+            or not (namespace in self.scope or await self._confirmed_in_scope(namespace))
         ):
             # Not a namespace configpin acts in (or a request that contradicts itself, which
             # the API server never sends): nothing is looked up, written or said.
@@ -345,10 +373,8 @@ class Admitter:
                 plan = self._plan(review, namespace, read_through=False)
             except _NeedsRead:
                 read = await self._plan_reading(review, namespace)
-                if isinstance(read, str):
-                    if self.strict:
-                        return denied(review, read, code=500), "denied"
-                    return allowed(review, [f"{read}: admitted unchanged"]), "error"
+                if isinstance(read, Unread):
+                    return self._trouble(review, read.why, refused_as="denied")
                 plan = read
             if (
                 review.operation == "UPDATE"
@@ -365,10 +391,8 @@ class Admitter:
                 # deadline; never a recorded digest replaced by the older content a lagging
                 # watch still holds.
                 read = await self._plan_reading(review, namespace, fresh=True)
-                if isinstance(read, str):
-                    if self.strict:
-                        return denied(review, read, code=500), "denied"
-                    return allowed(review, [f"{read}: admitted unchanged"]), "error"
+                if isinstance(read, Unread):
+                    return self._trouble(review, read.why, refused_as="denied")
                 plan = read
         if self.events is not None and not review.dry_run and obj is not None:
             self._record_events(review, obj, plan)
@@ -425,9 +449,7 @@ class Admitter:
                     )
                     self._copies_created(review, created)
                     msg = f"snapshot copies could not be created ({e})"
-                    if self.strict:
-                        return denied(review, msg, code=500, warnings=warnings), "denied"
-                    return allowed(review, [*warnings, f"{msg}: admitted unchanged"]), "error"
+                    return self._trouble(review, msg, refused_as="denied", warnings=warnings)
         self._copies_created(review, created)
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
@@ -484,7 +506,7 @@ class Admitter:
         pin and why. Queued without waiting; repeats fold into one Event's series."""
         events = self.events
         assert events is not None
-        owned = plan.skipped is not None and plan.skipped.startswith("owned by")
+        owned = plan.skipped is SkipReason.OWNED
         about = self._regarding(review)
         if owned or about is None:
             # owned objects are the controller's to say (it sees them where the chart's
@@ -495,11 +517,11 @@ class Admitter:
             events.warning(
                 regarding, "SourceMissing", "Admit", "; ".join(plan.problems), creating=creating
             )
-        elif plan.skipped == "too many sources":
+        elif plan.skipped is SkipReason.TOO_MANY_SOURCES:
             events.warning(
                 regarding, "NotPinned", "Admit", "; ".join(plan.warnings), creating=creating
             )
-        elif plan.skipped == "mode off" and review.operation == "CREATE":
+        elif plan.skipped is SkipReason.MODE_OFF and review.operation == "CREATE":
             # (an owned workload is said by the controller, which sees it wherever the
             # chart's matchConditions keep it from the webhook)
             events.normal(
@@ -544,12 +566,11 @@ class Admitter:
             )
 
     async def _confirmed_in_scope(self, namespace: str) -> bool:
-        confirm = self.confirm_scope
-        if confirm is None or self._reads_pending >= self._read_slots:
+        if self._reads_pending >= self._read_slots:
             return False
         self._reads_pending += 1
         try:
-            future = self._reader.submit(confirm, namespace, self.read_deadline)
+            future = self._reader.submit(self.scope.confirm, namespace, self.read_deadline)
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(future), self.read_deadline)
             except TimeoutError:
@@ -560,11 +581,11 @@ class Admitter:
 
     async def _plan_reading(
         self, review: Review, namespace: str, *, fresh: bool = False
-    ) -> Plan | str:
+    ) -> Plan | Unread:
         """Plan with reads past the cache (`fresh`: every source read from the API server),
-        on the reader threads, within the deadline. A string says why there is no plan."""
+        on the reader threads, within the deadline."""
         if self._reads_pending >= self._read_slots:
-            return "configpin is busy reading sources"
+            return Unread("configpin is busy reading sources")
         self._reads_pending += 1
         try:
             deadline = time.monotonic() + self.read_deadline
@@ -575,7 +596,7 @@ class Admitter:
                 return await asyncio.wait_for(asyncio.wrap_future(future), self.read_deadline)
             except TimeoutError:
                 future.cancel()  # still queued: never runs; running: gives up at the deadline
-                return f"sources not read within {self.read_deadline:g}s"
+                return Unread(f"sources not read within {self.read_deadline:g}s")
         finally:
             self._reads_pending -= 1
 

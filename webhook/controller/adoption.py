@@ -1,24 +1,19 @@
-"""How long snapshot copies live: adoption by the revisions that use them, and a safe sweep.
+"""How long snapshot copies live, part one: adoption by the revisions that use them.
 
-Adoption: a copy gets an ownerReference to every ReplicaSet, ControllerRevision (StatefulSet
-and DaemonSet revisions keep the template in `data.spec.template`), Job and bare Pod whose pod
+A copy gets an ownerReference to every ReplicaSet, ControllerRevision (StatefulSet and
+DaemonSet revisions keep the template in `data.spec.template`), Job and bare Pod whose pod
 spec references it, so the Kubernetes garbage collector removes the copy exactly when the
 last revision using it is removed (`revisionHistoryLimit`, a deleted Job or Pod). A CronJob
 is no revision but makes new Jobs from its template at any time: it owns the copies its
 `jobTemplate` points at, and only while it does (the controller re-pointing it to a new copy
 drops its reference from the old one), so a copy lives as long as a CronJob or a Job points
-at it, whatever `ttlSecondsAfterFinished` or the history limits remove. One watch
-per owner kind; the objects are not kept, only which copies each one references.
+at it, whatever `ttlSecondsAfterFinished` or the history limits remove. Which kind owns how
+is the table's (webhook.core.kinds, `copies`). One watch per owner kind; the objects are not
+kept, only which copies each one references.
 
-Sweep: copies that nothing owns (an admission that never persisted, owners' references
-lost) and that are older than the grace period are marked (an annotation with the time); a
-later pass, at least one grace period after the mark, lists everything in the namespace
-that can reference a copy (workload templates, revisions, pods) and deletes the copy only if
-nothing does, with preconditions on its uid and resourceVersion. A re-use in between
-(adoption, or the writer un-marking the copy before an admission points at it) changes the
-resourceVersion, so the delete fails and the copy stays.
-
-Only the leader adopts and sweeps (`is_leader`); every replica keeps the index and writes.
+The adopter runs on the controller's runner (webhook.controller.runner): one worker, a key
+per copy. Only the leader adopts (`is_leader`); every replica keeps the index and writes.
+Part two, the sweep of copies nothing uses, is webhook.controller.sweep.
 """
 
 from __future__ import annotations
@@ -28,9 +23,11 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Final, Protocol
+from dataclasses import dataclass
+from typing import Final
 
+from webhook.controller.queue import Pending, RolloutQueue
+from webhook.controller.runner import Runner
 from webhook.core import digest
 from webhook.core.constants import ANN_SOURCES
 from webhook.core.kinds import BUILTIN_KINDS, CopyOwner, custom_kinds, workload_kind
@@ -39,22 +36,18 @@ from webhook.core.names import snapshot_name
 from webhook.core.plan import is_controlled, parse_mapping
 from webhook.core.refs import find_sites, get_path
 from webhook.kube.cache import SourceCache
-from webhook.kube.errors import KubeError, NotFound
-from webhook.kube.events import EventRecorder, Regarding
-from webhook.kube.informer import Informer
-from webhook.kube.raw import Kube, path
-from webhook.kube.snapshots import (
-    RESOURCE,
+from webhook.kube.copies import (
     Copy,
     CopyKey,
     SnapshotIndex,
     SnapshotWriter,
     add_owners,
-    delete_unchanged,
-    mark,
     remove_owners,
-    unmark,
 )
+from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.events import EventRecorder, Regarding
+from webhook.kube.informer import Informer
+from webhook.kube.raw import Kube, path
 from webhook.kube.workloads import Served, served_custom_kinds, served_prefix
 from webhook.metrics import Metrics
 
@@ -63,14 +56,6 @@ log = logging.getLogger(__name__)
 _REPORTED_MAX: Final = 10_000
 
 NamespaceFilter = Callable[[str], bool]
-
-
-class Namespaces(Protocol):
-    """The namespaces the controller acts in (webhook.kube.namespaces.NamespaceSet)."""
-
-    def __contains__(self, namespace: object) -> bool: ...
-
-    def synced(self) -> bool: ...
 
 
 # A copy's name ends in `-<10 hex>` (webhook.core.names.snapshot_name): only such names are
@@ -231,11 +216,21 @@ class SnapshotAdopter:
         self._lock = threading.Lock()
         self._owners: dict[str, Owner] = {}
         self._by_copy: dict[CopyKey, set[str]] = {}
-        self._pending: dict[CopyKey, None] = {}  # an ordered set
-        self._delayed: dict[CopyKey, float] = {}
-        self._wake = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._next_discovery = 0.0
+        self.runner: Runner[CopyKey, None] = Runner(
+            "snapshot-adopter",
+            self._reconcile,
+            RolloutQueue(window=0.0, min_interval=0.0),
+            workers=1,
+            is_leading=lambda: self.is_leader() and self.synced(),
+            on_leading=self.look_at_everything,
+            resync=self.look_at_everything,
+            resync_period=resync,
+            housekeeping=self._discover,
+            backoff=lambda _failures: 5.0,
+            retry_limit=None,
+            on_retry=self._retrying,
+        )
         self._lost: set[CopyKey] = set()
         self.informers = [
             Informer(kube, k.resource, _OwnerWatch(self, k), metrics, prefix=k.prefix)
@@ -278,15 +273,12 @@ class SnapshotAdopter:
     def start(self) -> None:
         for informer in self.informers:
             informer.start()
-        self._thread = threading.Thread(target=self._run, name="snapshot-adopter", daemon=True)
-        self._thread.start()
+        self.runner.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.runner.stop()
         for informer in self.informers:
             informer.stop()
-        with self._wake:
-            self._wake.notify_all()
 
     def synced(self) -> bool:
         return self._cronjobs_found and all(i.synced.is_set() for i in self.informers)
@@ -332,7 +324,7 @@ class SnapshotAdopter:
                 prefix=kind.prefix,
             )
             self.informers.append(informer)
-            if not self._stop.is_set():
+            if not self.runner.stopped():
                 informer.start()
 
     # --- the owner index (from the informers' threads)
@@ -374,65 +366,41 @@ class SnapshotAdopter:
                 self._enqueue((key,))
 
     def _enqueue(self, keys: Iterable[CopyKey]) -> None:
-        """With the lock held."""
         for key in keys:
-            self._pending[key] = None
-        self._wake.notify()
+            self.runner.queue.add(key, ())
 
     def users(self, key: CopyKey) -> list[Owner]:
         with self._lock:
             return [self._owners[u] for u in self._by_copy.get(key, ())]
 
-    # --- the worker
-    def _run(self) -> None:
-        leading = False
-        next_resync = 0.0
-        next_discovery = 0.0
-        while not self._stop.is_set():
-            if not self._cronjobs_found and time.monotonic() >= next_discovery:
-                self._watch_cronjobs()
-                next_discovery = time.monotonic() + 5.0
-            with self._wake:
-                now = time.monotonic()
-                for due_key, due in list(self._delayed.items()):
-                    if due <= now:
-                        del self._delayed[due_key]
-                        self._pending[due_key] = None
-                if not self._pending:
-                    self._wake.wait(1.0)
-                key = next(iter(self._pending), None)
-                if key is not None:
-                    del self._pending[key]
-            if self._stop.is_set():
-                return
-            if not self.is_leader():
-                leading = False  # what is pending now is looked at again on leading
-                continue
-            if not self.synced():
-                if key is not None:
-                    self._retry(key, 1.0)
-                continue
-            if not leading or time.monotonic() >= next_resync:
-                # Newly leading (or periodically): look at everything once.
-                leading, next_resync = True, time.monotonic() + self.resync
-                self.watch_new_kinds()
-                self.resync_all()
-            if key is None:
-                continue
-            try:
-                self.reconcile(key)
-            except Exception as e:
-                log.warning("adopting %s/%s in %s failed (%s); retrying", key[0], key[2], key[1], e)
-                self._retry(key, 5.0)
+    # --- the runner's hooks
+    def _discover(self) -> None:
+        """Until discovery has said where CronJobs (and the custom kinds) are served: ask
+        every few seconds, whether leading or not."""
+        if not self._cronjobs_found and time.monotonic() >= self._next_discovery:
+            self._next_discovery = time.monotonic() + 5.0
+            self._watch_cronjobs()
 
-    def _retry(self, key: CopyKey, delay: float) -> None:
+    def look_at_everything(self) -> None:
+        """Newly leading, or periodically: every copy, and every name a revision uses."""
+        self.watch_new_kinds()
         with self._lock:
-            self._delayed[key] = time.monotonic() + delay
-
-    def resync_all(self) -> None:
-        with self._lock:
-            self._enqueue([*self._by_copy, *(c.key for c in self.index.copies())])
+            keys = [*self._by_copy, *(c.key for c in self.index.copies())]
+        self._enqueue(keys)
         self.report_lookalikes(self.index.lookalikes())
+
+    def _reconcile(self, key: CopyKey, _pending: Pending[None]) -> str:
+        return self.reconcile(key)
+
+    def _retrying(self, key: CopyKey, _attempt: int, why: str, delay: float) -> None:
+        log.warning(
+            "adopting %s/%s in %s failed (%s); retrying in %.0fs",
+            key[0],
+            key[2],
+            key[1],
+            why,
+            delay,
+        )
 
     def reconcile(self, key: CopyKey) -> str:
         """Make one copy owned by every live object that uses it. Returns what was done."""
@@ -522,245 +490,3 @@ class SnapshotAdopter:
                 ", ".join(f"{o.kind.kind}/{o.name}" for o in alive),
             )
         return "lost"
-
-
-# --- the sweep
-
-
-# What can reference a copy in a namespace: every kind with a pod template (workloads,
-# revisions, pods), at each version it may be served at.
-def _referrers() -> list[tuple[str, str, tuple[str, ...]]]:
-    kinds = (*BUILTIN_KINDS, *custom_kinds())
-    return [(k.resource, k.kind, tuple(k.prefix(v) for v in k.versions)) for k in kinds]
-
-
-@dataclass
-class SweepResult:
-    marked: list[str] = field(default_factory=list)
-    unmarked: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # referenced, or re-used before the delete
-
-
-class SnapshotSweeper:
-    def __init__(
-        self,
-        kube: Kube,
-        index: SnapshotIndex,
-        metrics: Metrics,
-        *,
-        grace: float,
-        is_leader: Callable[[], bool] = lambda: True,
-        namespace_filter: NamespaceFilter = _always,
-        interval: float | None = None,
-        wall: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-        events: EventRecorder | None = None,
-    ) -> None:
-        self.kube = kube
-        self.events = events
-        self.index = index
-        self.metrics = metrics
-        self.grace = grace
-        self.is_leader = is_leader
-        self.namespace_filter = namespace_filter
-        self.interval = interval if interval is not None else min(max(grace / 4, 0.5), 30.0)
-        self.wall = wall
-        self.monotonic = monotonic
-        self._marked_seen: dict[str, float] = {}  # uid -> when this process first saw the mark
-        self._referenced_until: dict[str, float] = {}  # uid -> no need to look again before
-        self._prefix: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="snapshot-sweep", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            if not self.is_leader():
-                self._marked_seen.clear()  # a later leadership starts its own clock
-                continue
-            try:
-                result = self.run_once()
-            except Exception:
-                log.exception("snapshot sweep failed")
-                continue
-            if result.deleted:
-                log.info("swept %d unused snapshot copies", len(result.deleted))
-
-    def run_once(self) -> SweepResult:
-        result = SweepResult()
-        now, mono = self.wall(), self.monotonic()
-        copies = [c for c in self.index.copies() if self.namespace_filter(c.namespace)]
-        live = {c.uid for c in copies}
-        for table in (self._marked_seen, self._referenced_until):
-            for uid in [u for u in table if u not in live]:
-                del table[uid]
-        candidates: dict[str, list[Copy]] = {}
-        for c in copies:
-            if c.unused_since is None:
-                self._marked_seen.pop(c.uid, None)
-            if c.owners:
-                if c.unused_since is not None:  # adopted since it was marked: tidy up
-                    self._unmark(c, result)
-                continue
-            if now - c.created < self.grace or self._referenced_until.get(c.uid, 0.0) > mono:
-                continue
-            candidates.setdefault(c.namespace, []).append(c)
-        for namespace, group in sorted(candidates.items()):
-            try:
-                used = self.referenced(namespace)
-            except KubeError as e:
-                log.warning("sweep: cannot list what %s references (%s); next time", namespace, e)
-                continue
-            for c in group:
-                self._sweep_one(c, used, result)
-        return result
-
-    def _sweep_one(self, c: Copy, used: set[tuple[SourceKind, str]], result: SweepResult) -> None:
-        what = f"{c.kind.value}/{c.name}"
-        mono = self.monotonic()
-        if (c.kind, c.name) in used:
-            # A template that no revision has taken up yet (a paused Deployment, a CronJob
-            # between runs, a ReplicationController): keep it, and look again a grace later.
-            self._referenced_until[c.uid] = mono + self.grace
-            result.kept.append(what)
-            if c.unused_since is not None:
-                self._unmark(c, result)
-            return
-        if c.unused_since is None:
-            try:
-                mark(self.kube, c, self.wall())
-            except KubeError as e:  # changed meanwhile (409) or gone: look again next pass
-                log.debug("sweep: not marking %s in %s: %s", what, c.namespace, e)
-                return
-            self._marked_seen[c.uid] = mono
-            result.marked.append(what)
-            return
-        first_seen = self._marked_seen.setdefault(c.uid, mono)
-        if mono - first_seen < self.grace:
-            return  # writers get a full grace period to see the mark and un-mark on re-use
-        if delete_unchanged(self.kube, c):
-            self.metrics.snapshots_swept.inc()
-            result.deleted.append(what)
-            log.info("swept unused %s in %s (marked %s)", what, c.namespace, c.unused_since)
-            self._removed(c)
-        else:
-            result.kept.append(what)  # re-used (or gone) since we looked
-
-    def _removed(self, c: Copy) -> None:
-        """CopyRemoved, on the source: the copy is gone, so `kubectl describe` of it finds
-        nothing; the source is what people look at (`kubectl events --for configmap/NAME`)."""
-        if self.events is None or not c.source:
-            return
-        kind = c.kind.api_kind
-        try:  # its uid, which `kubectl describe` selects Events by (the cache keeps none)
-            source = self.kube.get(path(RESOURCE[c.kind], c.namespace, c.source))
-            uid = str((source.get("metadata") or {}).get("uid") or "")
-        except KubeError:
-            uid = ""  # gone too (or unreadable): the Event names it all the same
-        self.events.normal(
-            Regarding("v1", kind, c.namespace, c.source, uid),
-            "CopyRemoved",
-            "Sweep",
-            f"deleted {kind} {c.name}, a snapshot copy of this {kind} that no revision, "
-            f"workload or pod used for a grace period (unused since {c.unused_since})",
-            related=Regarding("v1", kind, c.namespace, c.name, c.uid),
-        )
-
-    def _unmark(self, c: Copy, result: SweepResult) -> None:
-        try:
-            unmark(self.kube, c.key)
-        except KubeError as e:
-            log.debug("sweep: un-marking %s/%s: %s", c.kind, c.name, e)
-            return
-        self._marked_seen.pop(c.uid, None)
-        result.unmarked.append(f"{c.kind.value}/{c.name}")
-
-    def referenced(self, namespace: str) -> set[tuple[SourceKind, str]]:
-        """Every ConfigMap/Secret name that anything in the namespace references, read fresh
-        from the API server (never from a cache that may lag a re-use)."""
-        names: set[tuple[SourceKind, str]] = set()
-        for resource, kind, prefixes in _referrers():
-            names |= referenced_names(
-                spec
-                for obj in self._list(resource, namespace, prefixes)
-                for spec in pod_specs(kind, obj)
-            )
-        return names
-
-    def _list(self, resource: str, namespace: str, prefixes: tuple[str, ...]) -> list[JSONObject]:
-        known = self._prefix.get(resource)
-        for prefix in (known,) if known else prefixes:
-            try:
-                items = [
-                    item
-                    for page in self.kube.list_pages(path(resource, namespace, prefix=prefix))
-                    for item in page.get("items") or ()
-                ]
-            except NotFound:
-                continue
-            self._prefix[resource] = prefix
-            return items
-        if any(k.resource == resource and k.prefix() in prefixes for k in custom_kinds()):
-            return []  # a custom kind whose CRD is not installed: nothing references a copy
-        raise NotFound(f"list {resource}", 404, "no API version of it is served")
-
-
-class SnapshotLifetime:
-    """The adopter and the sweep, started and stopped together by `configpin serve`.
-
-    They act in the namespaces the controller acts in (`namespaces`, started by its owner),
-    and only while `is_leader()`."""
-
-    def __init__(
-        self,
-        kube: Kube,
-        cache: SourceCache,
-        index: SnapshotIndex,
-        writer: SnapshotWriter,
-        hkey: bytes,
-        metrics: Metrics,
-        *,
-        grace: float,
-        namespaces: Namespaces,
-        is_leader: Callable[[], bool] = lambda: True,
-        events: EventRecorder | None = None,
-    ) -> None:
-        self.namespaces = namespaces
-        self.adopter = SnapshotAdopter(
-            kube,
-            cache,
-            index,
-            writer,
-            hkey,
-            metrics,
-            is_leader=lambda: is_leader() and namespaces.synced(),
-            namespace_filter=namespaces.__contains__,
-            events=events,
-        )
-        self.sweeper = SnapshotSweeper(
-            kube,
-            index,
-            metrics,
-            grace=grace,
-            is_leader=lambda: is_leader() and self.ready(),
-            namespace_filter=namespaces.__contains__,
-            events=events,
-        )
-
-    def ready(self) -> bool:
-        return self.namespaces.synced() and self.adopter.synced() and self.adopter.cache.synced()
-
-    def start(self) -> None:
-        self.adopter.start()
-        self.sweeper.start()
-
-    def stop(self) -> None:
-        self.sweeper.stop()
-        self.adopter.stop()

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, TypeAlias
 
 from webhook.core import digest
-from webhook.core.constants import SERVICE_ACCOUNT_TOKEN_TYPE
+from webhook.core.constants import ANN_UNUSED, SERVICE_ACCOUNT_TOKEN_TYPE
 from webhook.core.kinds import CopyOwner, group_of, workload_kind
 from webhook.core.model import (
     JSONObject,
@@ -40,9 +40,6 @@ from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-ANN_UNUSED: Final = "configpin.io/unused-since"
-"""The sweep's mark on a copy that nothing owns or references: when it was first found so."""
 
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 RESOURCE: Final = {SourceKind.CONFIGMAP: "configmaps", SourceKind.SECRET: "secrets"}
@@ -343,7 +340,7 @@ def delete_unchanged(kube: Kube, copy: Copy) -> bool:
 
 
 class SnapshotWriter:
-    """Makes the copies a plan points at exist (webhook.server.handler.SnapshotWriter).
+    """Makes the copies a plan points at exist (it is the core's SnapshotEnsurer).
 
     Shared by admission and the change controller: `ensure(namespace, requests)`.
     """

@@ -1,0 +1,383 @@
+"""The re-stamp decision (webhook/controller/restamp.py), case by case: a workload as just read,
+the sources as the controller holds them, and what the decision writes and why. No thread, no
+client: its dependencies are fakes given explicitly."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    apply,
+    configmap,
+    container,
+    env_cm,
+    merge_patch,
+    plan,
+    pod_spec,
+    vol_cm,
+    workload,
+)
+from webhook.config import Settings
+from webhook.controller.index import Lookup, WorkloadRef, entry_from_object, format_time
+from webhook.controller.restamp import Decision, Restamper, touches_template
+from webhook.core.constants import (
+    ANN_MODE,
+    ANN_OBSERVED,
+    ANN_ON_CHANGE,
+    ANN_REFRESHED,
+    ANN_ROLLED_AT,
+    ANN_SOURCES,
+)
+from webhook.core.model import JSONObject, SnapshotRequest
+from webhook.core.plan import dumps_mapping, observed_ops
+from webhook.core.reasons import Fallback, SkipReason
+from webhook.kube.errors import Forbidden
+
+NOW = 1_800_000_000.0  # the decision's wall clock
+
+
+@dataclass
+class FakePods:
+    """The workload's running pods: how many a refresh reaches, or a refusal."""
+
+    reached: int = 2
+    forbidden: bool = False
+    refreshed: list[tuple[WorkloadRef, dict[str, str]]] = field(default_factory=list)
+    caught_up: list[WorkloadRef] = field(default_factory=list)
+
+    def refresh(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
+        if self.forbidden:
+            raise Forbidden("PATCH pods", 403, "pods is forbidden")
+        self.refreshed.append((ref, dict(target)))
+        return self.reached
+
+    def catch_up(self, ref: WorkloadRef, obj: JSONObject, read: Lookup) -> None:
+        self.caught_up.append(ref)
+
+
+@dataclass
+class FakeCopies:
+    """The snapshot writer: makes the copies in the store, as the real one does."""
+
+    store: Store
+    made: list[str] = field(default_factory=list)
+
+    def ensure(
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
+    ) -> list[str]:
+        for req in requests:
+            self.made.append(req.snapshot_name)
+        return []
+
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        return False
+
+
+@dataclass
+class Case:
+    store: Store
+    settings: Settings = field(default_factory=Settings)
+    pods: FakePods = field(default_factory=FakePods)
+    leading: bool = True
+    copies: FakeCopies | None = None
+
+    def restamper(self) -> Restamper:
+        return Restamper(
+            HKEY,
+            self.settings,
+            snapshots=self.copies,
+            pods=self.pods,
+            is_leader=lambda: self.leading,
+            wall=lambda: NOW,
+        )
+
+    def decide(self, obj: JSONObject, *, refreshable: bool = True) -> Decision:
+        meta = obj["metadata"]
+        ref = WorkloadRef(obj["kind"], meta["namespace"], meta["name"])
+        lookup = self.store.lookup
+        return self.restamper().decide(ref, obj, peek=lookup, read=lookup, refreshable=refreshable)
+
+
+def _store(a: str = "1") -> Store:
+    return Store([configmap("cfg", {"a": a, "b": "x"})])
+
+
+def _admitted(spec: JSONObject, store: Store, **kw: Any) -> JSONObject:
+    """A Deployment as admission stored it (stamped for the store's content)."""
+    obj = workload("Deployment", spec, **kw)
+    mode = (kw.get("annotations") or {}).get(ANN_MODE, "checksum")
+    p = plan(obj, store, mode=mode)
+    if mode == "snapshot":
+        store.create_snapshots(p)
+    stored = apply(obj, p)
+    stored["metadata"]["creationTimestamp"] = format_time(NOW - 60)
+    return stored
+
+
+ENV = pod_spec(container(env=[env_cm("cfg", "a")]))
+VOLUME = pod_spec(container(), volumes=[vol_cm("cfg")])
+
+
+# --- left alone ---------------------------------------------------------------------------
+
+
+def test_a_current_workload_is_left_alone() -> None:
+    case = Case(_store())
+    decision = case.decide(_admitted(ENV, case.store))
+    assert decision == Decision.leave(SkipReason.CURRENT)
+    assert case.pods.refreshed == [] and case.pods.caught_up == []
+
+
+def test_a_change_to_a_key_it_does_not_consume_is_current() -> None:
+    case = Case(_store())
+    obj = _admitted(ENV, case.store)
+    case.store.put(configmap("cfg", {"a": "1", "b": "changed"}))
+    assert case.decide(obj).skip is SkipReason.CURRENT
+
+
+def test_a_current_refreshed_workload_brings_new_pods_to_its_refresh() -> None:
+    case = Case(_store())
+    obj = _admitted(VOLUME, case.store, annotations={ANN_ON_CHANGE: "refresh"})
+    obj["metadata"]["annotations"][ANN_REFRESHED] = dumps_mapping(
+        {"configmap/cfg": "0" * 64}
+    )  # an earlier refresh (whatever it handed)
+    decision = case.decide(obj)
+    assert decision.skip is SkipReason.CURRENT
+    assert [r.name for r in case.pods.caught_up] == ["app"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        (workload("Deployment", ENV, annotations={ANN_MODE: "off"}), SkipReason.MODE_OFF),
+        (workload("ReplicaSet", ENV, owner="Deployment"), SkipReason.OWNED),
+        (workload("Deployment", pod_spec(container())), SkipReason.NO_SOURCES),
+    ],
+    ids=["mode-off", "owned", "no-sources"],
+)
+def test_what_the_controller_does_not_manage_is_left_with_its_reason(
+    obj: JSONObject, reason: SkipReason
+) -> None:
+    case = Case(_store())
+    assert case.decide(obj) == Decision.leave(reason)
+    assert reason.label == "not-managed" or reason is SkipReason.MODE_OFF
+
+
+# --- rolled -------------------------------------------------------------------------------
+
+
+def test_a_consumed_change_re_stamps_the_template_and_records_when() -> None:
+    case = Case(_store())
+    obj = _admitted(ENV, case.store)
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj)
+    assert decision.skip is None and decision.refreshed is None and decision.instead is None
+    assert touches_template("Deployment", decision.ops)
+    written = jsonpatch.apply_patch(copy.deepcopy(obj), decision.ops)
+    assert written["metadata"]["annotations"][ANN_ROLLED_AT] == format_time(NOW)
+    recorded = written["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES]
+    assert dumps_mapping(decision.intended) == recorded  # what it plans is what it writes
+    assert decision.intended != entry(obj).recorded
+
+
+def test_not_leading_any_more_writes_nothing() -> None:
+    case = Case(_store(), leading=False)
+    obj = _admitted(ENV, case.store)
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    assert case.decide(obj) == Decision.leave(SkipReason.NOT_LEADER)
+
+
+def test_snapshot_mode_makes_the_copies_before_re_pointing() -> None:
+    case = Case(_store())
+    case.copies = FakeCopies(case.store)
+    obj = _admitted(ENV, case.store, annotations={ANN_MODE: "snapshot"})
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj)
+    assert decision.skip is None and touches_template("Deployment", decision.ops)
+    assert len(case.copies.made) == 1 and case.copies.made[0].startswith("cfg-")
+    assert any(op["value"] == case.copies.made[0] for op in decision.ops if "value" in op)
+
+
+def test_snapshot_mode_without_a_writer_is_not_rolled() -> None:
+    store = _store()
+    obj = _admitted(ENV, store, annotations={ANN_MODE: "snapshot"})
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    assert Case(store).decide(obj) == Decision.leave(SkipReason.NO_SNAPSHOTS)
+
+
+def test_copies_are_made_even_when_leadership_is_lost_before_the_write() -> None:
+    case = Case(_store(), leading=False)
+    case.copies = FakeCopies(case.store)
+    obj = _admitted(ENV, case.store, annotations={ANN_MODE: "snapshot"})
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    assert case.decide(obj) == Decision.leave(SkipReason.NOT_LEADER)
+    assert case.copies.made  # harmless: an unused copy is swept
+
+
+# --- the record alone ---------------------------------------------------------------------
+
+
+def test_an_old_unstamped_workload_gets_a_baseline_not_a_rollout() -> None:
+    store = _store()
+    obj = workload("Deployment", ENV)  # admitted while configpin was down, long ago
+    obj["metadata"]["creationTimestamp"] = format_time(NOW - 3600)
+    decision = Case(store).decide(obj)
+    assert decision.record_only and "baseline" in decision.note
+    assert not touches_template("Deployment", decision.ops)
+    assert decision.ops == observed_ops(obj, dumps_mapping(decision.intended))
+
+
+def test_a_young_unstamped_workload_is_stamped() -> None:
+    store = _store()
+    obj = workload("Deployment", ENV)
+    obj["metadata"]["creationTimestamp"] = format_time(NOW - 60)  # inside the catch-up window
+    decision = Case(store).decide(obj)
+    assert not decision.record_only and touches_template("Deployment", decision.ops)
+
+
+def test_a_required_source_that_appeared_completes_the_record_in_checksum_mode() -> None:
+    store = Store([])
+    obj = _admitted(ENV, store)  # admitted with a warning: cfg did not exist
+    store.put(configmap("cfg", {"a": "1"}))
+    decision = Case(store).decide(obj)
+    assert decision.record_only and "appeared" in decision.note
+    assert set(decision.intended) == {"configmap/cfg"}
+
+
+def test_a_required_source_that_appeared_rolls_in_snapshot_mode() -> None:
+    store = Store([])
+    obj = _admitted(ENV, store, annotations={ANN_MODE: "snapshot"})
+    store.put(configmap("cfg", {"a": "1"}))
+    case = Case(store)
+    case.copies = FakeCopies(store)
+    decision = case.decide(obj)
+    assert not decision.record_only and touches_template("Deployment", decision.ops)
+
+
+# --- refreshed, or rolled instead ---------------------------------------------------------
+
+
+def test_a_change_through_whole_volume_mounts_refreshes_the_pods() -> None:
+    case = Case(_store())
+    obj = _admitted(VOLUME, case.store, annotations={ANN_ON_CHANGE: "refresh"})
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj)
+    assert decision.refreshed == 2 and decision.instead is None
+    assert not touches_template("Deployment", decision.ops)  # no rollout
+    [(ref, target)] = case.pods.refreshed
+    assert ref.name == "app" and target == decision.intended
+    written = jsonpatch.apply_patch(copy.deepcopy(obj), decision.ops)
+    assert written["spec"] == obj["spec"]
+    assert written["metadata"]["annotations"][ANN_REFRESHED] == dumps_mapping(target)
+
+
+@pytest.mark.parametrize(
+    ("spec", "refreshable", "settings", "pods", "fallback"),
+    [
+        (ENV, True, {}, FakePods(), Fallback.ENV),
+        (VOLUME, False, {}, FakePods(), Fallback.KIND),
+        (VOLUME, True, {"refresh_pods": False}, FakePods(), Fallback.DISABLED),
+        (VOLUME, True, {}, FakePods(forbidden=True), Fallback.FORBIDDEN),
+    ],
+    ids=["env", "custom-kind", "disabled", "forbidden"],
+)
+def test_a_refresh_that_cannot_reach_the_process_rolls_and_says_why(
+    spec: JSONObject,
+    refreshable: bool,
+    settings: dict[str, Any],
+    pods: FakePods,
+    fallback: Fallback,
+) -> None:
+    case = Case(_store(), Settings(**settings), pods)
+    obj = _admitted(spec, case.store, annotations={ANN_ON_CHANGE: "refresh"})
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj, refreshable=refreshable)
+    assert decision.refreshed is None and decision.instead is not None
+    assert decision.instead.reason is fallback
+    assert fallback.in_the_way is (fallback in (Fallback.DISABLED, Fallback.FORBIDDEN))
+    assert touches_template("Deployment", decision.ops)  # rolled
+    assert case.pods.refreshed == []
+
+
+# --- planned from the index alone ---------------------------------------------------------
+
+
+def entry(obj: JSONObject) -> Any:
+    found = entry_from_object(obj, "checksum")
+    assert not isinstance(found, SkipReason)
+    return found
+
+
+def test_a_plain_re_stamp_is_planned_from_the_index_as_a_guarded_merge_patch() -> None:
+    case = Case(_store())
+    obj = _admitted(ENV, case.store)
+    obj["metadata"]["resourceVersion"] = "41"
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    lookup = case.store.lookup
+    restamp = case.restamper().from_index(entry(obj), lookup, lookup)
+    assert restamp is not None
+    written = merge_patch(obj, restamp.merge_patch)
+    assert written["metadata"]["resourceVersion"] == "41"  # the precondition
+    assert written["metadata"]["annotations"][ANN_ROLLED_AT] == format_time(NOW)
+    # the same record the full decision writes
+    decision = case.decide(obj)
+    assert restamp.observed == dict(decision.intended)
+    recorded = written["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES]
+    assert recorded == dumps_mapping(restamp.observed)
+
+
+def test_what_needs_the_object_is_not_planned_from_the_index() -> None:
+    store = Store([])
+    appeared = _admitted(ENV, store)
+    appeared["metadata"]["resourceVersion"] = "41"
+    store.put(configmap("cfg", {"a": "1"}))  # a required source that appeared
+    case = Case(store)
+    lookup = store.lookup
+    assert case.restamper().from_index(entry(appeared), lookup, lookup) is None
+    current = _admitted(ENV, store)
+    current["metadata"]["resourceVersion"] = "42"
+    assert case.restamper().from_index(entry(current), lookup, lookup) is None
+    observed = _admitted(ENV, store)
+    observed["metadata"]["annotations"] = {ANN_OBSERVED: "{}"}  # a kept rollback, say
+    assert entry(observed).restamp_rv is None
+    assert case.restamper().from_index(entry(observed), lookup, lookup) is None
+
+
+# --- what counts as a rollout -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "rolls"),
+    [
+        ("Deployment", "/spec/template/metadata/annotations/configpin.io~1sources", True),
+        ("Deployment", "/spec/template/spec/volumes/0/configMap/name", True),
+        ("Deployment", "/metadata/annotations/configpin.io~1observed", False),
+        ("Deployment", "/spec/templateX", False),
+        ("CronJob", "/spec/jobTemplate/spec/template/metadata/annotations", True),
+        ("CronJob", "/spec/template/metadata", False),
+    ],
+)
+def test_only_template_changes_are_rollouts(kind: str, path: str, rolls: bool) -> None:
+    assert touches_template(kind, [{"op": "add", "path": path, "value": "x"}]) is rolls
+
+
+def test_skip_reasons_are_a_small_set_of_metric_labels() -> None:
+    labels = {reason.label for reason in SkipReason}
+    assert len(labels) < len(SkipReason)  # the unmanaged share one
+    assert SkipReason.OWNED.label == SkipReason.TOO_MANY_SOURCES.label == "not-managed"
+    assert SkipReason.MODE_OFF.label == "mode-off"
+    assert SkipReason.NOT_STORED.label == "not-stored"
+    assert all(label.replace("-", "").isalpha() for label in labels)

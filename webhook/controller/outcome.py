@@ -1,0 +1,44 @@
+"""What reconciling one workload came to: the typed result a reconciler returns to its runner
+(controller-runtime's `Result` and `TerminalError`, kopf's named causes).
+
+- `Rolled`: its pod template changed, a rolling update starts (the minimum interval between
+  its rollouts counts from now);
+- `Refreshed`: its running pods were told to sync their volumes, its template left alone;
+- `Skipped`: nothing was written, or only its record (`SkipReason.RECORD_ONLY`), and why;
+- `RetryAfter`: it must be looked at again (after `seconds`, or the runner's backoff).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webhook.core.model import SourceId
+from webhook.core.plan import RollInstead
+from webhook.core.reasons import SkipReason
+
+
+@dataclass(frozen=True, slots=True)
+class Rolled:
+    changed: frozenset[SourceId] = frozenset()
+    instead: RollInstead | None = None  # why a workload that asked for refresh rolled
+
+
+@dataclass(frozen=True, slots=True)
+class Refreshed:
+    pods: int  # running pods told to sync now
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    reason: SkipReason
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAfter:
+    why: str
+    seconds: float | None = None  # None: the runner's backoff by the failures so far
+    rolled: bool = False  # it rolled all the same (then stored another record than planned)
+    counts: bool = True  # a failure (backoff grows; after the limit, given up)
+
+
+Outcome = Rolled | Refreshed | Skipped | RetryAfter

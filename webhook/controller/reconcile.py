@@ -1,0 +1,211 @@
+"""One workload brought up to date: read fresh (or planned from the index alone), decided
+(webhook.controller.restamp), written by a guarded PATCH, then checked against what the API
+server stored. What it came to is a typed outcome (webhook.controller.outcome), said in
+metrics, logs and Events (webhook.controller.report) on the way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from webhook.controller.index import Lookup, WorkloadEntry, WorkloadIndex, WorkloadRef
+from webhook.controller.outcome import Outcome, Refreshed, RetryAfter, Rolled, Skipped
+from webhook.controller.report import Reporter
+from webhook.controller.restamp import Decision, Restamper, touches_template
+from webhook.core.constants import ANN_SOURCES
+from webhook.core.kinds import template_paths
+from webhook.core.model import JSONObject, SourceId, SourceRecord
+from webhook.core.plan import parse_mapping
+from webhook.core.reasons import SkipReason
+from webhook.core.refs import get_path
+from webhook.kube.cache import SourceCache
+from webhook.kube.errors import Conflict, NotFound
+from webhook.kube.ratelimit import LimitedKube
+from webhook.kube.raw import MERGE_PATCH
+from webhook.kube.workloads import Served, update_workload
+from webhook.metrics import Metrics
+from webhook.sources import Miss
+
+
+def peek_in(cache: SourceCache, namespace: str) -> Lookup:
+    """The sources of a namespace as this replica holds them, from memory only."""
+
+    def lookup(sid: SourceId) -> SourceRecord | None:
+        found = cache.peek(namespace, sid)
+        return None if isinstance(found, Miss) else found
+
+    return lookup
+
+
+def read_in(cache: SourceCache, namespace: str) -> Lookup:
+    """The same, reading through where memory has nothing."""
+    return lambda sid: cache.get(namespace, sid)
+
+
+@dataclass(frozen=True)
+class _Landed:
+    """A workload write as the API server answered it."""
+
+    obj: JSONObject | None  # as stored (None: the workload is gone)
+    rolled: bool  # its pod template changed
+    touched_template: bool  # the write asked for a template change
+    intended: dict[str, str]  # the record planned
+
+
+def _template(obj: JSONObject | None) -> object:
+    paths = template_paths(str((obj or {}).get("kind", "")))
+    return None if obj is None or paths is None else get_path(obj, paths[0][:-1])
+
+
+class Reconciler:
+    def __init__(
+        self,
+        limited: LimitedKube,
+        cache: SourceCache,
+        index: WorkloadIndex,
+        restamper: Restamper,
+        report: Reporter,
+        metrics: Metrics,
+        *,
+        kinds: Mapping[str, Served],
+        in_scope: Callable[[str], bool],
+        is_leader: Callable[[], bool],
+    ) -> None:
+        self.limited = limited
+        self.cache = cache
+        self.index = index
+        self.restamper = restamper
+        self.report = report
+        self.metrics = metrics
+        self.kinds = kinds  # as discovered (filled when the controller starts)
+        self.in_scope = in_scope
+        self.is_leader = is_leader
+
+    def _skipped(self, reason: SkipReason) -> Skipped:
+        self.metrics.skipped.labels(reason.label).inc()
+        return Skipped(reason)
+
+    def __call__(
+        self,
+        ref: WorkloadRef,
+        changed: Iterable[SourceId] = (),
+        *,
+        first_seen: float | None = None,
+        before_write: Callable[[JSONObject], None] | None = None,
+    ) -> Outcome:
+        """Bring one workload up to date (read fresh, decide as restamp.py does, guarded
+        patch), then check what the API server stored: when it is not what was planned
+        (admission on a replica that decided otherwise, a concurrent writer), look again
+        shortly.
+
+        A plain re-stamp (checksum mode, every reference naming a live source) is planned
+        from the index instead of a read, and written guarded by the resourceVersion the index
+        saw: one request instead of two against the rate limit. Anything else, and a 409
+        (the object changed since), takes the read."""
+        if not self.is_leader():
+            return Skipped(SkipReason.NOT_LEADER)
+        if not self.in_scope(ref.namespace):
+            return self._skipped(SkipReason.NAMESPACE)
+        kind = self.kinds[ref.kind]
+        entry = self.index.get(ref)
+        if entry is not None and before_write is None:
+            landed = self._restamp_from_index(entry, kind)
+            if landed is not None:
+                return self._landed(ref, landed, changed, first_seen, None)
+        created: list[JSONObject] = []  # copies made for it (snapshot mode), said once done
+        peek, read = peek_in(self.cache, ref.namespace), read_in(self.cache, ref.namespace)
+        result = update_workload(
+            self.limited,
+            kind.path(ref.namespace, ref.name),
+            lambda obj: self.restamper.decide(
+                ref,
+                obj,
+                peek=peek,
+                read=read,
+                refreshable=kind.entry.refreshable,
+                on_created=created.append,
+            ),
+            on_conflict=self.metrics.conflicts.inc,
+            before_write=before_write,
+        )
+        if created and result.read is not None:
+            self.report.copies_created(result.read, created)
+        decision, written = result.decision, result.written
+        if result.gone or decision is None:
+            return self._skipped(SkipReason.GONE)
+        if written is None:
+            return self._skipped(decision.skip or SkipReason.UNCHANGED)
+        written.setdefault("kind", ref.kind)
+        landed = _Landed(
+            written,
+            _template(written) != _template(result.read),
+            touches_template(ref.kind, decision.ops),
+            dict(decision.intended),
+        )
+        return self._landed(ref, landed, changed, first_seen, decision)
+
+    def _restamp_from_index(self, entry: WorkloadEntry, kind: Served) -> _Landed | None:
+        """A plain re-stamp planned from the index and written without reading the object
+        first (see `apply`); None when it needs the object (or the object changed since the
+        index saw it: a 409), and `apply` reads it."""
+        ref = entry.ref
+        restamp = self.restamper.from_index(
+            entry, peek_in(self.cache, ref.namespace), read_in(self.cache, ref.namespace)
+        )
+        if restamp is None:
+            return None
+        try:
+            written = self.limited.patch(
+                kind.path(ref.namespace, ref.name), restamp.merge_patch, content_type=MERGE_PATCH
+            )
+        except Conflict:
+            self.metrics.conflicts.inc()
+            return None  # changed since the index saw it: read it and plan again
+        except NotFound:
+            return _Landed(None, False, False, restamp.observed)
+        written.setdefault("kind", ref.kind)
+        stored = get_path(written, kind.entry.meta_path)
+        annotations = (stored.get("annotations") if isinstance(stored, dict) else None) or {}
+        rolled = parse_mapping(annotations.get(ANN_SOURCES)) != entry.recorded
+        return _Landed(written, rolled, True, restamp.observed)
+
+    def _landed(
+        self,
+        ref: WorkloadRef,
+        landed: _Landed,
+        changed: Iterable[SourceId],
+        first_seen: float | None,
+        decision: Decision | None,
+    ) -> Outcome:
+        """After a write: index what was stored, count and say it, and check it is what was
+        planned (otherwise: look again, with backoff, from what the cluster then holds)."""
+        obj, rolled = landed.obj, landed.rolled
+        if obj is None:
+            return self._skipped(SkipReason.GONE)
+        entry = self.restamper.entry(obj)
+        if isinstance(entry, WorkloadEntry):
+            self.index.put(entry)  # the watch will say the same; until then, do not re-check
+        changed = frozenset(changed)
+        refreshed = decision.refreshed if decision is not None else None
+        instead = decision.instead if decision is not None else None
+        outcome: Outcome
+        if refreshed is not None:
+            self.report.refreshed(ref, obj, changed, refreshed, first_seen)
+            outcome = Refreshed(refreshed)
+        elif rolled and instead is not None:
+            self.report.rolled_instead(ref, obj, changed, instead)
+        if rolled:
+            self.report.rolled(ref, obj, changed, first_seen)
+            outcome = Rolled(changed, instead)
+        elif refreshed is None and not landed.touched_template:
+            self.report.recorded(obj)
+            outcome = self._skipped(SkipReason.RECORD_ONLY)
+        elif refreshed is None:
+            outcome = Skipped(SkipReason.UNCHANGED)  # admission kept the template as it was
+        if not isinstance(entry, WorkloadEntry) or entry.recorded != landed.intended:
+            # Stored is not what was planned: something in the write path (admission on a
+            # replica that decided otherwise, another writer) changed it. Never counted as
+            # done: looked at again, with backoff, from what the cluster then holds.
+            self.metrics.skipped.labels(SkipReason.NOT_STORED.label).inc()
+            return RetryAfter("the API server stored another record than planned", rolled=rolled)
+        return outcome

@@ -1,0 +1,161 @@
+"""What the controller says about what it did: metrics, log lines and Events on the workload
+(`kubectl describe`, `kubectl events`), in a person's words. Events are best effort: the
+recorder queues them without waiting (webhook.kube.events)."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from webhook.controller.index import WorkloadRef
+from webhook.core.constants import ANN_OWNED, OWNED_PIN
+from webhook.core.model import JSONObject, SourceId
+from webhook.core.owners import controller_of
+from webhook.core.plan import RollInstead
+from webhook.kube.events import EventRecorder, Regarding, copy_created_note
+from webhook.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+_REPORTED_MAX: Final = 10_000
+
+
+def _names(changed: Iterable[SourceId]) -> str:
+    return ", ".join(sorted(map(str, changed))) or "recorded state"
+
+
+class Reporter:
+    def __init__(
+        self, metrics: Metrics, events: EventRecorder | None, clock: Callable[[], float]
+    ) -> None:
+        self.metrics = metrics
+        self.events = events
+        self.clock = clock
+        self._owned: OrderedDict[str, None] = OrderedDict()  # uids said (bounded)
+
+    def _since(self, first_seen: float | None) -> float | None:
+        return None if first_seen is None else max(0.0, self.clock() - first_seen)
+
+    def rolled(
+        self,
+        ref: WorkloadRef,
+        obj: JSONObject,
+        changed: Iterable[SourceId],
+        first_seen: float | None,
+    ) -> None:
+        self.metrics.rollouts.labels(ref.kind).inc()
+        if (seconds := self._since(first_seen)) is not None:
+            self.metrics.rollout_latency.observe(seconds)
+        names = _names(changed)
+        log.info("re-stamped %s: %s changed", ref, names)
+        if self.events is not None:
+            self.events.normal(
+                obj,
+                "RolloutStarted",
+                "Rollout",
+                f"{names} changed: pod template re-stamped, a rolling update starts",
+            )
+
+    def rolled_instead(
+        self, ref: WorkloadRef, obj: JSONObject, changed: Iterable[SourceId], why: RollInstead
+    ) -> None:
+        self.metrics.refresh_fallbacks.labels(why.reason.value).inc()
+        log.info("%s: on-change is refresh, but rolled: %s", ref, why.why)
+        note = f"{_names(changed)} changed; on-change is refresh, but {why.why}: rolled instead"
+        if self.events is None:
+            return
+        if why.reason.in_the_way:  # a setting or a permission stood in the way
+            self.events.warning(obj, "RolledInsteadOfRefresh", "Rollout", note)
+        else:
+            self.events.normal(obj, "RolledInsteadOfRefresh", "Rollout", note)
+
+    def refreshed(
+        self,
+        ref: WorkloadRef,
+        obj: JSONObject,
+        changed: Iterable[SourceId],
+        pods: int,
+        first_seen: float | None,
+    ) -> None:
+        self.metrics.refreshes.labels(ref.kind).inc()
+        if (seconds := self._since(first_seen)) is not None:
+            self.metrics.refresh_latency.observe(seconds)
+        names = _names(changed)
+        log.info("refreshed %s: %s changed; %d running pods told to sync now", ref, names, pods)
+        if self.events is not None:
+            self.events.normal(
+                obj,
+                "Refreshed",
+                "Refresh",
+                f"{names} changed: {pods} running pods told to sync their mounted volumes "
+                "now; no rollout (the pod template is unchanged)",
+            )
+
+    def recorded(self, obj: JSONObject) -> None:
+        if self.events is not None:
+            self.events.normal(
+                obj,
+                "Recorded",
+                "Record",
+                "recorded the digests of its sources on the workload without a rollout "
+                "(a baseline, a required source that appeared, or a kept rollback)",
+            )
+
+    def copies_created(self, obj: JSONObject, copies: Sequence[JSONObject]) -> None:
+        if self.events is not None:
+            for copy in copies:
+                self.events.normal(
+                    obj, "CopyCreated", "Snapshot", copy_created_note(copy), related=copy
+                )
+
+    def deferred(self, regarding: Regarding, stale: Iterable[SourceId], until: str) -> None:
+        if self.events is not None:
+            self.events.normal(
+                regarding,
+                "RolloutDeferred",
+                "Rollout",
+                f"{_names(stale)} changed; the minimum interval between rollouts defers this "
+                f"one until {until}",
+            )
+
+    def gave_up(self, regarding: Regarding, attempts: int, error: str) -> None:
+        log.error(
+            "%s %s/%s: giving up after %d failures (%s)",
+            regarding.kind,
+            regarding.namespace,
+            regarding.name,
+            attempts,
+            error,
+        )
+        if self.events is not None:
+            self.events.warning(
+                regarding,
+                "RolloutFailed",
+                "Rollout",
+                f"gave up after {attempts} attempts: {error}; the next change or resync tries "
+                "again",
+            )
+
+    def owned(self, obj: JSONObject) -> None:
+        """An operator's workload (a Deployment a controller owns) is left to its owner: said
+        once per object (the API server does not even send it to the webhook where the
+        chart's matchConditions apply)."""
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if self.events is None or not uid or uid in self._owned:
+            return
+        self._owned[uid] = None
+        while len(self._owned) > _REPORTED_MAX:
+            self._owned.popitem(last=False)
+        owner = controller_of(obj) or {}
+        self.metrics.owned_skipped.inc()
+        self.events.normal(
+            obj,
+            "SkippedOwned",
+            "Skip",
+            f"not pinned: owned by {owner.get('kind', '?')} {owner.get('name', '?')}, another "
+            f"controller, whose template decides (pin it anyway: {ANN_OWNED}: {OWNED_PIN} on "
+            "it, or --pin-owned-by for its owner's kind)",
+        )

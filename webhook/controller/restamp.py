@@ -1,0 +1,264 @@
+"""The re-stamp decision: given a workload as just read, what to write and what it means.
+
+    current? ── yes ──► leave it (pods created since a refresh are brought to that refresh)
+        │ no: some consumed source differs from what it recorded
+    plan it as admission does (plan_object, told which sources changed)
+        ├─ not pinned (a skip reason), or nothing to write ──► leave it
+        ├─ found unstamped, older than the catch-up window ──► its record only: a baseline
+        ├─ a required source that appeared (checksum mode) ──► its record only
+        ├─ on-change: refresh, reachable through whole-volume mounts ──► refresh its pods
+        └─ otherwise ──► roll: copies made first (snapshot mode), the template re-stamped
+
+Dependencies come in explicitly (the settings, the sources, the snapshot writer, the pods,
+leadership, the clock): the decision builds no thread and no client, and tests drive it case
+by case. The write (guarded by the resourceVersion read, retried on 409) is the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from webhook.config import Settings
+from webhook.controller.index import (
+    Lookup,
+    WorkloadEntry,
+    WorkloadRef,
+    appeared,
+    entry_from_object,
+    format_time,
+    parse_time,
+    stale_sources,
+)
+from webhook.core.constants import ANN_ON_CHANGE, MODE_SNAPSHOT, ON_CHANGE_REFRESH
+from webhook.core.kinds import template_paths
+from webhook.core.model import JSONObject, PatchOp, SnapshotEnsurer
+from webhook.core.names import pointer
+from webhook.core.plan import (
+    RollInstead,
+    dumps_mapping,
+    observed_ops,
+    plan_object,
+    refreshed_ops,
+    restamp_from_consumption,
+    roll_instead,
+    rolled_at_ops,
+)
+from webhook.core.reasons import Fallback, SkipReason
+from webhook.core.refs import Consumption
+from webhook.kube.errors import Forbidden
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to write on a workload as read (`ops`), or why nothing (`skip`), and what that
+    write means once stored."""
+
+    ops: list[PatchOp]
+    skip: SkipReason | None = None
+    intended: Mapping[str, str] = field(default_factory=dict)  # the record it writes
+    refreshed: int | None = None  # pods told to sync (refreshed instead of rolled)
+    instead: RollInstead | None = None  # why an on-change: refresh workload rolls
+    note: str = ""  # why its record alone is written
+
+    @classmethod
+    def leave(cls, reason: SkipReason) -> Decision:
+        return cls([], reason)
+
+    @property
+    def record_only(self) -> bool:
+        return bool(self.note)
+
+
+class PodRefresher(Protocol):
+    """A workload's running pods (webhook.controller.refresh)."""
+
+    def refresh(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
+        """Tell its pods that lag `target` to sync; returns how many. Raises Forbidden."""
+        ...
+
+    def catch_up(self, ref: WorkloadRef, obj: JSONObject, read: Lookup) -> None:
+        """Bring pods created since its last refresh to that refresh."""
+        ...
+
+
+def touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
+    """Whether a write changes the pod template (a rollout), not only the workload's own
+    metadata (its record)."""
+    paths = template_paths(kind)
+    assert paths is not None
+    prefix = pointer(paths[0][:-1]) + "/"
+    return any(str(op.get("path", "")).startswith(prefix) for op in ops)
+
+
+def _age(obj: JSONObject, now: float) -> float:
+    """Seconds since the object was created (0 when that cannot be told)."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return 0.0 if created is None else max(0.0, now - created)
+
+
+def _asks_refresh(obj: JSONObject) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return isinstance(annotations, dict) and annotations.get(ANN_ON_CHANGE) == ON_CHANGE_REFRESH
+
+
+@dataclass(frozen=True)
+class IndexRestamp:
+    """A plain re-stamp planned from the index alone: a merge patch guarded by the
+    resourceVersion the index saw."""
+
+    merge_patch: JSONObject
+    observed: dict[str, str]
+
+
+class Restamper:
+    def __init__(
+        self,
+        hkey: bytes,
+        settings: Settings,
+        *,
+        snapshots: SnapshotEnsurer | None,
+        pods: PodRefresher,
+        is_leader: Callable[[], bool],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.hkey = hkey
+        self.settings = settings
+        self.snapshots = snapshots
+        self.pods = pods
+        self.is_leader = is_leader
+        self.wall = wall
+
+    def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
+        return entry_from_object(obj, self.settings.mode, self.settings.max_sources)
+
+    def decide(
+        self,
+        ref: WorkloadRef,
+        obj: JSONObject,
+        *,
+        peek: Lookup,
+        read: Lookup,
+        refreshable: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
+    ) -> Decision:
+        """`peek`: the sources as this replica holds them (memory only, what staleness is
+        judged by); `read`: the same, reading through where memory has nothing; `refreshable`:
+        configpin finds this kind's pods; `on_created`: each snapshot copy made for it."""
+        settings = self.settings
+        obj.setdefault("kind", ref.kind)
+        entry = self.entry(obj)
+        if isinstance(entry, SkipReason):
+            return Decision.leave(entry)
+        stale = stale_sources(entry, peek, self.hkey)
+        if not stale:
+            if entry.refreshed is not None and settings.refresh_pods:
+                self.pods.catch_up(ref, obj, read)
+            return Decision.leave(SkipReason.CURRENT)
+        plan = plan_object(
+            obj,
+            hkey=self.hkey,
+            lookup=read,
+            default_mode=settings.mode,
+            operation="UPDATE",
+            old=obj,
+            refresh=stale,
+            namespace=ref.namespace,
+            max_sources=settings.max_sources,
+            allow_snapshots=settings.snapshots,
+        )
+        if plan.skipped is not None:
+            return Decision.leave(plan.skipped)
+        if not entry.stamped and _age(obj, self.wall()) > settings.catch_up_window:
+            return self._record_only(ref, obj, plan.observed, "found unstamped: a baseline")
+        if plan.mode != MODE_SNAPSHOT and stale <= appeared(entry, stale):
+            # No pod of it could start before the source existed: they start with what it
+            # holds now. The record is completed; a rollout would restart them for nothing.
+            # (Snapshot mode rolls instead: its revisions must point at copies.)
+            completed = {**entry.recorded}
+            completed.update((str(sid), plan.observed[str(sid)]) for sid in stale)
+            return self._record_only(ref, obj, completed, "a required source appeared")
+        if not plan.patch:
+            return Decision.leave(SkipReason.UNCHANGED)
+        instead = None
+        if _asks_refresh(obj):
+            instead = roll_instead(obj, plan, stale)
+            if instead is None and not refreshable:
+                instead = RollInstead(
+                    Fallback.KIND, f"configpin does not find the pods of a {ref.kind} to refresh"
+                )
+            if instead is None and not settings.refresh_pods:
+                instead = RollInstead(
+                    Fallback.DISABLED,
+                    "pod refresh is turned off on this configpin (--refresh-pods=false)",
+                )
+            if instead is None:
+                try:
+                    pods = self.pods.refresh(ref, obj, plan.observed)
+                except Forbidden as e:
+                    instead = RollInstead(
+                        Fallback.FORBIDDEN,
+                        f"configpin may not patch its pods ({e}); grant it or turn "
+                        "on-change: refresh off",
+                    )
+                else:
+                    ops = refreshed_ops(obj, dumps_mapping(plan.observed))
+                    return Decision(ops, intended=plan.observed, refreshed=pods)
+        if plan.snapshots:
+            if self.snapshots is None:
+                log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
+                return Decision.leave(SkipReason.NO_SNAPSHOTS)
+            for warning in self.snapshots.ensure(
+                ref.namespace, plan.snapshots, dry_run=False, on_created=on_created
+            ):
+                log.warning("%s: %s", ref, warning)
+        if not self.is_leader():
+            return Decision.leave(SkipReason.NOT_LEADER)
+        for warning in plan.warnings:
+            log.warning("%s: %s", ref, warning)
+        ops = list(plan.patch)
+        if touches_template(ref.kind, ops):
+            ops += rolled_at_ops(obj, format_time(self.wall()))
+        return Decision(ops, intended=plan.observed, instead=instead)
+
+    @staticmethod
+    def _record_only(
+        ref: WorkloadRef, obj: JSONObject, observed: dict[str, str], why: str
+    ) -> Decision:
+        """The record alone, on the workload's metadata: its template stays as it is."""
+        ops = observed_ops(obj, dumps_mapping(observed)) if observed else []
+        if not ops:
+            return Decision.leave(SkipReason.UNCHANGED)
+        log.info("%s: recorded %s without a rollout (%s)", ref, dumps_mapping(observed), why)
+        return Decision(ops, intended=observed, note=why)
+
+    def from_index(self, entry: WorkloadEntry, peek: Lookup, read: Lookup) -> IndexRestamp | None:
+        """A plain re-stamp (checksum mode, on-change roll, its record on its template, every
+        stale source a change of content) planned from the index entry alone; None when it
+        needs the object read first."""
+        ref, rv = entry.ref, entry.restamp_rv
+        if rv is None or not entry.stamped:
+            return None
+        stale = stale_sources(entry, peek, self.hkey)
+        if not stale or appeared(entry, stale):
+            return None
+        restamp = restamp_from_consumption(
+            ref.kind,
+            [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
+            hkey=self.hkey,
+            lookup=read,
+            namespace=ref.namespace,
+            recorded=entry.recorded,
+            resource_version=str(rv),
+            rolled_at=format_time(self.wall()),
+        )
+        if restamp is None or not self.is_leader():
+            return None
+        for warning in restamp.warnings:
+            log.warning("%s: %s", ref, warning)
+        return IndexRestamp(restamp.merge_patch, restamp.observed)
