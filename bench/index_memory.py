@@ -9,7 +9,7 @@ it) are fed page by page to `SourceCache`'s informer handlers, the controller's
 `_KindHandler` and, with snapshots allowed, the snapshot adopter's ReplicaSet watch, under
 tracemalloc. Load-independent: heap bytes, not time or RSS (bench/scale.py has those).
 
-    .venv/bin/python bench/index_memory.py [--objects 20000] [--baseline REV]
+    .venv/bin/python -m bench.index_memory [--objects 20000] [--baseline REV]
 
 `--baseline REV` measures REV's tree (`git archive`) the same way, in its own process, and
 prints the ratios.
@@ -31,7 +31,8 @@ from typing import Any
 
 import orjson
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO, baseline_tree, child_env
+
 PAGE = 100  # objects per simulated list page (the pages' own heap is the transient part)
 NS = "scale-0"
 
@@ -204,10 +205,9 @@ def measure(
     return {"kept": (after - before) / count, "transient": (peak - after) / 2**20}
 
 
+# Run in the tree measured, with that tree and then the checkout (bench) on PYTHONPATH.
 MEASURE = r"""
 import json, sys
-sys.path.insert(0, sys.argv[1])
-sys.path.insert(1, sys.argv[2])
 from kubernetes import client
 from bench.index_memory import configmap, secret, deployment, replicaset, measure
 from webhook.controller.rollout import ControllerOptions, RolloutController, _KindHandler
@@ -217,7 +217,7 @@ from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.metrics import Metrics
 
-count = int(sys.argv[3])
+count = int(sys.argv[1])
 kube = Kube(client.ApiClient(client.Configuration()))
 metrics = Metrics()
 hkey = b"bench-key-0123456789abcdef0123456789"
@@ -251,10 +251,11 @@ print(json.dumps(out))
 
 def run(tree: Path, count: int) -> dict[str, dict[str, float]]:
     out = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(tree), str(REPO), str(count)],
+        [sys.executable, "-c", MEASURE, str(count)],
         check=True,
         capture_output=True,
         text=True,
+        env=child_env(tree),
         cwd=tree,
     )
     result: dict[str, dict[str, float]] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -269,13 +270,7 @@ def main() -> None:
     trees = {"this tree": REPO}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline:
-            archive = subprocess.run(
-                ["git", "-C", str(REPO), "archive", args.baseline, "webhook"],
-                capture_output=True,
-                check=True,
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            trees[args.baseline] = Path(tmp)
+            trees[args.baseline] = baseline_tree(args.baseline, Path(tmp))
         results = {name: run(tree, args.objects) for name, tree in trees.items()}
     names = list(results)
     print(f"{args.objects} objects of each kind, list pages of {PAGE}, Python heap (tracemalloc)")

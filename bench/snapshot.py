@@ -12,7 +12,7 @@ counted (`Kube.calls`).
   change), so that admission must make one new copy: read the source, check its digest,
   create the copy.
 
-    .venv/bin/python bench/snapshot.py [--admissions 200] [--sources 3]
+    .venv/bin/python -m bench.snapshot [--admissions 200] [--sources 3]
 
 Loopback only; bounded (about half a minute with the defaults, control plane start included).
 """
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import logging
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -31,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.controlplane import running_control_plane
 from webhook.core.constants import LABEL_SNAPSHOT
