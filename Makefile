@@ -48,8 +48,9 @@ control-plane:
 integration: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/provision-control-plane.sh $(or $(K8S),1.20.2))" $(BIN)/pytest -p no:cacheprovider tests/integration $(PYTEST_ARGS)
 
+## One run of the admission benchmark (about 35 s); the others: bench/README.md
 bench: $(STAMP)
-	$(BIN)/python bench/admission.py
+	$(BIN)/python -m bench.admission $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,6 +1,6 @@
 """`configpin serve` as installed, optionally on another HTTP parser or event loop.
 
-    python bench/_serve.py [--http h11|httptools] [--loop asyncio|uvloop] -- serve [flags]
+    python -m bench._serve [--http h11|httptools] [--loop asyncio|uvloop] -- serve [flags]
 
 The benchmarks start the server through this, so that one script can compare stacks; the
 defaults are what `configpin serve` itself runs.
@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from webhook import cli
 from webhook.server import runner

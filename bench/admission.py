@@ -17,7 +17,10 @@ For each payload (a Deployment with 10 references; a ~20 KB Pod with 4) and each
 mutate and bare alternate in short slices, so that whatever else the machine runs falls on
 both alike.
 
-    .venv/bin/python bench/admission.py [--runs 3] [--seconds 4] [--concurrency 8] [--rate 200]
+    .venv/bin/python -m bench.admission [--runs 3] [--seconds 4] [--concurrency 8] [--rate 200]
+
+The servers import `webhook` from PYTHONPATH when it is set (`PYTHONPATH=build/compiled`:
+the compiled core, hack/compiled-tree.py), else from this checkout.
 
 Goal (issue 2): mutate at least 60% of bare throughput; p99 under 5 ms at 200 requests/s, on
 one core. Loopback only; about 35 seconds per run."""
@@ -40,20 +43,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jsonpatch
 import orjson
-import yaml
 from fastapi import FastAPI, Request, Response
 
-# After PYTHONPATH: `PYTHONPATH=<tree of hack/compiled-tree.py>` serves the compiled core.
-sys.path.append(str(Path(__file__).resolve().parents[1]))
-
-from webhook import certs
+from bench.common import (
+    HOST,
+    admission_review,
+    big_pod,
+    child_env,
+    core_build,
+    deployment,
+    free_port,
+    granian_cmd,
+    process_tree,
+    write_server_files,
+)
 from webhook.digestkey import load_key_file
 from webhook.metrics import Metrics
 from webhook.server import runner
@@ -63,214 +72,10 @@ from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
 from webhook.sources import FileSources
 
-HOST = "127.0.0.1"
 CONFIGPIN = "configpin"
 BARE = "bare"
 ALLOW_ALL = ("allow-all", "granian-allow-all")
 RATE_LABEL = "the fixed rate"
-NAMESPACE = "bench"
-N_CONFIGMAPS = 5
-N_SECRETS = 5
-
-# ---- what is served and sent ----
-
-
-def source_manifests() -> list[dict[str, Any]]:
-    """Ten sources of realistic size: five ConfigMaps and five Secrets, a few keys each."""
-    objs: list[dict[str, Any]] = []
-    for i in range(N_CONFIGMAPS):
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": f"config-{i}", "namespace": NAMESPACE},
-                "data": {
-                    "app.properties": "\n".join(f"key.{j}=value-{i}-{j}" for j in range(40)),
-                    "log.level": "info",
-                    "feature-flags": "a=true,b=false,c=true",
-                    "endpoint": f"https://service-{i}.{NAMESPACE}.svc:8443",
-                },
-            }
-        )
-    for i in range(N_SECRETS):
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": f"secret-{i}", "namespace": NAMESPACE},
-                "type": "Opaque",
-                "stringData": {
-                    "username": f"user-{i}",
-                    "password": f"p4ssw0rd-{i}-" + "x" * 24,
-                    "token": "t" * 64,
-                },
-            }
-        )
-    return objs
-
-
-def _env_ref(kind: str, name: str, key: str, var: str) -> dict[str, Any]:
-    field = "configMapKeyRef" if kind == "cm" else "secretKeyRef"
-    return {"name": var, "valueFrom": {field: {"name": name, "key": key}}}
-
-
-def deployment() -> dict[str, Any]:
-    """A Deployment with 10 references to 10 sources, in every place a reference can be."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": "shop-frontend",
-            "namespace": NAMESPACE,
-            "labels": {"app": "shop-frontend", "team": "web"},
-            "annotations": {"deployment.kubernetes.io/revision": "3"},
-        },
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "shop-frontend"}},
-            "strategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {"labels": {"app": "shop-frontend", "team": "web"}},
-                "spec": {
-                    "serviceAccountName": "shop-frontend",
-                    "initContainers": [
-                        {
-                            "name": "migrate",
-                            "image": "registry.example/shop/migrate:1.4.2",
-                            "envFrom": [{"secretRef": {"name": "secret-0"}}],
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "registry.example/shop/frontend:1.4.2",
-                            "ports": [{"containerPort": 8080, "name": "http"}],
-                            "env": [
-                                {"name": "PORT", "value": "8080"},
-                                _env_ref("cm", "config-0", "log.level", "LOG_LEVEL"),
-                                _env_ref("cm", "config-1", "endpoint", "BACKEND"),
-                                _env_ref("secret", "secret-1", "password", "DB_PASSWORD"),
-                            ],
-                            "envFrom": [{"configMapRef": {"name": "config-2"}}],
-                            "resources": {
-                                "requests": {"cpu": "100m", "memory": "128Mi"},
-                                "limits": {"memory": "256Mi"},
-                            },
-                            "volumeMounts": [
-                                {"name": "config", "mountPath": "/etc/app"},
-                                {"name": "tls", "mountPath": "/etc/tls"},
-                                {"name": "bundle", "mountPath": "/etc/bundle"},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "config",
-                            "configMap": {
-                                "name": "config-3",
-                                "items": [{"key": "app.properties", "path": "app.properties"}],
-                            },
-                        },
-                        {"name": "tls", "secret": {"secretName": "secret-2"}},
-                        {
-                            "name": "bundle",
-                            "projected": {
-                                "sources": [
-                                    {"configMap": {"name": "config-4"}},
-                                    {"secret": {"name": "secret-3"}},
-                                    {
-                                        "secret": {
-                                            "name": "secret-4",
-                                            "items": [{"key": "token", "path": "token"}],
-                                        }
-                                    },
-                                ]
-                            },
-                        },
-                    ],
-                },
-            },
-        },
-    }
-
-
-def big_pod(target: int = 20_000) -> dict[str, Any]:
-    """A bare Pod of about `target` bytes of JSON: many env values, labels, a large
-    last-applied-configuration annotation, three containers; four references."""
-    containers: list[dict[str, Any]] = []
-    for c in range(3):
-        env: list[dict[str, Any]] = [
-            {"name": f"SETTING_{c}_{j}", "value": f"value-{c}-{j}-" + "v" * 20} for j in range(50)
-        ]
-        containers.append(
-            {
-                "name": f"c{c}",
-                "image": f"registry.example/team/component-{c}:2.3.{c}",
-                "args": ["--config=/etc/app/app.properties", "--verbose"],
-                "env": env,
-                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-            }
-        )
-    containers[0]["env"].append(_env_ref("cm", "config-0", "log.level", "LOG_LEVEL"))
-    containers[1]["envFrom"] = [{"secretRef": {"name": "secret-1"}}]
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "batch-runner",
-            "namespace": NAMESPACE,
-            "labels": {f"label-{i}": f"value-{i}" for i in range(20)},
-            "annotations": {},
-        },
-        "spec": {
-            "containers": containers,
-            "volumes": [
-                {"name": "config", "configMap": {"name": "config-3"}},
-                {"name": "creds", "secret": {"secretName": "secret-2"}},
-            ],
-        },
-    }
-    filler = len(orjson.dumps(pod))
-    pod["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "x" * max(
-        0, target - filler - 200
-    )
-    return pod
-
-
-def admission_review(obj: dict[str, Any], uid: str) -> bytes:
-    api = str(obj["apiVersion"])
-    group, _, version = api.rpartition("/")
-    kind = str(obj["kind"])
-    return orjson.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": group, "version": version, "kind": kind},
-                "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
-                "requestKind": {"group": group, "version": version, "kind": kind},
-                "requestResource": {
-                    "group": group,
-                    "version": version,
-                    "resource": kind.lower() + "s",
-                },
-                "name": obj["metadata"]["name"],
-                "namespace": NAMESPACE,
-                "operation": "CREATE",
-                "userInfo": {
-                    "username": "system:serviceaccount:kube-system:deployment-controller",
-                    "uid": "5f0c1a8e-1b9d-4a53-9a2e-9d3f1c0f6b7a",
-                    "groups": ["system:serviceaccounts", "system:authenticated"],
-                },
-                "object": obj,
-                "oldObject": None,
-                "dryRun": False,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-            },
-        }
-    )
-
 
 # ---- the server (subprocess) ----
 
@@ -371,13 +176,6 @@ def serve(args: argparse.Namespace) -> None:
     )
 
 
-def core_build() -> str:
-    """Which build of webhook/core this process (and so the server it starts) imports."""
-    import webhook.core.plan
-
-    return "compiled" if not webhook.core.plan.__file__.endswith(".py") else "pure Python"
-
-
 def pin(cpu: int | None) -> str:
     if cpu is None or not hasattr(os, "sched_setaffinity"):
         return "not pinned"
@@ -458,15 +256,6 @@ class Phase:
         if not lat:
             return float("nan")
         return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
-
-
-def process_tree(pid: int) -> Iterator[int]:
-    """`pid` and its descendants that still run (granian serves from a worker process)."""
-    yield pid
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        with contextlib.suppress(OSError):
-            for child in task.read_text().split():
-                yield from process_tree(int(child))
 
 
 def proc_cpu(pid: int) -> float:
@@ -668,54 +457,21 @@ def wait_ready(
     raise SystemExit(f"server not ready in time:\n{log.read_text()}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def granian_cmd(port: int, certs: Path, factory: str, extra: Sequence[str] = ()) -> list[str]:
-    """granian serving this file's app `factory` (`allow_all_app` or `configpin_app_from_env`:
-    BENCH_MANIFESTS and BENCH_KEY_FILE in its environment) with its own TLS and uvloop."""
-    return [
-        sys.executable,
-        "-m",
-        "granian",
-        "--interface",
-        "asgi",
-        "--factory",
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--ssl-certificate",
-        str(certs / "tls.crt"),
-        "--ssl-keyfile",
-        str(certs / "tls.key"),
-        "--loop",
-        "uvloop",
-        "--no-ws",
-        *extra,
-        "--working-dir",
-        str(Path(__file__).resolve().parent),
-        f"admission:{factory}",
-    ]
-
-
 def _server_cmd(args: argparse.Namespace, tmp: Path, port: int, app: str) -> list[str]:
     """The command of one server process: configpin's runner, a plain uvicorn (allow-all),
-    or granian (either app), pinned to the server's core."""
+    or granian (either app), pinned to the server's core. Run it in `tmp` with
+    `child_env()`, so that `webhook` comes from PYTHONPATH where it is set."""
     if app.startswith("granian"):
         factory = "configpin_app_from_env" if app == "granian-configpin" else "allow_all_app"
         quiet = ["--log-level", "warning", "--no-access-log"]
-        cmd = granian_cmd(port, tmp / "certs", factory, quiet)
+        cmd = granian_cmd(port, tmp / "certs", factory, tmp, quiet)
         if args.server_cpu is not None:
             cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
         return cmd
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "bench.admission",
         "--serve",
         "--app",
         app,
@@ -740,18 +496,18 @@ def one_run(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> list[Phase]:
     """Start every server (each fresh per run, all on the server's core), measure, stop."""
     procs: list[subprocess.Popen[bytes]] = []
     targets: list[Target] = []
-    env = {
-        **os.environ,
-        "BENCH_MANIFESTS": str(tmp / "sources"),
-        "BENCH_KEY_FILE": str(tmp / "digest.key"),
-    }
+    env = child_env(BENCH_MANIFESTS=str(tmp / "sources"), BENCH_KEY_FILE=str(tmp / "digest.key"))
     try:
         for app in args.servers:
             port = free_port()
             log = tmp / f"server-{app}-{port}.log"
             with log.open("wb") as fh:
                 proc = subprocess.Popen(
-                    _server_cmd(args, tmp, port, app), stdout=fh, stderr=subprocess.STDOUT, env=env
+                    _server_cmd(args, tmp, port, app),
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=tmp,
                 )
             procs.append(proc)
             wait_ready(port, ca_pem, proc, log)
@@ -860,7 +616,11 @@ def instructions(args: argparse.Namespace, tmp: Path, ca_pem: bytes) -> None:
         ]
         with log.open("wb") as fh:
             proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"}
+                cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=child_env(PYTHONHASHSEED="0"),
+                cwd=tmp,
             )
         try:
             wait_ready(port, ca_pem, proc, log, timeout=600)
@@ -1021,20 +781,16 @@ def main() -> None:
         print("fewer than two cores: server and load generator share one; figures are pessimistic")
         args.server_cpu = args.client_cpu = None
     client_pinning = pin(args.client_cpu)
-    print(
-        f"server: {'not pinned' if args.server_cpu is None else f'cpu {args.server_cpu}'}, "
-        f"load generator: {client_pinning}; python {sys.version.split()[0]}; "
-        f"stack: http={args.http or runner.DEFAULT_HTTP} loop={args.loop or runner.DEFAULT_LOOP}; "
-        f"servers: {', '.join(args.servers)}; core: {core_build()}; "
-        f"load average {os.getloadavg()[0]:.2f}"
-    )
     with tempfile.TemporaryDirectory(prefix="configpin-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        bundle = certs.generate("configpin", "configpin")
-        certs.write_bundle(bundle, tmp / "certs")
-        (tmp / "sources").mkdir()
-        (tmp / "sources" / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))
-        (tmp / "digest.key").write_text("bench-digest-key-0123456789abcdef\n")
+        stack = f"http={args.http or runner.DEFAULT_HTTP} loop={args.loop or runner.DEFAULT_LOOP}"
+        print(
+            f"server: {'not pinned' if args.server_cpu is None else f'cpu {args.server_cpu}'}, "
+            f"load generator: {client_pinning}; python {sys.version.split()[0]}; "
+            f"stack: {stack}; servers: {', '.join(args.servers)}; "
+            f"core: {core_build(child_env(), tmp)}; load average {os.getloadavg()[0]:.2f}"
+        )
+        ca_pem = write_server_files(tmp)
         sizes = {
             "deployment": len(admission_review(deployment(), "d-1")),
             "pod20k": len(admission_review(big_pod(), "p-1")),
@@ -1046,11 +802,11 @@ def main() -> None:
             f"{args.seconds:g}s per endpoint and loop in {args.slice:g}s slices"
         )
         if args.instructions:
-            instructions(args, tmp, bundle.ca_cert_pem)
+            instructions(args, tmp, ca_pem)
             return
         runs = []
         for i in range(args.runs):
-            phases = one_run(args, tmp, bundle.ca_cert_pem)
+            phases = one_run(args, tmp, ca_pem)
             runs.append(phases)
             print(
                 f"run {i + 1}: "

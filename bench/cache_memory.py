@@ -4,7 +4,7 @@ Starts the test control plane (same helpers as the integration tests), fills it 
 ConfigMaps and N Secrets of about 1 KiB each, then, in a fresh process, measures the RSS and
 the Python heap (tracemalloc) before and after the cache has listed them all.
 
-    .venv/bin/python bench/cache_memory.py [--objects 20000] [--namespaces 20] [--pages 100,256k]
+    .venv/bin/python -m bench.cache_memory [--objects 20000] [--namespaces 20] [--pages 100,256k]
 
 `--pages` compares list pages: a plain number is a fixed count of objects per page, a size
 (`64k`, `1m`) a page bounded by bytes of JSON (what ships: `webhook.kube.informer.PAGE_BYTES`).
@@ -26,8 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.common import REPO
 from harness.controlplane import running_control_plane
 from webhook.kube.informer import FIRST_PAGE
 from webhook.kube.raw import Kube, path
@@ -114,7 +113,7 @@ def measure(kubeconfig: Path, what: str, pages: str = "100") -> dict[str, float]
         check=True,
         capture_output=True,
         text=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPO,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 

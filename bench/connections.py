@@ -14,11 +14,11 @@ temporary folder) in a subprocess, then, from this process, over 127.0.0.1 only:
 - edges:  a 200 KB header, a gzip Content-Encoding, a body cut off mid-way; the server
           must answer each (431, 415, a logged disconnect) and still be healthy.
 
-    .venv/bin/python bench/connections.py [--runs 3] [--http h11|httptools] [--loop asyncio|uvloop]
-    .venv/bin/python bench/connections.py --server granian    # configpin's app on granian
+    .venv/bin/python -m bench.connections [--runs 3] [--http h11|httptools] [--loop asyncio|uvloop]
+    .venv/bin/python -m bench.connections --server granian    # configpin's app on granian
 
 `--server granian` (granian installed: `pip install granian`, not a dependency) serves
-configpin's own app (`create_app`, as `bench/admission.py`'s granian-configpin) from granian
+configpin's own app (`create_app`, as `bench.admission`'s granian-configpin) from granian
 with its own TLS and uvloop, its header-read timeout set to configpin's (5 s): what the stack
 would give configpin at the connection level. Its RSS is that of granian's main process and
 its worker together.
@@ -31,138 +31,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
-import socket
 import ssl
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HOST = "127.0.0.1"
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def _admission() -> Any:
-    """bench/admission.py, for what both benches share (granian's command, the process tree)."""
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
-    import admission
-
-    return admission
-
-
-def tree_rss_kib(pid: int) -> int:
-    """RSS of a process and all its descendants (granian serves from a worker process)."""
-    total = 0
-    for p in _admission().process_tree(pid):
-        with contextlib.suppress(OSError, RuntimeError):
-            total += rss_kib(p)
-    return total
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Server:
-    def __init__(self, tmp: Path, args: argparse.Namespace, extra: list[str]) -> None:
-        self.port = free_port()
-        self.log = tmp / f"server-{self.port}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env = {k: v for k, v in env.items() if not k.startswith("CONFIGPIN_")}
-        env.pop("KUBECONFIG", None)
-        if args.server == "granian":
-            cmd = _granian_cmd(tmp, self.port)
-            env.update(BENCH_MANIFESTS=str(tmp / "sources"), BENCH_KEY_FILE=str(tmp / "digest.key"))
-        else:
-            cmd = [sys.executable, str(HERE / "_serve.py")]
-            if args.http:
-                cmd += ["--http", args.http]
-            if args.loop:
-                cmd += ["--loop", args.loop]
-            cmd += ["--", "serve", "--host", HOST, "--port", str(self.port)]
-            cmd += ["--certs-dir", str(tmp / "certs"), "--log-level", "info", *extra]
-        with self.log.open("wb") as fh:
-            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-        self.ctx = ssl.create_default_context()
-        self.ctx.check_hostname = False
-        self.ctx.verify_mode = ssl.CERT_NONE
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited early:\n{self.log.read_text()}")
-            with contextlib.suppress(OSError):
-                if self.get("/readyz").startswith(b"HTTP/1.1 200"):
-                    return
-            time.sleep(0.1)
-        raise SystemExit(f"server not ready in time:\n{self.log.read_text()}")
-
-    def get(self, path: str, extra: bytes = b"", timeout: float = 5.0) -> bytes:
-        request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n".encode()
-        with (
-            socket.create_connection((HOST, self.port), timeout=timeout) as sock,
-            self.ctx.wrap_socket(sock) as tls,
-        ):
-            tls.sendall(request + extra + b"\r\n")
-            out = b""
-            with contextlib.suppress(OSError):
-                while chunk := tls.recv(65536):
-                    out += chunk
-            return out
-
-    def rss(self) -> int:
-        return tree_rss_kib(self.proc.pid)
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _granian_files(tmp: Path) -> None:
-    """What `admission.py`'s granian-configpin reads: certificates, sources, a digest key."""
-    import yaml
-
-    from webhook import certs
-
-    source_manifests = _admission().source_manifests
-
-    certs.write_bundle(certs.generate("configpin", "configpin"), tmp / "certs")
-    (tmp / "sources").mkdir(exist_ok=True)
-    (tmp / "sources" / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))
-    (tmp / "digest.key").write_text("bench-digest-key-0123456789abcdef\n")
-
-
-def _granian_cmd(tmp: Path, port: int) -> list[str]:
-    # HTTP/1 (what the API server speaks to a webhook) and configpin's header timeout
-    extra = ["--http", "1", "--http1-header-read-timeout", "5000", "--log-level", "info"]
-    return list(_admission().granian_cmd(port, tmp / "certs", "configpin_app_from_env", extra))
-
-
-async def _open(server: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection(HOST, server.port, ssl=server.ctx, server_hostname="x")
+from bench.common import Server, open_connection, write_server_files
 
 
 async def _open_many(server: Server, n: int) -> list[Any]:
@@ -170,7 +46,7 @@ async def _open_many(server: Server, n: int) -> list[Any]:
 
     async def one() -> Any:
         async with sem:
-            return await _open(server)
+            return await open_connection(server)
 
     return await asyncio.gather(*(one() for _ in range(n)))
 
@@ -209,7 +85,7 @@ async def phase_idle(server: Server, n: int, limit: float) -> dict[str, float]:
 
 
 async def _drip(server: Server, kind: str, start: float, limit: float) -> float:
-    reader, writer = await _open(server)
+    reader, writer = await open_connection(server)
     body = b'{"kind":"AdmissionReview"}' * 40
     head = (
         b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -260,7 +136,7 @@ async def phase_burst(server: Server, n: int, settle: float) -> dict[str, float]
         # Each connection asks at once (an idle one would be closed by the header timeout)
         # and then stays open, kept alive, until all have been answered.
         async with sem:
-            reader, writer = await _open(server)
+            reader, writer = await open_connection(server)
             conns.append(writer)
             writer.write(request)
             await writer.drain()
@@ -290,12 +166,12 @@ async def phase_edges(server: Server) -> dict[str, float]:
     except OSError:
         big_status = "reset"
     gz = b"Content-Encoding: gzip\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-    reader, writer = await _open(server)
+    reader, writer = await open_connection(server)
     writer.write(b"POST /mutate HTTP/1.1\r\nHost: x\r\n" + gz + b"\r\n{}")
     head = await reader.readuntil(b"\r\n")
     writer.close()
     # a body cut off mid-way
-    reader, writer = await _open(server)
+    reader, writer = await open_connection(server)
     writer.write(
         b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: 100000\r\n\r\n" + b"{" * 5000
@@ -355,7 +231,7 @@ def main() -> None:
         stack = "granian, its TLS, uvloop"
     with tempfile.TemporaryDirectory(prefix="configpin-conn-") as tmp_name:
         if args.server == "granian":
-            _granian_files(Path(tmp_name))
+            write_server_files(Path(tmp_name))
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs} ({stack})", flush=True)
             server = Server(Path(tmp_name), args, args.server_arg)

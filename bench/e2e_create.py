@@ -14,7 +14,7 @@ objects); a further variant, `with-all`, registers configpin without them, to sh
 save. It prints the webhook calls configpin answered per Deployment created for each.
 
     KUBEBUILDER_ASSETS=$(hack/provision-control-plane.sh 1.36.2) \
-        .venv/bin/python bench/e2e_create.py [--per-round 200] [--rounds 3] [--concurrency 4]
+        .venv/bin/python -m bench.e2e_create [--per-round 200] [--rounds 3] [--concurrency 4]
 
 Goals: issue 3, with configpin within 10% of without; issue 11 (1.28+), one webhook call per
 Deployment create and creates/s with configpin >= 0.95 of without.
@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.rollout import cpu_seconds
+from bench.common import cpu_seconds
 from harness.configpin import ensure_namespace, start_configpin
 from harness.controlplane import (
     ENABLED_LABEL,

@@ -5,7 +5,7 @@ replaced by a value of another JSON type (or removed), and are sent over keep-al
 connections on 127.0.0.1. Counted: answers by status, admission responses that say
 "failed internally", tracebacks in the server's log; `/healthz` is checked at the end.
 
-    .venv/bin/python bench/fuzz.py [--reviews 5000] [--seed 1] [--http ..] [--loop ..]
+    .venv/bin/python -m bench.fuzz [--reviews 5000] [--seed 1] [--http ..] [--loop ..]
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import copy
 import random
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -23,10 +22,7 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from connections import Server  # type: ignore[import-not-found]
-from heavy import Pool, _post  # type: ignore[import-not-found]
+from bench.common import Pool, Server, post_mutate
 
 KINDS = {
     "Pod": ("v1", None),
@@ -164,7 +160,7 @@ def mutated(rng: random.Random, uid: str) -> bytes:
 
 async def run(server: Server, args: argparse.Namespace) -> dict[str, int]:
     rng = random.Random(args.seed)
-    bodies = [_post(mutated(rng, f"u-{i}")) for i in range(args.reviews)]
+    bodies = [post_mutate(mutated(rng, f"u-{i}")) for i in range(args.reviews)]
     statuses: Counter[str] = Counter()
     pools = [Pool(server) for _ in range(args.concurrency)]
     queue = list(reversed(bodies))

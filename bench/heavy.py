@@ -9,7 +9,7 @@ Starts `configpin serve` (no cluster: the embedded default sources) and, over 12
           UPDATE of a Deployment of ~3 MiB (tens of thousands of references, the API server's
           request limit) with its ~3 MiB old object, about 6 MiB per body.
 
-    .venv/bin/python bench/heavy.py [--runs 3] [--heavy 4] [--seconds 10] [--http ..] [--loop ..]
+    .venv/bin/python -m bench.heavy [--runs 3] [--heavy 4] [--seconds 10] [--http ..] [--loop ..]
 
 The goal (issue 17): normal admissions keep p99 <= 100 ms and their worst wait <= 250 ms
 while four maximum-size reviews are in flight; /healthz never waits on admissions.
@@ -22,7 +22,6 @@ import asyncio
 import multiprocessing
 import ssl
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,9 +29,7 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from connections import Server, _open  # type: ignore[import-not-found]
+from bench.common import Pool, Server, exchange, post_mutate
 
 
 def _review(obj: dict[str, Any], uid: str, old: dict[str, Any] | None = None) -> bytes:
@@ -83,47 +80,6 @@ def heavy_review(target: int = 3 * 1024 * 1024) -> tuple[bytes, int]:
     return _review(obj, "heavy", old=obj), refs
 
 
-def _post(body: bytes) -> bytes:
-    return (
-        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
-
-
-async def _exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes
-) -> bytes:
-    writer.write(raw)
-    await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":")[1])
-    body = await reader.readexactly(length)
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(head[:40])
-    return body
-
-
-class Pool:
-    """Keep-alive connections handed out one request at a time."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.free: list[Any] = []
-
-    async def request(self, raw: bytes) -> bytes:
-        conn = self.free.pop() if self.free else await _open(self.server)
-        try:
-            out = await _exchange(*conn, raw)
-        except BaseException:
-            conn[1].close()
-            raise
-        self.free.append(conn)
-        return out
-
-
 async def open_loop(pool: Pool, raw: bytes, rate: float, seconds: float) -> list[float]:
     latencies: list[float] = []
     start = time.monotonic()
@@ -150,12 +106,12 @@ def _heavy_client(port: int, heavy: bytes, seconds: float, answered: Any) -> Non
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
-        raw = _post(heavy)
+        raw = post_mutate(heavy)
         times = []
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             t0 = time.monotonic()
-            body = await _exchange(reader, writer, raw)
+            body = await exchange(reader, writer, raw)
             assert b'"allowed":true' in body, body[:200]
             times.append(time.monotonic() - t0)
         writer.close()
@@ -174,7 +130,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 async def one_run(server: Server, args: argparse.Namespace, heavy: bytes) -> dict[str, float]:
-    normal = _post(_review(deployment(2, "small"), "normal"))
+    normal = post_mutate(_review(deployment(2, "small"), "normal"))
     health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     out: dict[str, float] = {}
     for phase in ("alone", "heavy"):
@@ -197,7 +153,10 @@ async def one_run(server: Server, args: argparse.Namespace, heavy: bytes) -> dic
             await asyncio.sleep(1.0)  # all of them under way
         normals, healths = await asyncio.gather(
             open_loop(
-                Pool(server), _post(_review(deployment(2, "small"), "n")), args.rate, args.seconds
+                Pool(server),
+                post_mutate(_review(deployment(2, "small"), "n")),
+                args.rate,
+                args.seconds,
             ),
             open_loop(Pool(server), health, 10.0, args.seconds),
         )

@@ -5,8 +5,8 @@ What `/mutate` does between the body and the bytes it answers (`parse_review`,
 the answer), in a hot loop inside one event loop, for the same two payloads as
 `admission.py` (a 10-reference Deployment, a 20 KiB Pod with 4 references).
 
-    .venv/bin/python bench/hotpath.py [--iterations 20000] [--repeats 7]
-    .venv/bin/python bench/hotpath.py --instructions [--iterations 1000] [--only deployment]
+    .venv/bin/python -m bench.hotpath [--iterations 10000] [--repeats 7]
+    .venv/bin/python -m bench.hotpath --instructions [--iterations 1000] [--only deployment]
         [--baseline REV] [--compiled]
 
 Wall time on a shared machine moves with its load; `--instructions` runs the loop under
@@ -16,7 +16,8 @@ else runs, which is what to compare before and after a change (`--baseline REV` 
 another revision's tree the same way, extracted with `git archive`, and prints the ratio;
 `--compiled` also measures this tree as its wheel installs it, with `webhook/core` compiled by
 mypyc: hack/compiled-tree.py). Without `--instructions`, `PYTHONPATH=<compiled tree>` times
-the compiled build."""
+the compiled build. The measured loop runs in a child process either way, which imports
+`webhook` from the tree measured."""
 
 from __future__ import annotations
 
@@ -33,15 +34,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import (
+    DIGEST_KEY,
+    REPO,
+    admission_review,
+    baseline_tree,
+    big_pod,
+    child_env,
+    deployment,
+    source_manifests,
+)
 
 
 def setup(tmp: Path) -> tuple[Any, dict[str, bytes]]:
     """An Admitter as `admission.py` serves it, and the two reviews."""
     import yaml
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from admission import admission_review, big_pod, deployment, source_manifests
 
     from webhook.digestkey import load_key_file
     from webhook.metrics import Metrics
@@ -49,7 +56,7 @@ def setup(tmp: Path) -> tuple[Any, dict[str, bytes]]:
     from webhook.sources import FileSources
 
     (tmp / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))
-    (tmp / "digest.key").write_text("bench-digest-key-0123456789abcdef\n")
+    (tmp / "digest.key").write_text(DIGEST_KEY)
     hkey = load_key_file(tmp / "digest.key")
     sources = FileSources.from_paths(hkey, [tmp / "sources.yaml"])
     admitter = Admitter(hkey=hkey, sources=sources, metrics=Metrics())
@@ -79,9 +86,9 @@ def run_loop(admitter: Any, body: bytes, n: int) -> float:
 
 
 def _child(args: argparse.Namespace) -> None:
-    """The measured process (under callgrind): warm up, then `--iterations` of one payload."""
-    sys.path.insert(0, str(args.tree))
-    import webhook.server.handler  # from the tree measured, before admission.py adds its own
+    """The measured process (under callgrind): warm up, then `--iterations` of one payload.
+    It runs in the tree measured, with that tree first on PYTHONPATH."""
+    import webhook.server.handler
 
     if not Path(webhook.server.handler.__file__).is_relative_to(args.tree):
         raise SystemExit(f"measuring {webhook.server.handler.__file__}, not {args.tree}")
@@ -107,7 +114,8 @@ def instructions(tree: Path, payload: str, n: int) -> int:
             "--toggle-collect=builtin_eval",
             f"--callgrind-out-file={out}",
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "bench.hotpath",
             "--child",
             "--tree",
             str(tree),
@@ -116,8 +124,8 @@ def instructions(tree: Path, payload: str, n: int) -> int:
             "--iterations",
             str(n),
         ]
-        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        env = child_env(tree, PYTHONHASHSEED="0")
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, check=False)
         if done.returncode != 0:
             raise SystemExit(done.stderr[-2000:])
         m = re.search(r"Collected : (\d+)", done.stderr)
@@ -138,7 +146,8 @@ def main() -> None:
         help="also count this tree's wheel with its core compiled (with --instructions)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, default=REPO, help=argparse.SUPPRESS)
     parser.add_argument("--payload", default="deployment", help=argparse.SUPPRESS)
     parser.add_argument(
         "--only", choices=("deployment", "pod20k"), help="one payload (default: both)"
@@ -147,27 +156,23 @@ def main() -> None:
     if args.child:
         _child(args)
         return
+    if args.timed:
+        timed(args)
+        return
     payloads = (args.only,) if args.only else ("deployment", "pod20k")
     if args.instructions:
         if shutil.which("valgrind") is None:
             raise SystemExit("valgrind is not installed (apt-get install valgrind)")
         n = args.iterations or 1000
-        trees = {"this tree": ROOT}
+        trees = {"this tree": REPO}
         with tempfile.TemporaryDirectory(prefix="configpin-hotpath-") as tmp:
             if args.baseline:
-                base = Path(tmp) / "baseline"
-                base.mkdir()
-                archive = subprocess.run(
-                    ["git", "-C", str(ROOT), "archive", args.baseline, "webhook", "bench"],
-                    capture_output=True,
-                    check=True,
-                ).stdout
-                subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+                base = baseline_tree(args.baseline, Path(tmp) / "baseline")
                 trees[f"baseline {args.baseline}"] = base
             if args.compiled:
                 compiled = Path(tmp) / "compiled"
                 built = subprocess.run(
-                    [sys.executable, str(ROOT / "hack" / "compiled-tree.py"), str(compiled)],
+                    [sys.executable, str(REPO / "hack" / "compiled-tree.py"), str(compiled)],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -190,6 +195,22 @@ def main() -> None:
                 line += f" (compiled/this tree {ratio:.3f})"
             print(f"{p}: instructions per admission: {line}")
         return
+    # Timed in a child in a folder of its own, so that `webhook` comes from PYTHONPATH
+    # where it is set (the compiled tree), else from this checkout.
+    cmd = [sys.executable, "-m", "bench.hotpath", "--timed", "--repeats", str(args.repeats)]
+    if args.iterations:
+        cmd += ["--iterations", str(args.iterations)]
+    if args.only:
+        cmd += ["--only", args.only]
+    with tempfile.TemporaryDirectory(prefix="configpin-hotpath-") as tmp:
+        done = subprocess.run(cmd, env=child_env(), cwd=tmp, check=False)
+    if done.returncode:
+        raise SystemExit(done.returncode)
+
+
+def timed(args: argparse.Namespace) -> None:
+    """The timed loops, in this process: `--repeats` times `--iterations` of each payload."""
+    payloads = (args.only,) if args.only else ("deployment", "pod20k")
     n = args.iterations or 10000
     with tempfile.TemporaryDirectory() as tmp:
         admitter, reviews = setup(Path(tmp))
@@ -204,7 +225,8 @@ def main() -> None:
             times = [run_loop(admitter, reviews[p], n) / n * 1e6 for _ in range(args.repeats)]
             print(
                 f"{p}: {statistics.median(times):.1f} us per admission (median of "
-                f"{args.repeats} x {n}; min {min(times):.1f}, max {max(times):.1f})"
+                f"{args.repeats} x {n}; min {min(times):.1f}, max {max(times):.1f})",
+                flush=True,
             )
         admitter.close()
 

@@ -6,10 +6,10 @@ No cluster: objects shaped as the API server lists them in bench/scale.py (Confi
 Secrets of two keys; Deployments reading one key of a ConfigMap and one of a Secret,
 stamped as admission stamps them, with their managedFields; each one's ReplicaSet, owned by
 it) are fed page by page to `SourceCache`'s informer handlers, the controller's
-`_KindHandler` and, with snapshots allowed, the snapshot adopter's ReplicaSet watch, under
+`KindHandler` and, with snapshots allowed, the snapshot adopter's ReplicaSet watch, under
 tracemalloc. Load-independent: heap bytes, not time or RSS (bench/scale.py has those).
 
-    .venv/bin/python bench/index_memory.py [--objects 20000] [--baseline REV]
+    .venv/bin/python -m bench.index_memory [--objects 20000] [--baseline REV]
 
 `--baseline REV` measures REV's tree (`git archive`) the same way, in its own process, and
 prints the ratios.
@@ -31,7 +31,8 @@ from typing import Any
 
 import orjson
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO, baseline_tree, child_env
+
 PAGE = 100  # objects per simulated list page (the pages' own heap is the transient part)
 NS = "scale-0"
 
@@ -204,26 +205,33 @@ def measure(
     return {"kept": (after - before) / count, "transient": (peak - after) / 2**20}
 
 
+# Run in the tree measured, with that tree and then the checkout (bench) on PYTHONPATH.
 MEASURE = r"""
 import json, sys
-sys.path.insert(0, sys.argv[1])
-sys.path.insert(1, sys.argv[2])
 from kubernetes import client
 from bench.index_memory import configmap, secret, deployment, replicaset, measure
-from webhook.controller.rollout import ControllerOptions, RolloutController, _KindHandler
+try:  # the controller as it is since the house was set in order (issue 25)
+    from webhook.config import Settings
+    from webhook.controller.rollout import RolloutController
+    from webhook.controller.watches import KindHandler
+    options = Settings()
+except ImportError:  # a baseline from before
+    from webhook.controller.rollout import ControllerOptions, RolloutController
+    from webhook.controller.rollout import _KindHandler as KindHandler
+    options = ControllerOptions()
 from webhook.core.model import SourceKind
 from webhook.kube.cache import SourceCache
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.metrics import Metrics
 
-count = int(sys.argv[3])
+count = int(sys.argv[1])
 kube = Kube(client.ApiClient(client.Configuration()))
 metrics = Metrics()
 hkey = b"bench-key-0123456789abcdef0123456789"
 cache = SourceCache(kube, hkey, metrics)
 ctl = RolloutController(
-    kube, hkey, cache, metrics, ControllerOptions(),
+    kube, hkey, cache, metrics, options,
     namespaces=NamespaceSet(kube, metrics, label_selector="x"),
 )
 cm, sec = cache.indexes[SourceKind.CONFIGMAP], cache.indexes[SourceKind.SECRET]
@@ -231,19 +239,26 @@ out = {
     "ConfigMap (source cache)": measure(cm.relisted, configmap, count),
     "Secret (source cache)": measure(sec.relisted, secret, count),
     "Deployment (workload index)": measure(
-        _KindHandler(ctl, "Deployment").relisted, deployment, count
+        KindHandler(ctl, "Deployment").relisted, deployment, count
     ),
     "ReplicaSet it owns (workload index)": measure(
-        _KindHandler(ctl, "ReplicaSet").relisted, replicaset, count
+        KindHandler(ctl, "ReplicaSet").relisted, replicaset, count
     ),
 }
 assert len(ctl.index) == count
-from webhook.controller.snapshots import OWNER_KINDS, SnapshotAdopter, _OwnerWatch
-from webhook.kube.copies import SnapshotIndex, SnapshotWriter
+try:
+    from webhook.controller.adoption import OwnerWatch, SnapshotAdopter, owner_kinds
+    from webhook.kube.copies import SnapshotIndex, SnapshotWriter
+    replicasets = next(k for k in owner_kinds() if k.kind == "ReplicaSet")
+except ImportError:
+    from webhook.controller.snapshots import OWNER_KINDS, SnapshotAdopter
+    from webhook.controller.snapshots import _OwnerWatch as OwnerWatch
+    from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
+    replicasets = OWNER_KINDS[0]
 
 index = SnapshotIndex(metrics, hkey)
 writer = SnapshotWriter(kube, cache, index, hkey, metrics)
-watch = _OwnerWatch(SnapshotAdopter(kube, cache, index, writer, hkey, metrics), OWNER_KINDS[0])
+watch = OwnerWatch(SnapshotAdopter(kube, cache, index, writer, hkey, metrics), replicasets)
 out["ReplicaSet (adoption watch, snapshots allowed)"] = measure(watch.relisted, replicaset, count)
 print(json.dumps(out))
 """
@@ -251,10 +266,11 @@ print(json.dumps(out))
 
 def run(tree: Path, count: int) -> dict[str, dict[str, float]]:
     out = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(tree), str(REPO), str(count)],
+        [sys.executable, "-c", MEASURE, str(count)],
         check=True,
         capture_output=True,
         text=True,
+        env=child_env(tree),
         cwd=tree,
     )
     result: dict[str, dict[str, float]] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -269,13 +285,7 @@ def main() -> None:
     trees = {"this tree": REPO}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline:
-            archive = subprocess.run(
-                ["git", "-C", str(REPO), "archive", args.baseline, "webhook"],
-                capture_output=True,
-                check=True,
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            trees[args.baseline] = Path(tmp)
+            trees[args.baseline] = baseline_tree(args.baseline, Path(tmp))
         results = {name: run(tree, args.objects) for name, tree in trees.items()}
     names = list(results)
     print(f"{args.objects} objects of each kind, list pages of {PAGE}, Python heap (tracemalloc)")

@@ -23,7 +23,7 @@ patches). During each round, and during an idle spell of the same length just be
 served in between, every verb but WATCH and CONNECT, and the pod PATCHes alone), and a probe
 GETs an unrelated ConfigMap every 20 ms (what any other client saw).
 
-    KUBEBUILDER_ASSETS=... .venv/bin/python bench/refresh.py [--layouts 1x1000,10x100] [--rounds 3]
+    KUBEBUILDER_ASSETS=... .venv/bin/python -m bench.refresh [--layouts 1x1000,10x100] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -32,19 +32,14 @@ import argparse
 import contextlib
 import logging
 import statistics
-import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.common import pct, served, server_histogram
 from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
@@ -58,7 +53,8 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, container, deployment
-from webhook.controller.rollout import ControllerOptions, RolloutController
+from webhook.config import Settings
+from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_ON_CHANGE
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
@@ -67,7 +63,6 @@ from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.metrics import Metrics
 
 INSTANCE = "bench"
-_SKIP_VERBS = frozenset({"WATCH", "CONNECT"})
 
 
 class NotingKube(Kube):
@@ -91,74 +86,6 @@ def refreshing(name: str, replicas: int) -> dict[str, Any]:
     c["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/app"}]
     spec = {"containers": [c], "volumes": [{"name": "cfg", "configMap": {"name": "shared"}}]}
     return deployment(name, spec, replicas=replicas, annotations={ANN_ON_CHANGE: "refresh"})
-
-
-# --- the API server's request latency
-
-
-Buckets = dict[tuple[str, str], Counter[float]]  # (verb, resource) -> le -> cumulative count
-
-
-def server_histogram(kube: Kube) -> tuple[Buckets, Counter[tuple[str, str]]]:
-    """apiserver_request_duration_seconds, by (verb, resource): buckets and sums."""
-    resp = kube.open("GET", "/metrics")
-    try:
-        text = resp.read().decode()
-    finally:
-        resp.release_conn()
-    buckets: Buckets = {}
-    sums: Counter[tuple[str, str]] = Counter()
-    for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request_duration_seconds":
-            continue
-        for s in family.samples:
-            key = (s.labels.get("verb", ""), s.labels.get("resource", ""))
-            if s.name.endswith("_bucket"):
-                buckets.setdefault(key, Counter())[float(s.labels["le"])] += s.value
-            elif s.name.endswith("_sum"):
-                sums[key] += s.value
-    return buckets, sums
-
-
-def quantile(cumulative: Counter[float], q: float) -> float:
-    """histogram_quantile over cumulative bucket counts (linear within a bucket)."""
-    edges = sorted(cumulative)
-    total = cumulative[edges[-1]] if edges else 0
-    if not total:
-        return 0.0
-    rank, prev_edge, prev_count = q * total, 0.0, 0.0
-    for edge in edges:
-        count = cumulative[edge]
-        if count >= rank:
-            if edge == float("inf"):
-                return prev_edge
-            span = count - prev_count
-            return prev_edge + (edge - prev_edge) * ((rank - prev_count) / span if span else 1)
-        prev_edge, prev_count = edge, count
-    return prev_edge
-
-
-def served(
-    before: tuple[Buckets, Counter[tuple[str, str]]],
-    after: tuple[Buckets, Counter[tuple[str, str]]],
-    only: tuple[str, str] | None = None,
-) -> dict[str, float]:
-    """Requests served between two reads: count, mean, p50, p99 (seconds)."""
-    merged: Counter[float] = Counter()
-    total_sum = 0.0
-    for key, buckets in after[0].items():
-        if (only is not None and key != only) or (only is None and key[0] in _SKIP_VERBS):
-            continue
-        merged.update(buckets)
-        merged.subtract(before[0].get(key, Counter()))
-        total_sum += after[1][key] - before[1][key]
-    count = merged[float("inf")]
-    return {
-        "count": count,
-        "mean": total_sum / count if count else 0.0,
-        "p50": quantile(merged, 0.5),
-        "p99": quantile(merged, 0.99),
-    }
 
 
 class Probe:
@@ -188,30 +115,22 @@ class Probe:
         self._thread.join()
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
-
-
 @contextlib.contextmanager
 def controller(kube: Kube, hkey: bytes) -> Iterator[RolloutController]:
     metrics = Metrics()
     cache = SourceCache(kube, hkey, metrics)
     cache.start()
-    defaults = ControllerOptions()
     ctl = RolloutController(
         kube,
         hkey,
         cache,
         metrics,
-        ControllerOptions(
+        Settings(
             coalesce_window=0.0,
             min_rollout_interval=0,
             namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
-            own_namespace=CONFIGPIN_NAMESPACE,
+            namespace=CONFIGPIN_NAMESPACE,
             leader_elect=False,
-            qps=defaults.qps,
-            burst=defaults.burst,
         ),
     )
     ctl.start()
@@ -321,9 +240,10 @@ def main() -> None:
             with controller(kube, hkey) as ctl:
                 results = [run_layout(setup, kube, ctl, d, p, args.rounds) for d, p in layouts]
             logging.disable(logging.WARNING)  # the watches end with the control plane
-    o = ControllerOptions()
+    o, workers = Settings(), Tuning().workers
     print(
-        f"\nrefresh on 1.{minor}: controller qps {o.qps:g}, burst {o.burst}, {o.workers} workers, "
+        f"\nrefresh on 1.{minor}: controller qps {o.controller_qps:g}, burst "
+        f"{o.controller_burst}, {workers} workers, "
         "coalescing window 0 s; medians of the rounds"
     )
     print(f"{'layout':>8} {'pods':>5} {'rounds':>6} {'last pod':>9} {'pods/s':>7}")

@@ -8,7 +8,7 @@ subprocess, `--runs` times; the medians are printed with their ratio. The baseli
 revision of the repository (`--baseline`, default: the commit this branch started from),
 extracted with `git archive` into a temporary folder and run the same way.
 
-    .venv/bin/python bench/render.py [--runs 5] [--baseline REV] [--no-baseline]
+    .venv/bin/python -m bench.render [--runs 5] [--baseline REV] [--no-baseline]
 
 Writes only into a temporary folder; no cluster, no network.
 """
@@ -16,20 +16,19 @@ Writes only into a temporary folder; no cluster, no network.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO, baseline_tree
+
 KEY = "bench-render-digest-key-0123456789abcdef"
 
 
@@ -105,18 +104,6 @@ def stream(deployments: int) -> str:
             }
         )
     return yaml.safe_dump_all(docs, sort_keys=False, width=1 << 30)
-
-
-def baseline_tree(rev: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev, "webhook"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def time_render(tree: Path, manifest: Path, key: Path) -> tuple[float, float]:

@@ -12,7 +12,7 @@ moment the API server acknowledged the Deployment's patch (so it includes the wa
 delivery of the change, the controller's work and the patch through the webhook). The
 coalescing window is 0 here (`--window`): the figure is what comes on top of the window.
 
-    .venv/bin/python bench/rollout.py [--sizes 1,100,1000] [--rounds 30,5,3] [--workers 8]
+    .venv/bin/python -m bench.rollout [--sizes 1,100,1000] [--rounds 30,5,3] [--workers 8]
 
 Loopback only; bounded by `--timeout` per round. Deployments have 0 replicas: the
 controller-manager still makes a ReplicaSet per rollout, but no pods.
@@ -30,7 +30,6 @@ import contextlib
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -42,8 +41,7 @@ from typing import Any
 
 import urllib3
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.common import cpu_seconds, pct
 from harness.configpin import (
     CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
@@ -52,7 +50,8 @@ from harness.configpin import (
 )
 from harness.controlplane import ENABLED_LABEL, running_control_plane, wait_for
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
-from webhook.controller.rollout import ControllerOptions, RolloutController
+from webhook.config import Settings
+from webhook.controller.rollout import RolloutController, Tuning
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
@@ -92,40 +91,11 @@ def shared_reader(name: str) -> dict[str, Any]:
     return deployment(name, pod_spec(container(env=env)))
 
 
-def cpu_seconds(markers: tuple[str, ...]) -> Counter[str]:
-    """CPU time so far of this process and of the processes whose command line mentions one
-    of `markers` (the control plane's and configpin's, found by their temporary paths)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: Counter[str] = Counter()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        text = b" ".join(argv).decode(errors="replace")
-        if int(pid) == os.getpid():
-            name = "bench (controller)"
-        elif any(m in text for m in markers):
-            name = "configpin webhook" if "webhook" in text else Path(argv[0].decode()).name
-            if "--mode off" in text:
-                name += " (mode off)"
-        else:
-            continue
-        out[name] += (int(stat[11]) + int(stat[12])) / tick
-    return out
-
-
 def machine_busy() -> float:
     """CPU seconds the whole machine spent busy so far (every process, ours or not)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 @contextlib.contextmanager
@@ -140,14 +110,14 @@ def controller(
         hkey,
         cache,
         metrics,
-        ControllerOptions(
+        Settings(
             coalesce_window=window,
             min_rollout_interval=0,
             namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
-            own_namespace=CONFIGPIN_NAMESPACE,
+            namespace=CONFIGPIN_NAMESPACE,
             leader_elect=False,
-            workers=workers,
         ),
+        tuning=Tuning(workers=workers),
     )
     ctl.start()
     try:

@@ -34,8 +34,8 @@ every one's template `configpin.io/sources` change, and the API server's request
 (`apiserver_request_duration_seconds`, every verb but WATCH/CONNECT) during it against an
 idle spell of the same length just before. Medians.
 
-    nice -n 10 .venv/bin/python bench/scale.py                          # 100k + 25k
-    nice -n 10 .venv/bin/python bench/scale.py --sources 2000 --workloads 500   # ~1 min
+    nice -n 10 .venv/bin/python -m bench.scale                          # 100k + 25k
+    nice -n 10 .venv/bin/python -m bench.scale --sources 2000 --workloads 500   # ~1 min
 
 Loopback only; everything lives in a temporary folder.
 """
@@ -49,7 +49,6 @@ import os
 import shlex
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -63,11 +62,16 @@ from typing import Any
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.connections import rss_kib
-from bench.refresh import Buckets, served, server_histogram
-from bench.rollout import cpu_seconds
+from bench.common import (
+    REPO,
+    Buckets,
+    baseline_tree,
+    control_plane_assets,
+    cpu_seconds,
+    rss_kib,
+    served,
+    server_histogram,
+)
 from harness import controlplane
 from harness.configpin import (
     INSTANCE_LABEL,
@@ -83,23 +87,10 @@ from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "bench"
-REPO = Path(__file__).resolve().parents[1]
 # Without these two, the bench's ReplicaSets are the only ones, and no pods are made.
 WITHOUT = ("deployment", "replicaset")
 EXTRAPOLATE = (200_000, 50_000)
 GOAL_MB = 150
-
-
-def assets_for(version: str) -> Path:
-    if os.environ.get("KUBEBUILDER_ASSETS"):
-        return Path(os.environ["KUBEBUILDER_ASSETS"])
-    out = subprocess.run(
-        ["bash", str(REPO / "hack" / "provision-control-plane.sh"), version],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def pooled_kube(plane: controlplane.ControlPlane, connections: int) -> Kube:
@@ -411,19 +402,6 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)  # its environment (MALLOC_ARENA_MAX)
 
 
-def baseline_tree(rev: str, into: Path) -> Path:
-    """`rev`'s webhook package, extracted with `git archive` (run as `python -m webhook`
-    from there, with this tree's installed dependencies)."""
-    into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "webhook"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 @contextlib.contextmanager
 def fanout_pair(
     plane: controlplane.ControlPlane, workdir: Path, variant: Variant, extra: list[str]
@@ -638,7 +616,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     fanout = min(args.fanout, args.workloads)
-    assets = assets_for(args.version)
+    assets = control_plane_assets(args.version)
     # The bench makes each Deployment's ReplicaSet itself: the controller-manager runs
     # without the deployment and replicaset controllers.
     controlplane.CONTROLLERS = tuple(c for c in controlplane.CONTROLLERS if c not in WITHOUT)

@@ -1,9 +1,9 @@
 """RSS of `configpin serve` at rest: with no cluster, and on an empty cluster, beside a
 baseline revision and an allow-all FastAPI webhook on the same stack, measured in one run.
 
-    .venv/bin/python bench/serve_rss.py                      # baseline main, 5 runs per target
-    .venv/bin/python bench/serve_rss.py --baseline REV --runs 7 --arena-max 2
-    .venv/bin/python bench/serve_rss.py --parts              # only the import breakdown
+    .venv/bin/python -m bench.serve_rss                      # baseline main, 5 runs per target
+    .venv/bin/python -m bench.serve_rss --baseline REV --runs 7 --arena-max 2
+    .venv/bin/python -m bench.serve_rss --parts              # only the import breakdown
 
 Each run starts a fresh process and reads `/proc/PID/status` (VmRSS, RssAnon, RssFile):
 
@@ -33,7 +33,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
@@ -45,13 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from bench.common import REPO, baseline_tree, control_plane_assets, free_port
 from harness.configpin import CONFIGPIN_NAMESPACE, ensure_namespace
 from harness.controlplane import ENABLED_LABEL, ControlPlane, running_control_plane
 from webhook.certs import generate, write_bundle
 
-REPO = Path(__file__).resolve().parents[1]
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 GOAL_MB = 60.0
 
@@ -106,13 +103,6 @@ def status_kib(pid: int) -> dict[str, int]:
         if key in FIELDS:
             out[key] = int(value.split()[0])
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def https_get(url: str, ctx: ssl.SSLContext) -> tuple[int, str]:
@@ -224,15 +214,6 @@ class Bench:
                 proc.wait()
 
 
-def extract(rev: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", rev, "webhook"], capture_output=True, check=True
-    ).stdout
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def mb(kib: float) -> str:
     return f"{kib / 1024:.1f}"
 
@@ -300,7 +281,9 @@ def main() -> None:
         ).stdout.strip()  # fmt: skip
         targets = [
             Target("this tree", REPO),
-            Target(f"baseline {args.baseline} ({rev})", extract(args.baseline, tmp / "baseline")),
+            Target(
+                f"baseline {args.baseline} ({rev})", baseline_tree(args.baseline, tmp / "baseline")
+            ),
             Target("allow-all FastAPI webhook (floor)", None),
         ]
         if args.arena_max:
@@ -308,7 +291,7 @@ def main() -> None:
                                   {"MALLOC_ARENA_MAX": str(args.arena_max)}))  # fmt: skip
         plane = None
         if "empty cluster" in modes:
-            assets = Path(os.environ.get("KUBEBUILDER_ASSETS") or _assets(args.version))
+            assets = control_plane_assets(args.version)
             plane = stack.enter_context(running_control_plane(tmp / "cp", assets))
             with plane.api_client() as api:
                 ensure_namespace(api)
@@ -326,14 +309,6 @@ def main() -> None:
             report(mode, targets)
     print(f"load average at end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     parts(REPO)
-
-
-def _assets(version: str) -> str:
-    out = subprocess.run(
-        ["bash", str(REPO / "hack" / "provision-control-plane.sh"), version],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return out.strip().splitlines()[-1]
 
 
 def _opted_in_namespace(api: object, name: str) -> None:

@@ -12,7 +12,7 @@ counted (`Kube.calls`).
   change), so that admission must make one new copy: read the source, check its digest,
   create the copy.
 
-    .venv/bin/python bench/snapshot.py [--admissions 200] [--sources 3]
+    .venv/bin/python -m bench.snapshot [--admissions 200] [--sources 3]
 
 Loopback only; bounded (about half a minute with the defaults, control plane start included).
 """
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import logging
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -32,14 +31,13 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from harness.controlplane import running_control_plane
+from webhook.config import Settings
 from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import SourceId, SourceKind
 from webhook.kube.cache import SourceCache
-from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.copies import SnapshotIndex, SnapshotWriter
+from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter
@@ -146,7 +144,11 @@ def run(admissions: int, sources: int) -> None:
         index.attach(cache)
         writer = SnapshotWriter(kube, cache, index, HKEY, metrics)
         admitter = Admitter(
-            hkey=HKEY, sources=cache, metrics=metrics, default_mode="checksum", snapshots=writer
+            hkey=HKEY,
+            sources=cache,
+            metrics=metrics,
+            settings=Settings(mode="checksum"),
+            snapshots=writer,
         )
         cache.start()
         wait_until(lambda: cache.wait_synced(30), "the cache")

@@ -7,21 +7,17 @@ on the leader. Prints the median of `--runs` passes per size, the baseline measu
 same run (walking the same index entries without comparing anything), their ratio, and the
 share of one core the count takes at its period (STALE_EVERY).
 
-    .venv/bin/python bench/stale_count.py [--sizes 1000,10000] [--runs 15]
+    .venv/bin/python -m bench.stale_count [--sizes 1000,10000] [--runs 15]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.unit.conftest import (
+from harness.builders import (
     HKEY,
     WORKLOAD_NAMESPACE,
     Store,
@@ -33,9 +29,11 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
+from webhook.config import Settings
 from webhook.controller.index import entry_from_object
 from webhook.controller.leader import AlwaysLeader
-from webhook.controller.rollout import STALE_EVERY, ControllerOptions, RolloutController
+from webhook.controller.rollout import RolloutController
+from webhook.controller.stale import STALE_EVERY
 from webhook.core.model import SourceId
 from webhook.metrics import Metrics
 
@@ -68,7 +66,7 @@ def build(size: int) -> RolloutController:
         HKEY,
         StoreCache(store),  # type: ignore[arg-type]
         Metrics(),
-        ControllerOptions(),
+        Settings(),
         namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
     )
     controller._synced.set()

@@ -10,7 +10,7 @@ the tests read from the checkout: a copy of tests/ and links to the rest. Then (
 command in DEST, with the checkout's venv):
 
     CONFIGPIN_EXPECT_COMPILED=1 .venv/bin/python -m pytest tests/unit   # as `make test` does
-    PYTHONPATH=DEST .venv/bin/python bench/admission.py                # the compiled server
+    PYTHONPATH=DEST .venv/bin/python -m bench.admission                # the compiled server
 
 pytest puts DEST (the folder above its tests/ package) first on sys.path, so `webhook` is
 the unpacked wheel there, not the editable install; tests/unit/test_compiled.py checks it.

@@ -1,360 +1,96 @@
 """Builders shared by the unit tests: sources, pod specs, workloads of every kind, reviews.
 
 Everything here returns plain dicts shaped like what the API server sends, so a test reads
-as the manifest it is about.
+as the manifest it is about. The builders of sources, pod specs and workloads, the in-memory
+`Store`, `plan` and `apply` live in harness/builders.py (the benches use them too) and are
+offered here under the same names; what only the tests need is below.
 """
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
-import jsonpatch
 import pytest
 
-from webhook.core import digest
+from harness.builders import (
+    ALL,
+    HKEY,
+    NSKEY,
+    WORKLOAD_NAMESPACE,
+    Store,
+    apply,
+    b64,
+    configmap,
+    container,
+    env_cm,
+    env_secret,
+    envfrom_cm,
+    envfrom_secret,
+    plan,
+    pod_spec,
+    proj_cm,
+    proj_secret,
+    record,
+    secret,
+    source_id,
+    vol_cm,
+    vol_projected,
+    vol_secret,
+    workload,
+)
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES
 from webhook.core.kinds import BUILTIN_KINDS, template_paths
-from webhook.core.model import (
-    JSONObject,
-    Plan,
-    SourceId,
-    SourceKind,
-    SourceRecord,
-    SourceUnavailable,
-)
-from webhook.core.plan import parse_mapping, plan_object
-from webhook.core.refs import find_sites, get_path
-from webhook.core.snapshot import snapshot_object
+from webhook.core.model import JSONObject
+from webhook.core.refs import get_path
 
-HKEY: Final = b"0123456789abcdef0123456789abcdef"
+__all__ = [
+    "ALL",
+    "HKEY",
+    "MUTABLE_TEMPLATE_KINDS",
+    "NSKEY",
+    "OTHER_KEY",
+    "WORKLOAD_KINDS",
+    "WORKLOAD_NAMESPACE",
+    "Store",
+    "apply",
+    "b64",
+    "configmap",
+    "container",
+    "env_cm",
+    "env_secret",
+    "envfrom_cm",
+    "envfrom_secret",
+    "merge_patch",
+    "plan",
+    "pod_spec",
+    "proj_cm",
+    "proj_secret",
+    "record",
+    "recorded_checksum",
+    "recorded_sources",
+    "review",
+    "secret",
+    "source_id",
+    "spec_of",
+    "template_annotations",
+    "template_meta_of",
+    "vol_cm",
+    "vol_projected",
+    "vol_secret",
+    "workload",
+]
+
 OTHER_KEY: Final = b"fedcba9876543210fedcba9876543210"
 
 # From the one table of kinds (webhook/core/kinds.py): what admission pins, and of those the
 # kinds whose pod template may change after creation (UPDATE is planned like CREATE).
 WORKLOAD_KINDS: Final = tuple(k.kind for k in BUILTIN_KINDS if k.admitted)
 MUTABLE_TEMPLATE_KINDS: Final = tuple(k.kind for k in BUILTIN_KINDS if k.admitted and k.rolls)
-_API_VERSIONS: Final = {k.kind: k.api_version for k in BUILTIN_KINDS}
 
-
-def b64(text: str | bytes) -> str:
-    raw = text.encode() if isinstance(text, str) else text
-    return base64.b64encode(raw).decode()
-
-
-# ---- sources ----
-
-
-def _meta(
-    name: str,
-    namespace: str | None,
-    annotations: Mapping[str, str] | None,
-    labels: Mapping[str, str] | None,
-) -> JSONObject:
-    meta: JSONObject = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    if labels:
-        meta["labels"] = dict(labels)
-    return meta
-
-
-def configmap(
-    name: str,
-    data: Mapping[str, str] | None = None,
-    *,
-    binary: Mapping[str, bytes] | None = None,
-    namespace: str | None = None,
-    annotations: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> JSONObject:
-    obj: JSONObject = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(name, namespace, annotations, labels),
-    }
-    if data is not None:
-        obj["data"] = dict(data)
-    if binary is not None:
-        obj["binaryData"] = {k: b64(v) for k, v in binary.items()}
-    return obj
-
-
-def secret(
-    name: str,
-    data: Mapping[str, str | bytes] | None = None,
-    *,
-    string_data: Mapping[str, str] | None = None,
-    type_: str | None = "Opaque",
-    namespace: str | None = None,
-    annotations: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> JSONObject:
-    """A Secret; `data` values are given plain and stored base64, as the API server does."""
-    obj: JSONObject = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _meta(name, namespace, annotations, labels),
-    }
-    if type_ is not None:
-        obj["type"] = type_
-    if data is not None:
-        obj["data"] = {k: b64(v) for k, v in data.items()}
-    if string_data is not None:
-        obj["stringData"] = dict(string_data)
-    return obj
-
-
-_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
-
-
-WORKLOAD_NAMESPACE: Final = "team-a"
-NSKEY: Final = digest.namespace_key(HKEY, WORKLOAD_NAMESPACE)
-"""The key of the digests in the namespace `workload` puts its objects in."""
-
-
-def source_id(obj: Mapping[str, Any]) -> SourceId:
-    return SourceId(_KINDS[obj["kind"]], obj["metadata"]["name"])
-
-
-def record(obj: Mapping[str, Any], hkey: bytes = HKEY) -> SourceRecord:
-    return digest.record_from_object(hkey, _KINDS[obj["kind"]], obj)
-
-
-class Store:
-    """An in-memory stand-in for a source reader, answering the plan's lookups.
-
-    Holds whole objects, like FileSources, so snapshot copies can be made from them and
-    then answered for (with `snapshot_of` set) when a plan's output is planned again.
-    """
-
-    def __init__(self, objects: Iterable[JSONObject] = (), hkey: bytes = HKEY) -> None:
-        self.hkey = hkey
-        self.objects: dict[SourceId, JSONObject] = {}
-        self.unreadable: set[SourceId] = set()
-        self.lookups: list[SourceId] = []
-        for obj in objects:
-            self.put(obj)
-
-    def put(self, obj: JSONObject) -> None:
-        self.objects[source_id(obj)] = obj
-
-    def delete(self, sid: SourceId) -> None:
-        del self.objects[sid]
-
-    def lookup(self, sid: SourceId) -> SourceRecord | None:
-        self.lookups.append(sid)
-        if sid in self.unreadable:
-            raise SourceUnavailable("permission denied")
-        obj = self.objects.get(sid)
-        return None if obj is None else digest.record_from_object(self.hkey, sid.kind, obj)
-
-    def create_snapshots(self, plan: Plan, namespace: str = WORKLOAD_NAMESPACE) -> list[JSONObject]:
-        """Make the copies a snapshot-mode plan asks for, as the snapshot writer would."""
-        made = []
-        for req in plan.snapshots:
-            signature = digest.copy_signature(
-                self.hkey, namespace, req.snapshot_name, req.content_digest
-            )
-            snap = snapshot_object(
-                req.source.kind,
-                self.objects[req.source],
-                req.snapshot_name,
-                signature=signature,
-                namespace=namespace,
-            )
-            self.put(snap)
-            made.append(snap)
-        return made
-
-
-# ---- pod specs ----
-
-
-def env_cm(name: str, key: str, *, var: str = "V", optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name, "key": key}
-    if optional is not None:
-        ref["optional"] = optional
-    return {"name": var, "valueFrom": {"configMapKeyRef": ref}}
-
-
-def env_secret(name: str, key: str, *, var: str = "S", optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name, "key": key}
-    if optional is not None:
-        ref["optional"] = optional
-    return {"name": var, "valueFrom": {"secretKeyRef": ref}}
-
-
-def envfrom_cm(name: str, *, optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if optional is not None:
-        ref["optional"] = optional
-    return {"configMapRef": ref}
-
-
-def envfrom_secret(name: str, *, optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if optional is not None:
-        ref["optional"] = optional
-    return {"secretRef": ref}
-
-
-def _items(keys: Iterable[str] | None) -> list[JSONObject] | None:
-    return None if keys is None else [{"key": k, "path": k.replace("/", "_")} for k in keys]
-
-
-def vol_cm(
-    name: str,
-    *,
-    items: Iterable[str] | None = None,
-    optional: bool | None = None,
-    volume: str | None = None,
-) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"name": volume or f"cm-{name}", "configMap": ref}
-
-
-def vol_secret(
-    name: str,
-    *,
-    items: Iterable[str] | None = None,
-    optional: bool | None = None,
-    volume: str | None = None,
-) -> JSONObject:
-    ref: JSONObject = {"secretName": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"name": volume or f"secret-{name}", "secret": ref}
-
-
-def proj_cm(
-    name: str, *, items: Iterable[str] | None = None, optional: bool | None = None
-) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"configMap": ref}
-
-
-def proj_secret(
-    name: str, *, items: Iterable[str] | None = None, optional: bool | None = None
-) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"secret": ref}
-
-
-def vol_projected(*sources: JSONObject, volume: str = "projected") -> JSONObject:
-    return {"name": volume, "projected": {"sources": list(sources)}}
-
-
-def container(
-    name: str = "app",
-    *,
-    env: Iterable[JSONObject] = (),
-    env_from: Iterable[JSONObject] = (),
-    image: str = "registry.example/app:1.0",
-) -> JSONObject:
-    c: JSONObject = {"name": name, "image": image}
-    if env := list(env):
-        c["env"] = env
-    if env_from := list(env_from):
-        c["envFrom"] = env_from
-    return c
-
-
-def pod_spec(
-    *containers: JSONObject,
-    init: Iterable[JSONObject] = (),
-    ephemeral: Iterable[JSONObject] = (),
-    volumes: Iterable[JSONObject] = (),
-) -> JSONObject:
-    spec: JSONObject = {"containers": list(containers) or [container()]}
-    if init := list(init):
-        spec["initContainers"] = init
-    if ephemeral := list(ephemeral):
-        spec["ephemeralContainers"] = ephemeral
-    if volumes := list(volumes):
-        spec["volumes"] = volumes
-    return spec
-
-
-# ---- workloads ----
-
-
-def workload(
-    kind: str,
-    spec: JSONObject,
-    *,
-    name: str = "app",
-    namespace: str = WORKLOAD_NAMESPACE,
-    annotations: Mapping[str, str] | None = None,
-    template_annotations: Mapping[str, str] | None = None,
-    template_meta: bool = True,
-    owner: str | None = None,
-) -> JSONObject:
-    """`spec` (a pod spec) wrapped as a workload of `kind`, placed where that kind keeps it.
-
-    `annotations` go on the workload's own metadata; `template_annotations` on the pod
-    template's (for a Pod: the same metadata). `owner`: a controller ownerReference's kind.
-    """
-    meta: JSONObject = {"name": name, "namespace": namespace, "labels": {"app": name}}
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": owner,
-                "name": f"{name}-owner",
-                "uid": "7d2b1c3e-0000-4000-8000-000000000001",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-    obj: JSONObject = {"apiVersion": _API_VERSIONS[kind], "kind": kind, "metadata": meta}
-    if kind == "Pod":
-        if template_annotations:
-            meta.setdefault("annotations", {}).update(template_annotations)
-        obj["spec"] = spec
-        return obj
-    template: JSONObject = {}
-    if template_meta:
-        template["metadata"] = {"labels": {"app": name}}
-        if template_annotations:
-            template["metadata"]["annotations"] = dict(template_annotations)
-    template["spec"] = spec
-    selector = {"matchLabels": {"app": name}}
-    if kind == "CronJob":
-        obj["spec"] = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}}
-    elif kind == "Job":
-        template["spec"].setdefault("restartPolicy", "Never")
-        obj["spec"] = {"template": template}
-    elif kind == "ReplicationController":
-        obj["spec"] = {"replicas": 1, "selector": {"app": name}, "template": template}
-    elif kind == "DaemonSet":
-        obj["spec"] = {"selector": selector, "template": template}
-    elif kind == "StatefulSet":
-        obj["spec"] = {"serviceName": name, "selector": selector, "template": template}
-    else:
-        obj["spec"] = {"replicas": 2, "selector": selector, "template": template}
-    return obj
+# ---- reading what a plan made ----
 
 
 def template_meta_of(obj: Mapping[str, Any]) -> JSONObject:
@@ -386,12 +122,6 @@ def recorded_checksum(obj: Mapping[str, Any]) -> str | None:
     return template_annotations(obj).get(ANN_CHECKSUM)
 
 
-def apply(obj: JSONObject, plan: Plan) -> JSONObject:
-    """The object as the API server stores it after the plan's patch (the input is untouched)."""
-    out: JSONObject = jsonpatch.apply_patch(copy.deepcopy(obj), plan.patch)
-    return out
-
-
 def merge_patch(target: Any, patch: Any) -> Any:
     """`patch` applied to `target` as an RFC 7386 JSON merge patch (the input is untouched)."""
     if not isinstance(patch, dict):
@@ -403,58 +133,6 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
-
-
-def plan(
-    obj: JSONObject,
-    store: Store,
-    *,
-    mode: str = "checksum",
-    operation: str = "CREATE",
-    old: JSONObject | None = None,
-    hkey: bytes = HKEY,
-    refresh: Collection[SourceId] | None = None,
-) -> Plan:
-    """Plan `obj`. `refresh=ALL`: the controller's re-plan of a workload (an UPDATE of the
-    object as it is, following every source it consumes)."""
-    if refresh is not None:
-        operation, old = "UPDATE", obj
-        if refresh is ALL:
-            refresh = _all_sources(obj, store)
-    return plan_object(
-        obj,
-        hkey=hkey,
-        lookup=store.lookup,
-        default_mode=mode,
-        operation=operation,
-        old=old,
-        refresh=refresh or (),
-    )
-
-
-class _All(frozenset[SourceId]):
-    """Every source the object consumes (or records), resolved by `plan`."""
-
-
-ALL: Final = _All()
-
-
-def _all_sources(obj: JSONObject, store: Store) -> frozenset[SourceId]:
-    paths = template_paths(str(obj.get("kind", "")))
-    assert paths is not None
-    found: set[SourceId] = set()
-    for site in find_sites(get_path(obj, paths[1]) or {}):
-        found.add(site.source)
-        try:
-            record = store.lookup(site.source)
-        except SourceUnavailable:
-            record = None
-        if record is not None and record.snapshot_of is not None:
-            found.add(SourceId(record.kind, record.snapshot_of))
-    meta = get_path(obj, paths[0]) or {}
-    for key in parse_mapping((meta.get("annotations") or {}).get(ANN_SOURCES)) or {}:
-        found.add(SourceId.parse(key))
-    return frozenset(found)
 
 
 # ---- admission reviews ----

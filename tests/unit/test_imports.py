@@ -1,5 +1,5 @@
 """What the server process imports: a package imported stays in memory for the process's life
-(bench/README.md, "RSS by part"), so the serving path leaves out what it does not run."""
+(bench/README.md, `serve_rss.py`), so the serving path leaves out what it does not run."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def owner_of(kind: Served, obj: JSONObject) -> Owner | None:
     )
 
 
-class _OwnerWatch:
+class OwnerWatch:
     """InformerHandler of one owner kind: feeds the adopter, keeps nothing itself."""
 
     def __init__(self, adopter: SnapshotAdopter, kind: Served) -> None:
@@ -151,7 +151,7 @@ class _OwnerWatch:
         self.adopter.put_owner(uid, owner)
 
 
-class _CronJobWatch(_OwnerWatch):
+class CronJobWatch(OwnerWatch):
     """Also remembers, per live CronJob, which copies its template points at now (none
     included), so that a copy it stopped pointing at can be let go."""
 
@@ -233,7 +233,7 @@ class SnapshotAdopter:
         )
         self._lost: set[CopyKey] = set()
         self.informers = [
-            Informer(kube, k.resource, _OwnerWatch(self, k), metrics, prefix=k.prefix)
+            Informer(kube, k.resource, OwnerWatch(self, k), metrics, prefix=k.prefix)
             for k in owner_kinds()
         ]
         self._cronjobs_found = False  # where CronJobs are served is asked once, then watched
@@ -319,7 +319,7 @@ class SnapshotAdopter:
             informer = Informer(
                 self.kube,
                 kind.resource,
-                _CronJobWatch(self, kind),
+                CronJobWatch(self, kind),
                 self.metrics,
                 prefix=kind.prefix,
             )

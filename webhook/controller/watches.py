@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class _KindHandler:
+class KindHandler:
     """The informer handler of one workload kind: keeps that kind's index entries."""
 
     def __init__(self, controller: RolloutController, kind: str) -> None:
@@ -99,7 +99,7 @@ class WorkloadWatches:
         informer = Informer(
             self.kube,
             kind.resource,
-            _KindHandler(self.controller, kind.kind),
+            KindHandler(self.controller, kind.kind),
             self.metrics,
             prefix=kind.prefix,
             watch_timeout=self.watch_timeout,
