@@ -163,15 +163,17 @@ def serve(args: argparse.Namespace) -> None:
         return
     app, lifecycle = bench_app(args.manifests, args.key_file)
     runner.run(
-        app,
-        host=HOST,
-        port=args.port,
-        tls=ReloadingTLSContext(args.certs / "tls.crt", args.certs / "tls.key"),
-        lifecycle=lifecycle,
-        shutdown_delay=0.0,
-        drain_timeout=1.0,
-        log_level="warning",
-        http=args.http,
+        runner.serve_async(
+            app,
+            host=HOST,
+            port=args.port,
+            tls=ReloadingTLSContext(args.certs / "tls.crt", args.certs / "tls.key"),
+            lifecycle=lifecycle,
+            shutdown_delay=0.0,
+            drain_timeout=1.0,
+            log_level="warning",
+            http=args.http,
+        ),
         loop=args.loop,
     )
 

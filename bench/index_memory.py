@@ -249,16 +249,20 @@ assert len(ctl.index) == count
 try:
     from webhook.controller.adoption import OwnerWatch, SnapshotAdopter, owner_kinds
     from webhook.kube.copies import SnapshotIndex, SnapshotWriter
+    index = SnapshotIndex(metrics, hkey)
+    writer = SnapshotWriter(kube, cache, index, hkey, metrics)
+    adopter = SnapshotAdopter(writer)
     replicasets = next(k for k in owner_kinds() if k.kind == "ReplicaSet")
 except ImportError:
     from webhook.controller.snapshots import OWNER_KINDS, SnapshotAdopter
     from webhook.controller.snapshots import _OwnerWatch as OwnerWatch
     from webhook.kube.snapshots import SnapshotIndex, SnapshotWriter
+    index = SnapshotIndex(metrics, hkey)
+    writer = SnapshotWriter(kube, cache, index, hkey, metrics)
+    adopter = SnapshotAdopter(kube, cache, index, writer, hkey, metrics)
     replicasets = OWNER_KINDS[0]
 
-index = SnapshotIndex(metrics, hkey)
-writer = SnapshotWriter(kube, cache, index, hkey, metrics)
-watch = OwnerWatch(SnapshotAdopter(kube, cache, index, writer, hkey, metrics), replicasets)
+watch = OwnerWatch(adopter, replicasets)
 out["ReplicaSet (adoption watch, snapshots allowed)"] = measure(watch.relisted, replicaset, count)
 print(json.dumps(out))
 """

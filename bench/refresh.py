@@ -29,13 +29,11 @@ GETs an unrelated ConfigMap every 20 ms (what any other client saw).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from harness.configpin import (
     ensure_namespace,
     running_configpin,
 )
+from harness.controller import running_controller
 from harness.controlplane import (
     ENABLED_LABEL,
     running_control_plane,
@@ -56,11 +55,9 @@ from harness.manifests import configmap, container, deployment
 from webhook.config import Settings
 from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_ON_CHANGE
-from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.metrics import Metrics
 
 INSTANCE = "bench"
 
@@ -113,33 +110,6 @@ class Probe:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-@contextlib.contextmanager
-def controller(kube: Kube, hkey: bytes) -> Iterator[RolloutController]:
-    metrics = Metrics()
-    cache = SourceCache(kube, hkey, metrics)
-    cache.start()
-    ctl = RolloutController(
-        kube,
-        hkey,
-        cache,
-        metrics,
-        Settings(
-            coalesce_window=0.0,
-            min_rollout_interval=0,
-            namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
-            namespace=CONFIGPIN_NAMESPACE,
-            leader_elect=False,
-        ),
-    )
-    ctl.start()
-    try:
-        wait_for(ctl.acting, timeout=60, what="the controller acting")
-        yield ctl
-    finally:
-        ctl.stop()
-        cache.stop()
 
 
 def run_layout(
@@ -237,7 +207,14 @@ def main() -> None:
         ):
             kube = NotingKube(api)
             hkey = ensure_digest_key(kube, CONFIGPIN_NAMESPACE, "configpin-digest-key")
-            with controller(kube, hkey) as ctl:
+            with running_controller(
+                kube,
+                hkey,
+                coalesce_window=0.0,
+                min_rollout_interval=0,
+                namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
+                namespace=CONFIGPIN_NAMESPACE,
+            ) as ctl:
                 results = [run_layout(setup, kube, ctl, d, p, args.rounds) for d, p in layouts]
             logging.disable(logging.WARNING)  # the watches end with the control plane
     o, workers = Settings(), Tuning().workers

@@ -26,7 +26,6 @@ allow 2.5 rollouts/s, kube-controller-manager's 20/s 10 rollouts/s), so what bou
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import statistics
@@ -34,7 +33,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,15 +46,13 @@ from harness.configpin import (
     ensure_namespace,
     running_configpin,
 )
+from harness.controller import running_controller
 from harness.controlplane import ENABLED_LABEL, running_control_plane, wait_for
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
-from webhook.config import Settings
 from webhook.controller.rollout import RolloutController, Tuning
-from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
 
 INSTANCE = "bench"
 
@@ -96,36 +92,6 @@ def machine_busy() -> float:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def controller(
-    kube: CountingKube, hkey: bytes, workers: int, window: float
-) -> Iterator[RolloutController]:
-    metrics = Metrics()
-    cache = SourceCache(kube, hkey, metrics)
-    cache.start()
-    ctl = RolloutController(
-        kube,
-        hkey,
-        cache,
-        metrics,
-        Settings(
-            coalesce_window=window,
-            min_rollout_interval=0,
-            namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
-            namespace=CONFIGPIN_NAMESPACE,
-            leader_elect=False,
-        ),
-        tuning=Tuning(workers=workers),
-    )
-    ctl.start()
-    try:
-        wait_for(ctl.acting, timeout=60, what="the controller acting")
-        yield ctl
-    finally:
-        ctl.stop()
-        cache.stop()
 
 
 def run_size(
@@ -227,7 +193,15 @@ def main() -> None:
         ):
             kube = CountingKube(api)
             hkey = ensure_digest_key(kube, CONFIGPIN_NAMESPACE, "configpin-digest-key")
-            with controller(kube, hkey, args.workers, args.window) as ctl:
+            with running_controller(
+                kube,
+                hkey,
+                tuning=Tuning(workers=args.workers),
+                coalesce_window=args.window,
+                min_rollout_interval=0,
+                namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
+                namespace=CONFIGPIN_NAMESPACE,
+            ) as ctl:
                 results = [
                     run_size(setup, kube, ctl, size, n, args.timeout, markers)
                     for size, n in zip(sizes, rounds, strict=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import jsonpatch
@@ -22,6 +22,7 @@ from webhook.core.kinds import BUILTIN_KINDS, template_paths
 from webhook.core.model import (
     JSONObject,
     Plan,
+    SnapshotRequest,
     SourceId,
     SourceKind,
     SourceRecord,
@@ -409,3 +410,33 @@ def _all_sources(obj: JSONObject, store: Store) -> frozenset[SourceId]:
     for key in parse_mapping((meta.get("annotations") or {}).get(ANN_SOURCES)) or {}:
         found.add(SourceId.parse(key))
     return frozenset(found)
+
+
+class RecordingWriter:
+    """A snapshot writer for tests (webhook.core.model.SnapshotEnsurer): it knows nothing in
+    advance (`settled` is False), notes every `ensure`, and `make`s each copy asked for (a
+    subclass checks or refuses there)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[SnapshotRequest], bool]] = []
+        self.made: list[str] = []
+
+    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
+        return False
+
+    def ensure(
+        self,
+        namespace: str,
+        requests: Sequence[SnapshotRequest],
+        *,
+        dry_run: bool,
+        on_created: Callable[[JSONObject], None] | None = None,
+    ) -> list[str]:
+        self.calls.append((namespace, list(requests), dry_run))
+        for req in requests:
+            self.make(namespace, req)
+            self.made.append(req.snapshot_name)
+        return []
+
+    def make(self, namespace: str, request: SnapshotRequest) -> None:
+        """Raise to refuse the copy."""

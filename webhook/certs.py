@@ -20,11 +20,11 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 CA_CERT_FILE = "ca.crt"
 CA_KEY_FILE = "ca.key"
@@ -64,30 +64,13 @@ def service_dns_names(service: str, namespace: str) -> list[str]:
     ]
 
 
-def generate(
-    service: str,
-    namespace: str,
-    *,
-    extra_dns: Sequence[str] = (),
-    extra_ips: Sequence[str] = ("127.0.0.1",),
-    validity_days: int = 365,
-    ca: tuple[bytes, bytes] | None = None,
-) -> CertBundle:
-    """Create a serving certificate for `<service>.<namespace>.svc`, and a CA unless one is given.
+def generate(service: str, namespace: str, **options: Any) -> CertBundle:
+    """A serving certificate for `<service>.<namespace>.svc`, and a CA unless one is given
+    (`webhook.certgen.generate`, which takes the options: extra_dns, extra_ips,
+    validity_days, ca). Imported here when called: cryptography only to make a certificate."""
+    from webhook import certgen  # noqa: PLC0415
 
-    `ca` is an existing `(ca_cert_pem, ca_key_pem)`; the serving certificate then never
-    outlives that CA.
-    """
-    from webhook import certgen  # noqa: PLC0415 (cryptography only to make a certificate)
-
-    return certgen.generate(
-        service,
-        namespace,
-        extra_dns=extra_dns,
-        extra_ips=extra_ips,
-        validity_days=validity_days,
-        ca=ca,
-    )
+    return certgen.generate(service, namespace, **options)
 
 
 def write_bundle(bundle: CertBundle, out_dir: Path) -> None:

@@ -84,34 +84,25 @@ def _tls(
 
 def _snapshot_writer(
     kube: Kube, cache: SourceCache, hkey: bytes, metrics: Metrics
-) -> tuple[SnapshotIndex, SnapshotWriter]:
-    """Snapshot mode: the writer that admission and the change controller make copies with.
-    Before `cache.start()`: the copies are found on the cache's watches."""
+) -> SnapshotWriter:
+    """Snapshot mode: the writer that admission and the change controller make copies with
+    (and its index of copies). Before `cache.start()`: the copies are found on the cache's
+    watches."""
     index = SnapshotIndex(metrics, hkey)
     index.attach(cache)
-    return index, SnapshotWriter(kube, cache, index, hkey, metrics)
+    return SnapshotWriter(kube, cache, index, hkey, metrics)
 
 
 def _snapshot_lifetime(
     settings: Settings,
-    kube: Kube,
-    cache: SourceCache,
-    index: SnapshotIndex,
     writer: SnapshotWriter,
-    hkey: bytes,
-    metrics: Metrics,
     controller: RolloutController,
     events: EventRecorder | None,
 ) -> SnapshotLifetime:
     """How long copies live (adoption by revisions, the sweep): where the change controller
     acts, and only while it leads."""
     lifetime = SnapshotLifetime(
-        kube,
-        cache,
-        index,
         writer,
-        hkey,
-        metrics,
         grace=settings.snapshot_grace_period,
         namespaces=controller.namespaces,
         is_leader=controller.acting,
@@ -199,7 +190,7 @@ def serve(settings: Settings) -> int:
         ).start()
         stoppers.append(events.stop)
         cache = SourceCache(kube, hkey, metrics)
-        snapshot_index, writer = _snapshot_writer(kube, cache, hkey, metrics)
+        writer = _snapshot_writer(kube, cache, hkey, metrics)
         # Without snapshot mode configpin writes no ConfigMap or Secret (and the chart grants
         # it no such write): no writer, no adoption, no sweep.
         snapshots = writer if settings.snapshots else None
@@ -214,17 +205,7 @@ def serve(settings: Settings) -> int:
             )
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
             if snapshots is not None:
-                lifetime = _snapshot_lifetime(
-                    settings,
-                    kube,
-                    cache,
-                    snapshot_index,
-                    snapshots,
-                    hkey,
-                    metrics,
-                    controller,
-                    events,
-                )
+                lifetime = _snapshot_lifetime(settings, snapshots, controller, events)
                 stoppers.insert(0, lifetime.stop)
     admitter = Admitter(
         hkey=hkey,
@@ -251,16 +232,18 @@ def serve(settings: Settings) -> int:
     )
     try:
         runner.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            tls=_tls(settings, kube, stoppers),
-            lifecycle=lifecycle,
-            shutdown_delay=settings.shutdown_delay,
-            drain_timeout=settings.drain_timeout,
-            limits=limits,
-            metrics=metrics,
-            log_level=settings.log_level,
+            runner.serve_async(
+                app,
+                host=settings.host,
+                port=settings.port,
+                tls=_tls(settings, kube, stoppers),
+                lifecycle=lifecycle,
+                shutdown_delay=settings.shutdown_delay,
+                drain_timeout=settings.drain_timeout,
+                limits=limits,
+                metrics=metrics,
+                log_level=settings.log_level,
+            )
         )
     finally:
         for stop in stoppers:

@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from harness.configpin import INSTANCE_LABEL
+from harness.controller import running_controller as harness_controller
 from harness.controlplane import (
     ENABLED_LABEL,
     ControlPlane,
@@ -29,14 +30,12 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, deployment
-from webhook.config import Settings
 from webhook.controller.index import WorkloadRef
 from webhook.controller.outcome import Rolled
 from webhook.controller.restamp import Decision
 from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.kube.cache import SourceCache
 from webhook.kube.raw import JSON_PATCH, Kube, path
 from webhook.kube.workloads import update_workload
 from webhook.metrics import Metrics
@@ -124,7 +123,6 @@ class GatedWatchKube(Kube):
             yield events
 
 
-@contextlib.contextmanager
 def running_controller(
     kube: Kube,
     selector: str,
@@ -132,34 +130,19 @@ def running_controller(
     window: float = 0.2,
     interval: float = 0.0,
     catch_up_window: float = 600.0,
-) -> Iterator[RolloutController]:
-    metrics = Metrics()
-    cache = SourceCache(kube, secrets.token_bytes(32), metrics)
-    for informer in cache.informers.values():
-        informer.watch_timeout = 2  # the gated watch test needs watches to end often
-    cache.start()
-    ctl = RolloutController(
+) -> contextlib.AbstractContextManager[RolloutController]:
+    return harness_controller(
         kube,
-        cache.hkey,
-        cache,
-        metrics,
-        Settings(
-            coalesce_window=window,
-            min_rollout_interval=interval,
-            namespace_selector=selector,
-            namespace="configpin-system",
-            leader_elect=False,
-            catch_up_window=catch_up_window,
-        ),
+        secrets.token_bytes(32),
         tuning=Tuning(workers=2, watch_timeout=2),
+        watch_timeout=2,  # the gated watch test needs watches to end often
+        timeout=30,
+        coalesce_window=window,
+        min_rollout_interval=interval,
+        namespace_selector=selector,
+        namespace="configpin-system",
+        catch_up_window=catch_up_window,
     )
-    ctl.start()
-    try:
-        wait_for(ctl.acting, timeout=30, what="the controller to sync and act")
-        yield ctl
-    finally:
-        ctl.stop()
-        cache.stop()
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float:

@@ -50,7 +50,7 @@ def build_app(lifecycle: Lifecycle) -> FastAPI:
 
 def main(argv: list[str] | None = None) -> None:
     from webhook.server.guard import Limits
-    from webhook.server.runner import run
+    from webhook.server.runner import run, serve_async
     from webhook.server.tls import ReloadingTLSContext
 
     parser = argparse.ArgumentParser()
@@ -69,15 +69,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     lifecycle = Lifecycle()
     run(
-        build_app(lifecycle),
-        host=args.host,
-        port=args.port,
-        tls=ReloadingTLSContext(args.cert, args.key),
-        lifecycle=lifecycle,
-        shutdown_delay=args.shutdown_delay,
-        drain_timeout=args.drain_timeout,
-        limits=Limits(keep_alive_timeout=args.keep_alive_timeout),
-        log_level=args.log_level,
+        serve_async(
+            build_app(lifecycle),
+            host=args.host,
+            port=args.port,
+            tls=ReloadingTLSContext(args.cert, args.key),
+            lifecycle=lifecycle,
+            shutdown_delay=args.shutdown_delay,
+            drain_timeout=args.drain_timeout,
+            limits=Limits(keep_alive_timeout=args.keep_alive_timeout),
+            log_level=args.log_level,
+        )
     )
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonpatch
 
+from harness.builders import RecordingWriter
 from webhook.config import Settings
 from webhook.core.digest import namespace_key, record_from_object, source_digest
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
@@ -51,30 +51,17 @@ class LaggingReader:
         return self.server if sid.name == "cfg" else None
 
 
-class CheckingWriter:
+class CheckingWriter(RecordingWriter):
     """Like the real writer: never makes a copy whose name lies about its content."""
 
     def __init__(self, reader: LaggingReader) -> None:
+        super().__init__()
         self.reader = reader
-        self.made: list[str] = []
 
-    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
-        return False  # nothing made yet
-
-    def ensure(
-        self,
-        namespace: str,
-        requests: Sequence[SnapshotRequest],
-        *,
-        dry_run: bool,
-        on_created: Callable[[JSONObject], None] | None = None,
-    ) -> list[str]:
+    def make(self, namespace: str, request: SnapshotRequest) -> None:
         current = record_from_object(KEY, SourceKind.CONFIGMAP, self.reader.server)
-        for req in requests:
-            if source_digest(namespace_key(KEY, namespace), current) != req.content_digest:
-                raise RuntimeError(f"{req.source} changed while the admission was being decided")
-            self.made.append(req.snapshot_name)
-        return []
+        if source_digest(namespace_key(KEY, namespace), current) != request.content_digest:
+            raise RuntimeError(f"{request.source} changed while the admission was being decided")
 
 
 def _review(obj: dict[str, Any]) -> bytes:

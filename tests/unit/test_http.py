@@ -14,13 +14,14 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import jsonpatch
 import pytest
 
+from harness.builders import RecordingWriter
 from tests.unit.conftest import (
     HKEY,
     NSKEY,
@@ -365,7 +366,11 @@ async def test_strict_mode_denies_an_unreadable_source(strict: Server) -> None:
 
 
 async def test_strict_mode_still_patches_good_objects(strict: Server) -> None:
-    await strict.still_serving()
+    obj = _deployment(env_cm("cfg", "a"))
+    resp = (await strict.admit(review(obj, uid="good")))["response"]
+    assert resp["uid"] == "good" and resp["allowed"] is True and "warnings" not in resp
+    patched = jsonpatch.apply_patch(obj, _patch(resp))
+    assert set(recorded_sources(patched)) == {"configmap/cfg"}
 
 
 async def test_long_warnings_are_cut(server: Server) -> None:
@@ -435,26 +440,14 @@ async def test_a_cache_miss_reads_through() -> None:
     assert reader.reads == 1
 
 
-@dataclass
-class _Writer:
-    fail: bool = False
-    calls: list[tuple[str, list[SnapshotRequest], bool]] = field(default_factory=list)
+class _Writer(RecordingWriter):
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
 
-    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
-        return False  # a writer that knows nothing in advance: every admission asks
-
-    def ensure(
-        self,
-        namespace: str,
-        requests: Sequence[SnapshotRequest],
-        *,
-        dry_run: bool,
-        on_created: Callable[[JSONObject], None] | None = None,
-    ) -> list[str]:
-        self.calls.append((namespace, list(requests), dry_run))
+    def make(self, namespace: str, request: SnapshotRequest) -> None:
         if self.fail:
             raise RuntimeError("quota exceeded")
-        return []
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
@@ -475,7 +468,6 @@ async def test_snapshot_mode_asks_for_the_copies_before_answering(dry_run: bool)
 
 
 async def test_copies_known_to_exist_are_not_asked_for_again() -> None:
-    @dataclass
     class _Settled(_Writer):
         def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
             return True

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+from typing import Any
+
+import pytest
 
 from webhook.server import memory
 
@@ -28,6 +32,49 @@ def test_trims_once_enough_connections_closed_and_the_burst_is_over() -> None:
     assert trims and trims[-1] == 263
 
 
-def test_release_and_tuning_are_safe_to_call() -> None:
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+            "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def _glibc() -> Any:
+    libc = memory._LIBC
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        pytest.skip("not glibc 2.33 or newer: both are no-ops there")
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return libc
+
+
+def test_tuning_serves_large_buffers_from_mappings_of_their_own() -> None:
+    """Above the threshold a buffer is a mapping of its own (given back when freed); below
+    it, from the heap (a TLS read buffer, allocated and freed per read)."""
+    libc = _glibc()
     memory.tune_allocator()
-    memory.release()
+    for size, mapped in ((600 * 1024, True), (300 * 1024, False)):
+        before = libc.mallinfo2().hblkhd
+        block = libc.malloc(size)
+        try:
+            assert (libc.mallinfo2().hblkhd - before >= size) is mapped, size
+        finally:
+            libc.free(block)
+
+
+def test_release_gives_freed_heap_pages_back() -> None:
+    libc = _glibc()
+    blocks = [libc.malloc(64 * 1024) for _ in range(64)]  # 4 MiB of heap, under the threshold
+    keep = libc.malloc(64 * 1024)  # above them: their freeing cannot shrink the heap's top
+    try:
+        for block in blocks:
+            libc.free(block)
+        assert libc.mallinfo2().fordblks >= 4 * 2**20  # free, but still the process's
+        assert memory.release() is True  # whole free pages inside the heap given back
+    finally:
+        libc.free(keep)

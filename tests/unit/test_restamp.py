@@ -5,13 +5,14 @@ client: its dependencies are fakes given explicitly."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
 import pytest
 
+from harness.builders import RecordingWriter
 from tests.unit.conftest import (
     HKEY,
     Store,
@@ -36,7 +37,7 @@ from webhook.core.constants import (
     ANN_ROLLED_AT,
     ANN_SOURCES,
 )
-from webhook.core.model import JSONObject, SnapshotRequest
+from webhook.core.model import JSONObject
 from webhook.core.plan import dumps_mapping, observed_ops
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.kube.errors import Forbidden
@@ -64,35 +65,12 @@ class FakePods:
 
 
 @dataclass
-class FakeCopies:
-    """The snapshot writer: makes the copies in the store, as the real one does."""
-
-    store: Store
-    made: list[str] = field(default_factory=list)
-
-    def ensure(
-        self,
-        namespace: str,
-        requests: Sequence[SnapshotRequest],
-        *,
-        dry_run: bool,
-        on_created: Callable[[JSONObject], None] | None = None,
-    ) -> list[str]:
-        for req in requests:
-            self.made.append(req.snapshot_name)
-        return []
-
-    def settled(self, namespace: str, requests: Sequence[SnapshotRequest]) -> bool:
-        return False
-
-
-@dataclass
 class Case:
     store: Store
     settings: Settings = field(default_factory=Settings)
     pods: FakePods = field(default_factory=FakePods)
     leading: bool = True
-    copies: FakeCopies | None = None
+    copies: RecordingWriter | None = None
 
     def restamper(self) -> Restamper:
         return Restamper(
@@ -202,7 +180,7 @@ def test_not_leading_any_more_writes_nothing() -> None:
 
 def test_snapshot_mode_makes_the_copies_before_re_pointing() -> None:
     case = Case(_store())
-    case.copies = FakeCopies(case.store)
+    case.copies = RecordingWriter()
     obj = _admitted(ENV, case.store, annotations={ANN_MODE: "snapshot"})
     case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
     decision = case.decide(obj)
@@ -220,7 +198,7 @@ def test_snapshot_mode_without_a_writer_is_not_rolled() -> None:
 
 def test_copies_are_made_even_when_leadership_is_lost_before_the_write() -> None:
     case = Case(_store(), leading=False)
-    case.copies = FakeCopies(case.store)
+    case.copies = RecordingWriter()
     obj = _admitted(ENV, case.store, annotations={ANN_MODE: "snapshot"})
     case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
     assert case.decide(obj) == Decision.leave(SkipReason.NOT_LEADER)
@@ -262,7 +240,7 @@ def test_a_required_source_that_appeared_rolls_in_snapshot_mode() -> None:
     obj = _admitted(ENV, store, annotations={ANN_MODE: "snapshot"})
     store.put(configmap("cfg", {"a": "1"}))
     case = Case(store)
-    case.copies = FakeCopies(store)
+    case.copies = RecordingWriter()
     decision = case.decide(obj)
     assert not decision.record_only and touches_template("Deployment", decision.ops)
 

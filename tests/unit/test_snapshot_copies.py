@@ -435,15 +435,7 @@ def _replicaset(cluster: Cluster, copy_name: str, name: str = "web-1") -> JSONOb
 
 
 def _adopter(cluster: Cluster, **kwargs: Any) -> SnapshotAdopter:
-    return SnapshotAdopter(
-        cluster.api,
-        cluster.cache,
-        cluster.index,
-        cluster.writer,
-        HKEY,
-        cluster.metrics,
-        **kwargs,
-    )
+    return SnapshotAdopter(cluster.writer, **kwargs)
 
 
 def test_owner_of_reads_each_revision_kind() -> None:

@@ -35,11 +35,9 @@ from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind
 from webhook.core.names import snapshot_name
 from webhook.core.plan import is_controlled, parse_mapping
 from webhook.core.refs import find_sites, get_path
-from webhook.kube.cache import SourceCache
 from webhook.kube.copies import (
     Copy,
     CopyKey,
-    SnapshotIndex,
     SnapshotWriter,
     add_owners,
     remove_owners,
@@ -47,9 +45,8 @@ from webhook.kube.copies import (
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.informer import Informer
-from webhook.kube.raw import Kube, path
+from webhook.kube.raw import path
 from webhook.kube.workloads import Served, served_custom_kinds, served_prefix
-from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -189,18 +186,15 @@ class SnapshotAdopter:
 
     def __init__(
         self,
-        kube: Kube,
-        cache: SourceCache,
-        index: SnapshotIndex,
         writer: SnapshotWriter,
-        hkey: bytes,
-        metrics: Metrics,
         *,
         is_leader: Callable[[], bool] = lambda: True,
         namespace_filter: NamespaceFilter = _always,
         resync: float = 300.0,
         events: EventRecorder | None = None,
     ) -> None:
+        # the writer's cluster, cache, index of copies, digest key and metrics
+        kube, cache, index = writer.kube, writer.cache, writer.index
         self.kube = kube
         self.events = events
         self._reported: dict[str, None] = {}  # uids of look-alikes said in an Event (ordered)
@@ -208,8 +202,8 @@ class SnapshotAdopter:
         self.cache = cache
         self.index = index
         self.writer = writer
-        self.hkey = hkey
-        self.metrics = metrics
+        self.hkey = writer.hkey
+        self.metrics = metrics = writer.metrics
         self.is_leader = is_leader
         self.namespace_filter = namespace_filter
         self.resync = resync

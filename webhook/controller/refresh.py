@@ -16,10 +16,11 @@ from typing import Final
 
 from webhook.config import Settings
 from webhook.controller.index import Lookup, WorkloadRef
+from webhook.controller.restamp import plan_update
 from webhook.core.constants import ANN_REFRESHED, ANN_SOURCES, ON_CHANGE_REFRESH
 from webhook.core.kinds import template_paths
 from webhook.core.model import JSONObject, SourceId
-from webhook.core.plan import dumps_mapping, parse_mapping, plan_object
+from webhook.core.plan import dumps_mapping, parse_mapping
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.kube.errors import Forbidden
 from webhook.kube.pods import annotate_pod, workload_pods
@@ -134,19 +135,7 @@ class Pods:
         pod) start with the content it was refreshed to, not its template's older record;
         their annotation is brought to it. What is written is planned here from the sources,
         never taken from the workload's own (tenant-writable) record."""
-        settings = self.settings
-        plan = plan_object(
-            obj,
-            hkey=self.hkey,
-            lookup=read,
-            default_mode=settings.mode,
-            operation="UPDATE",
-            old=obj,
-            refresh=(),
-            namespace=ref.namespace,
-            max_sources=settings.max_sources,
-            allow_snapshots=settings.snapshots,
-        )
+        plan = plan_update(obj, ref, self.hkey, self.settings, read)
         if plan.skipped is not None or plan.on_change != ON_CHANGE_REFRESH:
             return
         try:

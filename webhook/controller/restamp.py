@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +35,7 @@ from webhook.controller.index import (
 )
 from webhook.core.constants import ANN_ON_CHANGE, MODE_SNAPSHOT, ON_CHANGE_REFRESH
 from webhook.core.kinds import template_paths
-from webhook.core.model import JSONObject, PatchOp, SnapshotEnsurer
+from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotEnsurer, SourceId
 from webhook.core.names import pointer
 from webhook.core.plan import (
     RollInstead,
@@ -107,6 +107,31 @@ def _asks_refresh(obj: JSONObject) -> bool:
     return isinstance(annotations, dict) and annotations.get(ANN_ON_CHANGE) == ON_CHANGE_REFRESH
 
 
+def plan_update(
+    obj: JSONObject,
+    ref: WorkloadRef,
+    hkey: bytes,
+    settings: Settings,
+    read: Lookup,
+    *,
+    refresh: Collection[SourceId] = (),
+) -> Plan:
+    """The workload as it stands, planned as admission plans an UPDATE of it; `refresh`: the
+    sources whose change it must now follow (even where its template points at older copies)."""
+    return plan_object(
+        obj,
+        hkey=hkey,
+        lookup=read,
+        default_mode=settings.mode,
+        operation="UPDATE",
+        old=obj,
+        refresh=refresh,
+        namespace=ref.namespace,
+        max_sources=settings.max_sources,
+        allow_snapshots=settings.snapshots,
+    )
+
+
 @dataclass(frozen=True)
 class IndexRestamp:
     """A plain re-stamp planned from the index alone: a merge patch guarded by the
@@ -160,18 +185,7 @@ class Restamper:
             if entry.refreshed is not None and settings.refresh_pods:
                 self.pods.catch_up(ref, obj, read)
             return Decision.leave(SkipReason.CURRENT)
-        plan = plan_object(
-            obj,
-            hkey=self.hkey,
-            lookup=read,
-            default_mode=settings.mode,
-            operation="UPDATE",
-            old=obj,
-            refresh=stale,
-            namespace=ref.namespace,
-            max_sources=settings.max_sources,
-            allow_snapshots=settings.snapshots,
-        )
+        plan = plan_update(obj, ref, self.hkey, settings, read, refresh=stale)
         if plan.skipped is not None:
             return Decision.leave(plan.skipped)
         if not entry.stamped and _age(obj, self.wall()) > settings.catch_up_window:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import Gauge
@@ -149,6 +149,7 @@ class RolloutController:
             in_scope=self.namespaces.__contains__,
             is_leader=self.is_leader,
         )
+        self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         self.runner: Runner[WorkloadRef, SourceId] = Runner(
             "rollout",
             self._reconcile,
@@ -387,17 +388,6 @@ class RolloutController:
     # --- the work (the runner's workers)
     def _reconcile(self, ref: WorkloadRef, pending: Pending[SourceId]) -> Outcome:
         return self.apply(ref, pending.sources, first_seen=pending.first_seen)
-
-    def apply(
-        self,
-        ref: WorkloadRef,
-        changed: Iterable[SourceId] = (),
-        *,
-        first_seen: float | None = None,
-        before_write: Callable[[JSONObject], None] | None = None,
-    ) -> Outcome:
-        """Bring one workload up to date now (webhook.controller.reconcile)."""
-        return self.reconciler(ref, changed, first_seen=first_seen, before_write=before_write)
 
     def _retrying(self, ref: WorkloadRef, attempt: int, why: str, delay: float) -> None:
         self.metrics.skipped.labels(SkipReason.ERROR.label).inc()

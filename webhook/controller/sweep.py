@@ -28,7 +28,6 @@ from webhook.controller.adoption import (
 )
 from webhook.core.kinds import BUILTIN_KINDS, custom_kinds
 from webhook.core.model import JSONObject, SourceKind
-from webhook.kube.cache import SourceCache
 from webhook.kube.copies import (
     RESOURCE,
     Copy,
@@ -251,12 +250,7 @@ class SnapshotLifetime:
 
     def __init__(
         self,
-        kube: Kube,
-        cache: SourceCache,
-        index: SnapshotIndex,
         writer: SnapshotWriter,
-        hkey: bytes,
-        metrics: Metrics,
         *,
         grace: float,
         namespaces: Namespaces,
@@ -265,20 +259,15 @@ class SnapshotLifetime:
     ) -> None:
         self.namespaces = namespaces
         self.adopter = SnapshotAdopter(
-            kube,
-            cache,
-            index,
             writer,
-            hkey,
-            metrics,
             is_leader=lambda: is_leader() and namespaces.synced(),
             namespace_filter=namespaces.__contains__,
             events=events,
         )
         self.sweeper = SnapshotSweeper(
-            kube,
-            index,
-            metrics,
+            writer.kube,
+            writer.index,
+            writer.metrics,
             grace=grace,
             is_leader=lambda: is_leader() and self.ready(),
             namespace_filter=namespaces.__contains__,

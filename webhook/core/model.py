@@ -151,6 +151,12 @@ class Plan:
     def changed(self) -> bool:
         return bool(self.patch)
 
+    def said(self, warnings: list[str], on_change: str) -> Plan:
+        """The same plan, with these warnings and this on-change policy."""
+        fields = list(self._fields())
+        fields[1], fields[-1] = warnings, on_change  # (in the order of __init__)
+        return Plan(*fields)
+
     def _fields(self) -> tuple[Any, ...]:
         return (
             self.patch,

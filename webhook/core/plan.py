@@ -358,18 +358,7 @@ def plan_object(
         kept = _kept_record(obj, old, meta_path, mode)
         if kept is not None:
             if warnings or on_change != ON_CHANGE_ROLL:
-                return Plan(
-                    patch=kept.patch,
-                    warnings=warnings,
-                    problems=kept.problems,
-                    snapshots=kept.snapshots,
-                    sources=kept.sources,
-                    observed=kept.observed,
-                    mode=kept.mode,
-                    skipped=kept.skipped,
-                    kept=kept.kept,
-                    on_change=on_change,
-                )
+                return kept.said(warnings, on_change)
             return kept
 
     template_meta = get_path(obj, meta_path)

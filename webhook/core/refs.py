@@ -115,6 +115,11 @@ _FieldKinds = tuple[tuple[str, SourceKind], ...]
 _KEY_REFS: Final[_FieldKinds] = (("configMapKeyRef", _CONFIGMAP), ("secretKeyRef", _SECRET))
 _OBJECT_REFS: Final[_FieldKinds] = (("configMapRef", _CONFIGMAP), ("secretRef", _SECRET))
 _PROJECTED_REFS: Final[_FieldKinds] = (("configMap", _CONFIGMAP), ("secret", _SECRET))
+# A volume's own reference: its field, the field of the name in it, the kind
+_VOLUME_REFS: Final[tuple[tuple[str, str, SourceKind], ...]] = (
+    ("configMap", "name", _CONFIGMAP),
+    ("secret", "secretName", _SECRET),
+)
 
 
 _new = tuple.__new__  # builds a named tuple in C, without the Python-level __new__ frame
@@ -181,26 +186,17 @@ def _volume_sites(spec: dict[str, Any], out: list[RefSite]) -> None:
     for vi, vol in enumerate(spec.get("volumes") or ()):
         if not isinstance(vol, dict):
             continue
-        ref = vol.get("configMap")
-        if isinstance(ref, dict) and isinstance(name := ref.get("name"), str) and name:
-            out.append(
-                RefSite(
-                    _source_id(_CONFIGMAP, name),
-                    ("volumes", vi, "configMap", "name"),
-                    _items_keys(ref.get("items")),
-                    ref.get("optional") is True,
+        for field, name_field, kind in _VOLUME_REFS:
+            ref = vol.get(field)
+            if isinstance(ref, dict) and isinstance(name := ref.get(name_field), str) and name:
+                out.append(
+                    RefSite(
+                        _source_id(kind, name),
+                        ("volumes", vi, field, name_field),
+                        _items_keys(ref.get("items")),
+                        ref.get("optional") is True,
+                    )
                 )
-            )
-        ref = vol.get("secret")
-        if isinstance(ref, dict) and isinstance(name := ref.get("secretName"), str) and name:
-            out.append(
-                RefSite(
-                    _source_id(_SECRET, name),
-                    ("volumes", vi, "secret", "secretName"),
-                    _items_keys(ref.get("items")),
-                    ref.get("optional") is True,
-                )
-            )
         projected = vol.get("projected")
         if not isinstance(projected, dict):
             continue

@@ -409,15 +409,7 @@ class Admitter:
             and not writer.settled(namespace, plan.snapshots)  # the common case: no thread hop
         ):
             try:
-                warnings += await asyncio.to_thread(
-                    functools.partial(
-                        writer.ensure,
-                        namespace,
-                        plan.snapshots,
-                        dry_run=review.dry_run,
-                        on_created=created.append,
-                    )
-                )
+                warnings += await self._ensure_copies(writer, review, namespace, plan, created)
             except Exception as first:
                 # Most often the cache had not yet seen a source change, so the planned copy
                 # names content the source no longer has. Decide once more from fresh reads
@@ -434,15 +426,7 @@ class Admitter:
                         self._plan, review, namespace, read_through=True, fresh=True
                     )
                     warnings = list(plan.warnings)
-                    warnings += await asyncio.to_thread(
-                        functools.partial(
-                            writer.ensure,
-                            namespace,
-                            plan.snapshots,
-                            dry_run=review.dry_run,
-                            on_created=created.append,
-                        )
-                    )
+                    warnings += await self._ensure_copies(writer, review, namespace, plan, created)
                 except Exception as e:
                     log.warning(
                         "snapshots for %s in %s failed: %s", kind_name(review), namespace, e
@@ -454,6 +438,25 @@ class Admitter:
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    @staticmethod
+    async def _ensure_copies(
+        writer: SnapshotEnsurer,
+        review: Review,
+        namespace: str,
+        plan: Plan,
+        created: list[JSONObject],
+    ) -> list[str]:
+        """The plan's copies made to exist, off the event loop (it may write)."""
+        return await asyncio.to_thread(
+            functools.partial(
+                writer.ensure,
+                namespace,
+                plan.snapshots,
+                dry_run=review.dry_run,
+                on_created=created.append,
+            )
+        )
 
     @staticmethod
     def _agrees(review: Review, plan: Plan) -> bool:

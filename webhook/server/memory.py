@@ -51,15 +51,17 @@ def tune_allocator() -> None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
 
 
-def release() -> None:
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+def release() -> bool:
+    """Give the free pages of the C heap back to the system; True when some were."""
+    return _LIBC is not None and bool(_LIBC.malloc_trim(0))
 
 
 class Trimmer:
     """Counts closed connections; `run` trims once enough have closed and the burst is over."""
 
-    def __init__(self, *, after: int = 64, quiet: float = 2.0, trim: Callable[[], None] = release):
+    def __init__(
+        self, *, after: int = 64, quiet: float = 2.0, trim: Callable[[], object] = release
+    ):
         self.closed = 0
         self._after = after
         self._quiet = quiet

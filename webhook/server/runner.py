@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import FrameType
 from typing import Any, cast
 
@@ -82,40 +82,13 @@ def _loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     raise ValueError(f"unknown event loop {loop!r} (asyncio or uvloop)")
 
 
-def run(
-    app: ASGIApp,
-    *,
-    host: str,
-    port: int,
-    tls: ReloadingTLSContext,
-    lifecycle: Lifecycle,
-    shutdown_delay: float = 5.0,
-    drain_timeout: float = 30.0,
-    limits: Limits | None = None,
-    metrics: Metrics | None = None,
-    log_level: str = "info",
-    http: str | None = None,
-    loop: str | None = None,
-) -> None:
-    """Serve until a signal ends it (see the module docstring). Must run in the main thread
-    for signals to be handled; returns normally after a graceful shutdown."""
+def run(server: Coroutine[Any, Any, None], *, loop: str | None = None) -> None:
+    """Run `server` (a `serve_async(...)`) until a signal ends it (see the module docstring).
+    Must run in the main thread for signals to be handled; returns normally after a graceful
+    shutdown."""
     memory.tune_allocator()
     with asyncio.Runner(loop_factory=_loop_factory(loop or DEFAULT_LOOP)) as runner:
-        runner.run(
-            serve_async(
-                app,
-                host=host,
-                port=port,
-                tls=tls,
-                lifecycle=lifecycle,
-                shutdown_delay=shutdown_delay,
-                drain_timeout=drain_timeout,
-                limits=limits,
-                metrics=metrics,
-                log_level=log_level,
-                http=http,
-            )
-        )
+        runner.run(server)
 
 
 async def serve_async(
