@@ -692,7 +692,8 @@ def _base(*, refresh: bool) -> Path:
     if (base / "complete").exists() and not refresh:
         return base
     _need_root()
-    _require({"mmdebstrap": "mmdebstrap", "chroot": "coreutils"})
+    # umoci too, which writes the archive later: one apt-get run
+    _require({"mmdebstrap": "mmdebstrap", "chroot": "coreutils", "umoci": "umoci"})
     bases.mkdir(parents=True, exist_ok=True)
     partial = bases / f".{key}.partial"
     shutil.rmtree(partial, ignore_errors=True)
