@@ -787,7 +787,9 @@ def _copy_sources(src: Path) -> None:
         path = REPO / name
         if path.is_dir():
             shutil.copytree(
-                path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+                path,
+                src / name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.egg-info"),
             )
         else:
             shutil.copy2(path, src / name)
