@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit unit-compiled integration bench control-plane clean
+.PHONY: run test lint unit unit-compiled integration bench control-plane image test-images clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ control-plane:
 ## The integration suite on one control plane: make integration K8S=1.36.2
 integration: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/provision-control-plane.sh $(or $(K8S),1.20.2))" $(BIN)/pytest -p no:cacheprovider tests/integration $(PYTEST_ARGS)
+
+## configpin's image as an OCI archive (build/images/configpin.oci.tar), built from Debian's
+## packages with no Docker daemon and no registry (docs/image.md); cached, rebuilt when its inputs change
+image:
+	$(PYTHON) -m harness.images configpin
+
+## The test node's images: pause (its sandbox) and shell (busybox, for the tests' applications)
+test-images:
+	$(PYTHON) -m harness.images pause
+	$(PYTHON) -m harness.images shell
 
 ## One run of the admission benchmark (about 35 s); the others: bench/README.md
 bench: $(STAMP)
