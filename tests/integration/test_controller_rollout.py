@@ -36,12 +36,16 @@ from harness.manifests import (
 )
 from tests.integration.instances import instance_fixtures
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
+from webhook.core.kinds import builtin
 from webhook.kube.raw import Kube, path
-from webhook.kube.workloads import cronjob_prefix
+from webhook.kube.workloads import served_prefix
 
 INSTANCE = "ctl"
 WINDOW = 0.5
 SETTLE = WINDOW + 2.0  # long enough for a rollout that should not happen to have happened
+
+CRONJOB = builtin("CronJob")
+assert CRONJOB is not None
 
 
 cp, ns = instance_fixtures(
@@ -269,7 +273,7 @@ def test_mode_off_workloads_and_owned_replicasets_are_left_alone(
 
 
 def test_cronjob_job_template_is_restamped(cp: Configpin, kube: Kube, ns: str) -> None:
-    prefix = cronjob_prefix(kube)
+    prefix = served_prefix(kube, CRONJOB)
     assert prefix is not None
     kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
     spec = {**pod_spec(), "restartPolicy": "Never"}

@@ -21,12 +21,16 @@ import pytest
 from harness.configpin import Configpin
 from harness.controlplane import ControlPlane, wait_for
 from harness.manifests import configmap, secret
+from webhook.core.kinds import builtin
 from webhook.kube.errors import Conflict, Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
-from webhook.kube.workloads import cronjob_prefix
+from webhook.kube.workloads import served_prefix
 
 SOURCES = "configpin.io/sources"
 COPY = re.compile(r"^(?P<source>.+)-[0-9a-f]{10}$")
+
+CRONJOB = builtin("CronJob")
+assert CRONJOB is not None
 
 
 @pytest.fixture
@@ -603,7 +607,7 @@ def test_a_cronjob_keeps_its_copies_while_it_points_at_them(kube: Kube, namespac
     limit of 0 remove them) for as long as the CronJob points at it; once the controller
     points it at a new copy, the old one is the Jobs' alone."""
     sources(kube, namespace)
-    prefix = cronjob_prefix(kube)
+    prefix = served_prefix(kube, CRONJOB)
     assert prefix is not None
     spec = {**pod_spec(), "restartPolicy": "Never"}
     cronjob = kube.create(

@@ -15,9 +15,13 @@ from harness.configpin import CONFIGPIN_NAMESPACE, Configpin, ensure_namespace
 from harness.controlplane import ENABLED_LABEL, chart_webhook, server_minor, wait_for
 from harness.manifests import configmap, deployment
 from webhook.core.constants import ANN_SOURCES
+from webhook.core.kinds import builtin
 from webhook.kube.errors import Forbidden
 from webhook.kube.raw import JSON_PATCH, Kube, path
-from webhook.kube.workloads import cronjob_prefix
+from webhook.kube.workloads import served_prefix
+
+CRONJOB = builtin("CronJob")
+assert CRONJOB is not None
 
 
 @pytest.fixture
@@ -27,7 +31,9 @@ def kube(k8s: client.ApiClient) -> Kube:
 
 def test_served_versions_of_cronjobs_and_pdbs(kube: Kube) -> None:
     minor = server_minor(kube.api)
-    assert cronjob_prefix(kube) == ("/apis/batch/v1" if minor >= 21 else "/apis/batch/v1beta1")
+    assert served_prefix(kube, CRONJOB) == (
+        "/apis/batch/v1" if minor >= 21 else "/apis/batch/v1beta1"
+    )
     _, api_versions = cluster_capabilities(kube.api)
     assert ("policy/v1/PodDisruptionBudget" in api_versions) is (minor >= 21)
     assert ("policy/v1beta1/PodDisruptionBudget" in api_versions) is (minor < 25)

@@ -54,7 +54,7 @@ RESOURCES: Final[Mapping[str, str]] = {
     "serviceaccounts": "/api/v1",
     "leases": "/apis/coordination.k8s.io/v1",
     "mutatingwebhookconfigurations": "/apis/admissionregistration.k8s.io/v1",
-    # the workload kinds, at their preferred version (CronJobs on 1.20: see cronjob_prefix())
+    # the workload kinds at their preferred version (CronJobs on 1.20: workloads.served_prefix)
     **{k.resource: k.prefix() for k in BUILTIN_KINDS},
 }
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from webhook.core.kinds import WorkloadKind, builtin, custom_kinds, rolled_kinds
+from webhook.core.kinds import WorkloadKind, custom_kinds, rolled_kinds
 from webhook.core.model import JSONObject, PatchOp
 from webhook.kube.errors import Conflict, KubeError, NotFound
 from webhook.kube.ratelimit import LimitedKube
@@ -67,14 +67,6 @@ def served_prefix(kube: Kube, kind: WorkloadKind) -> str | None:
         if _serves(kube, kind.prefix(version), kind.resource):
             return kind.prefix(version)
     return None
-
-
-def cronjob_prefix(kube: Kube) -> str | None:
-    """Where CronJobs are served: batch/v1 from Kubernetes 1.21, batch/v1beta1 before.
-    None when neither serves them."""
-    cronjob = builtin("CronJob")
-    assert cronjob is not None
-    return served_prefix(kube, cronjob)
 
 
 def served_custom_kinds(kube: Kube) -> list[Served]:
