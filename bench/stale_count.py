@@ -48,6 +48,9 @@ class StoreCache:
     def peek(self, namespace: str, sid: SourceId) -> Any:
         return self.records.get(sid)
 
+    def changed_keys(self, namespace: str, sid: SourceId) -> Any:
+        return None
+
 
 def build(size: int) -> RolloutController:
     configs = [configmap(f"config-{i}", {"a": "1"}) for i in range(size // 10 + 3)]

@@ -52,7 +52,10 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     for field, info in Settings.model_fields.items():
         kwargs: dict[str, Any] = {
             "dest": field,
-            "help": f"{info.description} [default: {default_text(field)}; env {env_name(field)}]",
+            # (argparse formats help with %: a literal one is doubled)
+            "help": f"{info.description} [default: {default_text(field)}; env {env_name(field)}]".replace(
+                "%", "%%"
+            ),
         }
         annotation = info.annotation
         if annotation is bool:

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
+from webhook.core.delivery import WaveStep, parse_waves
 from webhook.core.kinds import ARGO_ROLLOUT, WorkloadKind, parse_custom_kinds
 from webhook.core.owners import parse_owner_kinds
 
@@ -290,6 +291,22 @@ class Settings(BaseSettings):
             "of such a workload (needs pods patch) instead of rolling it; off: they roll."
         ),
     )
+    rollout_waves: str = Field(
+        "1,10%,100%",
+        description=(
+            "A change consumed by several workloads rolls in waves: counts (1) and shares of "
+            "the rest (10%), comma-separated; a wave starts when every rollout of the one "
+            "before is complete, and a failure stops the waves after it. off: all at once."
+        ),
+    )
+    max_rolling: int = Field(
+        50,
+        ge=0,
+        description=(
+            "Config rollouts in flight at once across the cluster, at most (0: no cap); "
+            "others wait their turn."
+        ),
+    )
     snapshot_grace_period: float = Field(
         600.0,
         ge=0,
@@ -346,6 +363,15 @@ class Settings(BaseSettings):
         if self.mode == "snapshot" and not self.snapshots:
             raise ValueError("--mode snapshot needs snapshots allowed (--snapshots)")
         return self
+
+    @field_validator("rollout_waves")
+    @classmethod
+    def _known_waves(cls, value: str) -> str:
+        parse_waves(value)
+        return value
+
+    def waves(self) -> tuple[WaveStep, ...] | None:
+        return parse_waves(self.rollout_waves)
 
     @field_validator("workload_kinds")
     @classmethod

@@ -133,6 +133,10 @@ HELP: Final[Mapping[str, str]] = {
     "configpin_rollouts_total": "Pod templates re-stamped (rollouts started), by kind.",
     "configpin_changes_coalesced_total": "Changes folded into a rollout already pending.",
     "configpin_rollouts_skipped_total": "Workloads looked at and left alone, by reason.",
+    "configpin_rollout_failures_total": (
+        "Config rollouts configpin started that failed (a progress deadline, pods not Ready in "
+        "time, restarts), by what it did: undo, hold, none."
+    ),
     "configpin_owned_workloads_skipped_total": (
         "Workloads another controller (an operator) owns, left unpinned (said once per workload"
         " by the leader; opt in with configpin.io/owned: pin or --pin-owned-by)."
@@ -216,6 +220,7 @@ class Metrics:
         self.rollouts = count("configpin_rollouts_total", "kind")
         self.coalesced = count("configpin_changes_coalesced_total")
         self.skipped = count("configpin_rollouts_skipped_total", "reason")
+        self.rollout_failures = count("configpin_rollout_failures_total", "action")
         self.owned_skipped = count("configpin_owned_workloads_skipped_total")
         self.resyncs = count("configpin_controller_resyncs_total")
         self.conflicts = count("configpin_patch_conflicts_total")

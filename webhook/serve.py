@@ -14,7 +14,7 @@ from webhook.config import Settings
 from webhook.controller.rollout import RolloutController
 from webhook.controller.sweep import SnapshotLifetime
 from webhook.core.kinds import use_custom_kinds
-from webhook.core.model import SnapshotEnsurer
+from webhook.core.model import SourceId
 from webhook.core.owners import use_owner_kinds
 from webhook.digestkey import ensure_key_file, load_key_file
 from webhook.kube.cache import SourceCache
@@ -122,11 +122,19 @@ def _rollout_controller(
     metrics: Metrics,
     namespaces: NamespaceSet,
     *,
-    snapshots: SnapshotEnsurer | None = None,
+    snapshots: SnapshotWriter | None = None,
     events: EventRecorder | None = None,
 ) -> RolloutController:
     """Rolling on change. It starts in the background once the cache has synced, and the
     webhook serves whatever becomes of it (`configpin_controller_up` tells)."""
+    index = snapshots.index if snapshots is not None else None
+
+    def is_copy(namespace: str, sid: SourceId, name: str) -> bool:
+        """A copy configpin made of `sid` (proven by its signature): what an undo may point
+        a template back at."""
+        found = index.get((sid.kind, namespace, name)) if index is not None else None
+        return found is not None and found.source == sid.name
+
     controller = RolloutController(
         kube,
         hkey,
@@ -136,6 +144,7 @@ def _rollout_controller(
         snapshots=snapshots,
         namespaces=namespaces,
         events=events,
+        is_copy=is_copy,
     )
     controller.start()
     return controller

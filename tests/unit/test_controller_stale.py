@@ -44,6 +44,9 @@ class StoreCache:
     def peek(self, namespace: str, sid: SourceId) -> Any:
         return self.store.lookup(sid)
 
+    def changed_keys(self, namespace: str, sid: SourceId) -> Any:
+        return None
+
 
 def _controller(store: Store, clock: Clock, metrics: Metrics) -> RolloutController:
     controller = RolloutController(

@@ -5,8 +5,9 @@ client: its dependencies are fakes given explicitly."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jsonpatch
@@ -23,10 +24,12 @@ from tests.unit.conftest import (
     merge_patch,
     plan,
     pod_spec,
+    recorded_sources,
     vol_cm,
     workload,
 )
 from webhook.config import Settings
+from webhook.controller.follow import Follower
 from webhook.controller.index import Lookup, WorkloadRef, entry_from_object, format_time
 from webhook.controller.restamp import Decision, Restamper, touches_template
 from webhook.core.constants import (
@@ -34,15 +37,21 @@ from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_ON_CHANGE,
     ANN_REFRESHED,
+    ANN_REJECTED,
     ANN_ROLLED_AT,
+    ANN_ROLLOUT,
     ANN_SOURCES,
 )
+from webhook.core.delivery import rollout_record
+from webhook.core.kinds import WorkloadKind, builtin
 from webhook.core.model import JSONObject
 from webhook.core.plan import dumps_mapping, observed_ops
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.kube.errors import Forbidden
 
 NOW = 1_800_000_000.0  # the decision's wall clock
+DEPLOYMENT = builtin("Deployment")
+assert DEPLOYMENT is not None
 
 
 @dataclass
@@ -71,6 +80,9 @@ class Case:
     pods: FakePods = field(default_factory=FakePods)
     leading: bool = True
     copies: RecordingWriter | None = None
+    follower: Follower | None = None
+    gate: Any = None
+    now: float = NOW
 
     def restamper(self) -> Restamper:
         return Restamper(
@@ -79,14 +91,18 @@ class Case:
             snapshots=self.copies,
             pods=self.pods,
             is_leader=lambda: self.leading,
-            wall=lambda: NOW,
+            follower=self.follower,
+            gate=self.gate,
+            wall=lambda: self.now,
         )
 
-    def decide(self, obj: JSONObject, *, refreshable: bool = True) -> Decision:
+    def decide(self, obj: JSONObject, *, kind: WorkloadKind | None = None) -> Decision:
         meta = obj["metadata"]
         ref = WorkloadRef(obj["kind"], meta["namespace"], meta["name"])
         lookup = self.store.lookup
-        return self.restamper().decide(ref, obj, peek=lookup, read=lookup, refreshable=refreshable)
+        found = kind or builtin(obj["kind"])
+        assert found is not None
+        return self.restamper().decide(ref, obj, peek=lookup, read=lookup, kind=found)
 
 
 def _store(a: str = "1") -> Store:
@@ -263,18 +279,18 @@ def test_a_change_through_whole_volume_mounts_refreshes_the_pods() -> None:
 
 
 @pytest.mark.parametrize(
-    ("spec", "refreshable", "settings", "pods", "fallback"),
+    ("spec", "kind", "settings", "pods", "fallback"),
     [
-        (ENV, True, {}, FakePods(), Fallback.ENV),
-        (VOLUME, False, {}, FakePods(), Fallback.KIND),
-        (VOLUME, True, {"refresh_pods": False}, FakePods(), Fallback.DISABLED),
-        (VOLUME, True, {}, FakePods(forbidden=True), Fallback.FORBIDDEN),
+        (ENV, DEPLOYMENT, {}, FakePods(), Fallback.ENV),
+        (VOLUME, replace(DEPLOYMENT, refreshable=False), {}, FakePods(), Fallback.KIND),
+        (VOLUME, DEPLOYMENT, {"refresh_pods": False}, FakePods(), Fallback.DISABLED),
+        (VOLUME, DEPLOYMENT, {}, FakePods(forbidden=True), Fallback.FORBIDDEN),
     ],
     ids=["env", "custom-kind", "disabled", "forbidden"],
 )
 def test_a_refresh_that_cannot_reach_the_process_rolls_and_says_why(
     spec: JSONObject,
-    refreshable: bool,
+    kind: WorkloadKind,
     settings: dict[str, Any],
     pods: FakePods,
     fallback: Fallback,
@@ -282,7 +298,7 @@ def test_a_refresh_that_cannot_reach_the_process_rolls_and_says_why(
     case = Case(_store(), Settings(**settings), pods)
     obj = _admitted(spec, case.store, annotations={ANN_ON_CHANGE: "refresh"})
     case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
-    decision = case.decide(obj, refreshable=refreshable)
+    decision = case.decide(obj, kind=kind)
     assert decision.refreshed is None and decision.instead is not None
     assert decision.instead.reason is fallback
     assert fallback.in_the_way is (fallback in (Fallback.DISABLED, Fallback.FORBIDDEN))
@@ -305,7 +321,7 @@ def test_a_plain_re_stamp_is_planned_from_the_index_as_a_guarded_merge_patch() -
     obj["metadata"]["resourceVersion"] = "41"
     case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
     lookup = case.store.lookup
-    restamp = case.restamper().from_index(entry(obj), lookup, lookup)
+    restamp = case.restamper().from_index(entry(obj), DEPLOYMENT, lookup, lookup)
     assert restamp is not None
     written = merge_patch(obj, restamp.merge_patch)
     assert written["metadata"]["resourceVersion"] == "41"  # the precondition
@@ -324,14 +340,14 @@ def test_what_needs_the_object_is_not_planned_from_the_index() -> None:
     store.put(configmap("cfg", {"a": "1"}))  # a required source that appeared
     case = Case(store)
     lookup = store.lookup
-    assert case.restamper().from_index(entry(appeared), lookup, lookup) is None
+    assert case.restamper().from_index(entry(appeared), DEPLOYMENT, lookup, lookup) is None
     current = _admitted(ENV, store)
     current["metadata"]["resourceVersion"] = "42"
-    assert case.restamper().from_index(entry(current), lookup, lookup) is None
+    assert case.restamper().from_index(entry(current), DEPLOYMENT, lookup, lookup) is None
     observed = _admitted(ENV, store)
     observed["metadata"]["annotations"] = {ANN_OBSERVED: "{}"}  # a kept rollback, say
     assert entry(observed).restamp_rv is None
-    assert case.restamper().from_index(entry(observed), lookup, lookup) is None
+    assert case.restamper().from_index(entry(observed), DEPLOYMENT, lookup, lookup) is None
 
 
 # --- what counts as a rollout -------------------------------------------------------------
@@ -359,3 +375,171 @@ def test_skip_reasons_are_a_small_set_of_metric_labels() -> None:
     assert SkipReason.MODE_OFF.label == "mode-off"
     assert SkipReason.NOT_STORED.label == "not-stored"
     assert all(label.replace("-", "").isalpha() for label in labels)
+
+
+# --- safe delivery: the rollout it starts, follows, and acts on ------------------------------
+
+
+class FakeGate:
+    """The waves and the cap: `waiting` says why a workload may not roll (None: it may)."""
+
+    def __init__(self, waiting: str | None = None) -> None:
+        self.waiting = waiting
+        self.asked: list[tuple[WorkloadRef, tuple[str, ...]]] = []
+
+    def changes(self, namespace: str, stale: Any) -> tuple[str, ...]:
+        return tuple(f"{sid}@c" for sid in sorted(stale))
+
+    def wait(self, ref: WorkloadRef, changes: tuple[str, ...]) -> str | None:
+        self.asked.append((ref, changes))
+        return self.waiting
+
+
+def _delivering(store: Store, gate: FakeGate | None = None) -> Case:
+    def is_copy(_ns: str, sid: Any, name: str) -> bool:  # "copies configpin made"
+        return name.startswith(sid.name + "-")
+
+    case = Case(store, gate=gate or FakeGate())
+    case.follower = Follower(
+        HKEY, pods=lambda _ref, _obj: [], is_copy=is_copy, changed_keys=lambda _ns, _sid: {"a"}
+    )
+    return case
+
+
+def _written(obj: JSONObject, decision: Decision) -> JSONObject:
+    out: JSONObject = jsonpatch.apply_patch(copy.deepcopy(obj), decision.ops)
+    return out
+
+
+def _record_of(obj: JSONObject) -> Any:
+    found = rollout_record(HKEY, obj)
+    assert found is not None
+    return found
+
+
+def _status(obj: JSONObject, *, ready: bool, deadline: bool = False) -> JSONObject:
+    """As the Deployment controller reports the new revision: Ready, or stuck past its deadline."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["generation"] = 2
+    want = obj["spec"]["replicas"]
+    status: JSONObject = {
+        "observedGeneration": 2,
+        "replicas": want if ready else want + 1,
+        "updatedReplicas": want if ready else 1,
+        "readyReplicas": want if ready else want - 1,
+    }
+    if deadline:
+        status["conditions"] = [
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "app-2" has timed out progressing.',
+            }
+        ]
+    obj["status"] = status
+    return obj
+
+
+def _rolled(mode: str) -> tuple[Case, JSONObject, JSONObject]:
+    """A workload configpin rolled to new content, as stored, and as it was before."""
+    store = _store()
+    case = _delivering(store)
+    case.copies = RecordingWriter()
+    before = _admitted(ENV, store, annotations={ANN_MODE: mode})
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    if mode == "snapshot":
+        store.create_snapshots(
+            plan(before, store, mode="snapshot", refresh={next(iter(store.objects))})
+        )
+    decision = case.decide(before)
+    assert decision.skip is None and decision.rollout is not None
+    return case, before, _written(before, decision)
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_a_rollout_writes_its_record_with_the_re_stamp(mode: str) -> None:
+    _, before, rolled = _rolled(mode)
+    record = _record_of(rolled)
+    assert record.state == "rolling" and record.since == NOW
+    assert dict(record.to) == recorded_sources(rolled) and dict(record.before) == recorded_sources(
+        before
+    )
+    assert record.changes == ("configmap/cfg@c",)  # the change, as the gate names it
+    assert record.template  # what the template is once written: later edits tell
+    if mode == "snapshot":
+        [(new, was)] = record.refs.items()
+        old_name = before["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+        assert was == f"cfg/{old_name['configMapKeyRef']['name']}" and new.startswith(
+            "configmap/cfg-"
+        )
+
+
+def test_a_rollout_that_must_wait_writes_nothing_and_makes_no_copy() -> None:
+    store = _store()
+    case = _delivering(store, FakeGate("wave 2 of 3 starts when wave 1 is complete"))
+    case.copies = RecordingWriter()
+    obj = _admitted(ENV, store, annotations={ANN_MODE: "snapshot"})
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj)
+    assert decision.ops == [] and decision.skip is SkipReason.WAITING
+    assert "wave 1" in decision.waiting and case.copies.calls == []
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_a_rollout_is_followed_until_every_updated_pod_is_ready(mode: str) -> None:
+    case, _, rolled = _rolled(mode)
+    going = case.decide(_status(rolled, ready=False))
+    assert going.ops == [] and going.poll is not None and going.progress is not None
+    done = case.decide(_status(rolled, ready=True))
+    assert done.progress is not None and done.progress.state == "complete" and done.ended is None
+    assert _record_of(_written(rolled, done)).state == "complete"
+    assert not touches_template("Deployment", done.ops)
+
+
+def test_a_failed_snapshot_rollout_is_undone_and_its_content_never_rolled_to_again() -> None:
+    case, before, rolled = _rolled("snapshot")
+    failed = case.decide(_status(rolled, ready=False, deadline=True))
+    assert failed.ended is not None and failed.ended.record.action == "undo"
+    assert failed.ended.keys == {"configmap/cfg": ("a",)}
+    undone = _written(rolled, failed)
+    assert undone["spec"]["template"] == before["spec"]["template"]  # the previous copies
+    record = _record_of(undone)
+    assert record.state == "failed" and "progress deadline" in record.signal
+    assert json.loads(undone["metadata"]["annotations"][ANN_REJECTED]) == {
+        k: v for k, v in record.to.items() if record.before.get(k) != v
+    }
+    assert json.loads(undone["metadata"]["annotations"][ANN_OBSERVED]) == dict(record.before)
+    # the bad content is current in the source still: rejected, so not stale
+    assert case.decide(undone).skip is SkipReason.CURRENT
+    # its next change rolls as usual
+    case.store.put(configmap("cfg", {"a": "3", "b": "x"}))
+    again = case.decide(undone)
+    assert again.skip is None and touches_template("Deployment", again.ops)
+
+
+def test_a_failed_checksum_rollout_is_held() -> None:
+    case, _, rolled = _rolled("checksum")
+    failed = case.decide(_status(rolled, ready=False, deadline=True))
+    assert failed.ended is not None and failed.ended.record.action == "hold"
+    assert not touches_template("Deployment", failed.ops)  # content changed in place: kept
+    held = _written(rolled, failed)
+    assert ANN_REJECTED in held["metadata"]["annotations"]
+    assert case.decide(held).skip is SkipReason.CURRENT
+
+
+def test_an_undo_is_not_made_over_someone_elses_template_change() -> None:
+    case, _, rolled = _rolled("snapshot")
+    rolled["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"  # a deploy meanwhile
+    failed = case.decide(_status(rolled, ready=False, deadline=True))
+    assert failed.ended is not None and failed.ended.record.action == "hold"
+    assert "changed since" in failed.ended.not_undone
+    assert not touches_template("Deployment", failed.ops)
+
+
+def test_a_forged_rollout_record_is_not_followed() -> None:
+    case, _, rolled = _rolled("checksum")
+    text = rolled["metadata"]["annotations"][ANN_ROLLOUT]
+    rolled["metadata"]["annotations"][ANN_ROLLOUT] = text.replace('"rolling"', '"failed"')
+    decision = case.decide(_status(rolled, ready=False, deadline=True))
+    assert decision.progress is None and decision.ops == []  # no record: nothing to follow

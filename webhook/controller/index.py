@@ -26,13 +26,17 @@ from webhook.core import digest
 from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_REFRESHED,
+    ANN_REJECTED,
     ANN_ROLLED_AT,
+    ANN_ROLLOUT,
     ANN_SOURCES,
+    ANN_WAVE,
     LABEL_SNAPSHOT,
     MODE_CHECKSUM,
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
+from webhook.core.delivery import ROLLING, RolloutRecord, rejected, rollout_record, wave_of
 from webhook.core.kinds import template_paths, workload_kind, workload_ref
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import left_to_owner
@@ -56,6 +60,15 @@ class Consumed:
     source: SourceId
     keys: frozenset[str] | None  # None: every key
     required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What safe delivery keeps of a workload (webhook.core.delivery)."""
+
+    rollout: RolloutRecord | None
+    rejected: Mapping[str, str]
+    wave: int
 
 
 _DIGEST_SIZE: Final = 32  # a source digest (sha256 hex in the annotations) as raw bytes
@@ -106,6 +119,7 @@ class WorkloadEntry:
     `recorded` give them back as the planner's types."""
 
     __slots__ = (
+        "delivery",
         "digests",
         "extra",
         "pods",
@@ -136,6 +150,9 @@ class WorkloadEntry:
         # object first. Not part of what the entry says (equality): a status update changes
         # only this.
         restamp_rv: str | int | None = None,
+        # Safe delivery, where there is anything to say (most workloads: None): the rollout
+        # configpin follows or last followed, the content it rejected, its wave.
+        delivery: Delivery | None = None,
     ) -> None:
         uses: list[object] = []
         packed: list[bytes] = []
@@ -156,6 +173,7 @@ class WorkloadEntry:
         self.refreshed = refreshed
         self.pods = pods
         self.restamp_rv = restamp_rv
+        self.delivery = delivery
 
     def _fields(self) -> tuple[object, ...]:
         return (
@@ -167,6 +185,7 @@ class WorkloadEntry:
             self.stamped,
             self.refreshed,
             self.pods,
+            self.delivery,
         )
 
     def at_version(self, restamp_rv: str | int | None) -> WorkloadEntry:
@@ -188,8 +207,20 @@ class WorkloadEntry:
             f"WorkloadEntry({self.ref!r}, consumes={self.consumes!r}, "
             f"recorded={self.recorded!r}, rolled_at={self.rolled_at!r}, "
             f"stamped={self.stamped!r}, refreshed={self.refreshed!r}, pods={self.pods!r}, "
-            f"restamp_rv={self.restamp_rv!r})"
+            f"restamp_rv={self.restamp_rv!r}, delivery={self.delivery!r})"
         )
+
+    @property
+    def rollout(self) -> RolloutRecord | None:
+        return self.delivery.rollout if self.delivery is not None else None
+
+    @property
+    def rejected(self) -> Mapping[str, str]:
+        return self.delivery.rejected if self.delivery is not None else {}
+
+    @property
+    def wave(self) -> int:
+        return self.delivery.wave if self.delivery is not None else 0
 
     @property
     def consumes(self) -> tuple[Consumed, ...]:
@@ -244,7 +275,7 @@ def _annotations(meta: Any) -> Mapping[str, Any]:
 
 
 def entry_from_object(
-    obj: JSONObject, default_mode: str, max_sources: int = MAX_SOURCES
+    obj: JSONObject, default_mode: str, max_sources: int = MAX_SOURCES, hkey: bytes | None = None
 ) -> WorkloadEntry | SkipReason:
     """The index entry of a workload, or why the controller leaves it alone."""
     kind = str(obj.get("kind", ""))
@@ -292,7 +323,14 @@ def entry_from_object(
     restamp_rv = None
     if mode == MODE_CHECKSUM and not refreshes and ANN_OBSERVED not in _annotations(meta):
         restamp_rv = _compact_version(meta.get("resourceVersion"))
-    return WorkloadEntry(ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv)
+    delivery = None
+    own = _annotations(meta)
+    if ANN_ROLLOUT in own or ANN_REJECTED in own or ANN_WAVE in own:
+        record = rollout_record(hkey, obj) if hkey is not None else None
+        delivery = Delivery(record, rejected(obj), wave_of(obj))
+    return WorkloadEntry(
+        ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv, delivery
+    )
 
 
 def _compact_version(value: Any) -> str | int | None:
@@ -344,6 +382,7 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
     to an older snapshot is current as long as the source is what the workload observed.
     """
     stale: set[SourceId] = set()
+    rejected = entry.rejected
     root, hkey = hkey, digest.namespace_key(hkey, entry.ref.namespace)
     uses, digests, size = entry.uses, entry.digests, _DIGEST_SIZE
     for i in range(0, len(uses), 2):
@@ -368,8 +407,8 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
             continue
         else:
             current = digest.source_digest(hkey, record, keys)
-        if recorded == current:
-            continue
+        if recorded == current or (rejected and rejected.get(str(key)) == current):
+            continue  # current, or content a rollout of it failed with: never rolled to again
         if record is not None and recorded == digest.source_digest(root, record, keys):
             # Recorded by a version whose digests were not bound to the namespace, for the
             # content there is now: current. Upgrading rolls nothing; the next change
@@ -391,6 +430,10 @@ class WorkloadIndex:
         self._entries: dict[WorkloadRef, WorkloadEntry] = {}
         # namespace -> "configmap/<name>" -> the ref, or the refs, of its consumers
         self._by_source: dict[str, dict[str, WorkloadRef | set[WorkloadRef]]] = {}
+        # "configmap/<name>" -> the namespaces where something consumes a source of that name
+        self._namespaces: dict[str, set[str]] = {}
+        # workloads with a config rollout in flight (safe delivery's --max-rolling)
+        self._rolling: set[WorkloadRef] = set()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -410,7 +453,10 @@ class WorkloadIndex:
             self._entries[entry.ref] = entry
             ref = entry.ref
             by_text = self._by_source.setdefault(ref.namespace, {})
+            if (record := entry.rollout) is not None and record.state == ROLLING:
+                self._rolling.add(ref)
             for text in entry.index_texts():
+                self._namespaces.setdefault(text, set()).add(ref.namespace)
                 found = by_text.setdefault(text, ref)
                 if found is ref or found == ref:
                     continue
@@ -429,6 +475,7 @@ class WorkloadIndex:
 
     def _unlink(self, entry: WorkloadEntry) -> None:
         ref = entry.ref
+        self._rolling.discard(ref)
         by_text = self._by_source.get(ref.namespace)
         if by_text is None:
             return
@@ -440,6 +487,10 @@ class WorkloadIndex:
                     by_text[text] = found.pop()
             elif found == ref:
                 del by_text[text]
+            if text not in by_text and (spaces := self._namespaces.get(text)) is not None:
+                spaces.discard(ref.namespace)
+                if not spaces:
+                    del self._namespaces[text]
         if not by_text:
             del self._by_source[ref.namespace]
 
@@ -454,6 +505,16 @@ class WorkloadIndex:
         for entry in fresh.values():
             self.put(entry)
         return gone
+
+    def namespaces_of(self, sid: SourceId) -> list[str]:
+        """The namespaces where something consumes a source of this kind and name."""
+        with self._lock:
+            return sorted(self._namespaces.get(str(sid), ()))
+
+    def rolling(self) -> int:
+        """Workloads with a config rollout in flight."""
+        with self._lock:
+            return len(self._rolling)
 
     def consumers(self, namespace: str, sid: SourceId) -> list[WorkloadEntry]:
         with self._lock:

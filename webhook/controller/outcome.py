@@ -5,6 +5,7 @@
   its rollouts counts from now);
 - `Refreshed`: its running pods were told to sync their volumes, its template left alone;
 - `Skipped`: nothing was written, or only its record (`SkipReason.RECORD_ONLY`), and why;
+- `Settled`: the rollout configpin followed on it ended: complete, or failed and acted upon;
 - `RetryAfter`: it must be looked at again (after `seconds`, or the runner's backoff).
 """
 
@@ -34,6 +35,12 @@ class Skipped:
 
 
 @dataclass(frozen=True, slots=True)
+class Settled:
+    state: str  # complete, failed
+    action: str = ""  # (failed) undo, hold, none
+
+
+@dataclass(frozen=True, slots=True)
 class RetryAfter:
     why: str
     seconds: float | None = None  # None: the runner's backoff by the failures so far
@@ -41,4 +48,4 @@ class RetryAfter:
     counts: bool = True  # a failure (backoff grows; after the limit, given up)
 
 
-Outcome = Rolled | Refreshed | Skipped | RetryAfter
+Outcome = Rolled | Refreshed | Skipped | Settled | RetryAfter

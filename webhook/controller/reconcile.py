@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from webhook.controller.index import Lookup, WorkloadEntry, WorkloadIndex, WorkloadRef
-from webhook.controller.outcome import Outcome, Refreshed, RetryAfter, Rolled, Skipped
+from webhook.controller.outcome import Outcome, Refreshed, RetryAfter, Rolled, Settled, Skipped
 from webhook.controller.report import Reporter
 from webhook.controller.restamp import Decision, Restamper, touches_template
 from webhook.core.constants import ANN_SOURCES
+from webhook.core.delivery import COMPLETE, FAILED
 from webhook.core.kinds import template_paths
 from webhook.core.model import JSONObject, SourceId, SourceRecord
 from webhook.core.plan import parse_mapping
@@ -122,7 +123,7 @@ class Reconciler:
                 obj,
                 peek=peek,
                 read=read,
-                refreshable=kind.entry.refreshable,
+                kind=kind.entry,
                 on_created=created.append,
             ),
             on_conflict=self.metrics.conflicts.inc,
@@ -134,8 +135,14 @@ class Reconciler:
         if result.gone or decision is None:
             return self._skipped(SkipReason.GONE)
         if written is None:
+            if decision.poll is not None:  # the rollout it follows goes on
+                return RetryAfter("following its rollout", seconds=decision.poll, counts=False)
+            if decision.waiting and result.read is not None:
+                self.report.waiting(ref, result.read, decision.waiting)
             return self._skipped(decision.skip or SkipReason.UNCHANGED)
         written.setdefault("kind", ref.kind)
+        if decision.progress is not None:  # the rollout it followed ended
+            return self._ended(ref, written, decision)
         landed = _Landed(
             written,
             _template(written) != _template(result.read),
@@ -144,13 +151,32 @@ class Reconciler:
         )
         return self._landed(ref, landed, changed, first_seen, decision)
 
+    def _ended(self, ref: WorkloadRef, written: JSONObject, decision: Decision) -> Outcome:
+        """A followed rollout came to an end (complete, or failed and acted upon): index what
+        was stored, say it."""
+        entry = self.restamper.entry(written)
+        if isinstance(entry, WorkloadEntry):
+            self.index.put(entry)
+        if decision.ended is None:
+            self.report.rollout_complete(ref, written)
+            return Settled(COMPLETE)
+        self.report.rollout_failed(ref, written, decision.ended)
+        action = decision.ended.record.action
+        if not isinstance(entry, WorkloadEntry) or entry.recorded != dict(decision.intended):
+            self.metrics.skipped.labels(SkipReason.NOT_STORED.label).inc()
+            return RetryAfter("the API server stored another record than planned")
+        return Settled(FAILED, action)
+
     def _restamp_from_index(self, entry: WorkloadEntry, kind: Served) -> _Landed | None:
         """A plain re-stamp planned from the index and written without reading the object
         first (see `apply`); None when it needs the object (or the object changed since the
         index saw it: a 409), and `apply` reads it."""
         ref = entry.ref
         restamp = self.restamper.from_index(
-            entry, peek_in(self.cache, ref.namespace), read_in(self.cache, ref.namespace)
+            entry,
+            kind.entry,
+            peek_in(self.cache, ref.namespace),
+            read_in(self.cache, ref.namespace),
         )
         if restamp is None:
             return None

@@ -68,6 +68,10 @@ class Pods:
     def close(self) -> None:
         self._writers.shutdown(wait=False, cancel_futures=True)
 
+    def running(self, ref: WorkloadRef, obj: JSONObject) -> list[JSONObject]:
+        """The workload's live pods (its rollout is followed by theirs)."""
+        return workload_pods(self.kube, ref.kind, obj)
+
     def lagging(
         self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]
     ) -> list[JSONObject]:

@@ -9,8 +9,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
+from webhook.controller.follow import Ended
 from webhook.controller.index import WorkloadRef
-from webhook.core.constants import ANN_OWNED, OWNED_PIN
+from webhook.core.constants import (
+    ANN_OWNED,
+    ANN_REJECTED,
+    ON_FAILURE_HOLD,
+    ON_FAILURE_UNDO,
+    OWNED_PIN,
+)
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.owners import controller_of
 from webhook.core.plan import RollInstead
@@ -34,6 +41,7 @@ class Reporter:
         self.events = events
         self.clock = clock
         self._owned: OrderedDict[str, None] = OrderedDict()  # uids said (bounded)
+        self._waiting: OrderedDict[str, None] = OrderedDict()  # (workload, why) said (bounded)
 
     def _since(self, first_seen: float | None) -> float | None:
         return None if first_seen is None else max(0.0, self.clock() - first_seen)
@@ -137,6 +145,63 @@ class Reporter:
                 f"gave up after {attempts} attempts: {error}; the next change or resync tries "
                 "again",
             )
+
+    # --- safe delivery
+    def waiting(self, ref: WorkloadRef, obj: JSONObject, why: str) -> None:
+        """ConfigRolloutWaiting, once per workload and reason."""
+        key = f"{ref} {why}"
+        if key in self._waiting:
+            return
+        self._waiting[key] = None
+        while len(self._waiting) > _REPORTED_MAX:
+            self._waiting.popitem(last=False)
+        log.info("%s: not rolled yet: %s", ref, why)
+        if self.events is not None:
+            self.events.normal(obj, "ConfigRolloutWaiting", "Rollout", f"not rolled yet: {why}")
+
+    def rollout_complete(self, ref: WorkloadRef, obj: JSONObject) -> None:
+        log.info("%s: its config rollout is complete", ref)
+        if self.events is not None:
+            self.events.normal(
+                obj,
+                "ConfigRolloutComplete",
+                "Rollout",
+                "the config rollout configpin started is complete: every updated pod is Ready",
+            )
+
+    def rollout_failed(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
+        record = ended.record
+        self.metrics.rollout_failures.labels(record.action).inc()
+        what = []
+        for key in record.changed_sources():
+            keys = (ended.keys or {}).get(key)
+            which = f" (keys {', '.join(keys)})" if keys else ""
+            old, new = record.before.get(key, "none"), record.to[key]
+            what.append(f"{key}{which} {old[:12]} -> {new[:12]}")
+        change = "; ".join(what) or "its config"
+        if record.action == ON_FAILURE_UNDO:
+            done = (
+                "rolled back to the previous copies; that content is rejected for this workload "
+                f"({ANN_REJECTED}): its next change rolls as usual"
+            )
+        elif record.action == ON_FAILURE_HOLD:
+            done = (
+                "held: nothing more is started for this change (changed in place, it cannot be "
+                f"brought back), recorded in {ANN_REJECTED}; fix or revert the source (its next "
+                "change rolls as usual) or `kubectl rollout undo` the workload"
+            )
+            if ended.not_undone:
+                done = f"not undone ({ended.not_undone}); {done}"
+        else:
+            done = "no action (configpin.io/on-failure: none)"
+        note = f"the config rollout failed: {record.signal}. Changed: {change}. {done}"
+        log.warning("%s: %s", ref, note)
+        if self.events is None:
+            return
+        if record.action == ON_FAILURE_UNDO:
+            self.events.warning(obj, "ConfigRolledBack", "Rollout", note)
+        else:
+            self.events.warning(obj, "ConfigRolloutFailed", "Rollout", note)
 
     def owned(self, obj: JSONObject) -> None:
         """An operator's workload (a Deployment a controller owns) is left to its owner: said

@@ -16,6 +16,7 @@ by case. The write (guarded by the resourceVersion read, retried on 409) is the 
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from webhook.config import Settings
+from webhook.controller.follow import Ended, Follower, rolled_record
 from webhook.controller.index import (
     Lookup,
     WorkloadEntry,
@@ -33,14 +35,32 @@ from webhook.controller.index import (
     parse_time,
     stale_sources,
 )
-from webhook.core.constants import ANN_ON_CHANGE, MODE_SNAPSHOT, ON_CHANGE_REFRESH
-from webhook.core.kinds import template_paths
+from webhook.controller.waves import Gate
+from webhook.core.constants import (
+    ANN_ON_CHANGE,
+    ANN_ROLLOUT,
+    ANN_SOURCES,
+    MODE_SNAPSHOT,
+    ON_CHANGE_REFRESH,
+    ON_FAILURE_UNDO,
+)
+from webhook.core.delivery import (
+    COMPLETE,
+    ROLLING,
+    Progress,
+    RolloutRecord,
+    identity_of,
+    record_ops,
+)
+from webhook.core.kinds import WorkloadKind, template_paths
 from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotEnsurer, SourceId
 from webhook.core.names import pointer
 from webhook.core.plan import (
     RollInstead,
     dumps_mapping,
+    effective_mode,
     observed_ops,
+    parse_mapping,
     plan_object,
     refreshed_ops,
     restamp_from_consumption,
@@ -48,7 +68,7 @@ from webhook.core.plan import (
     rolled_at_ops,
 )
 from webhook.core.reasons import Fallback, SkipReason
-from webhook.core.refs import Consumption
+from webhook.core.refs import Consumption, get_path
 from webhook.kube.errors import Forbidden
 
 log = logging.getLogger(__name__)
@@ -65,6 +85,12 @@ class Decision:
     refreshed: int | None = None  # pods told to sync (refreshed instead of rolled)
     instead: RollInstead | None = None  # why an on-change: refresh workload rolls
     note: str = ""  # why its record alone is written
+    # safe delivery (webhook.controller.follow, .waves)
+    rollout: RolloutRecord | None = None  # the rollout this write starts
+    progress: Progress | None = None  # how the rollout it follows is going
+    poll: float | None = None  # still going: look again after this long
+    ended: Ended | None = None  # the rollout it followed failed: what came of it
+    waiting: str = ""  # why it does not roll yet (a wave, the cap)
 
     @classmethod
     def leave(cls, reason: SkipReason) -> Decision:
@@ -150,17 +176,23 @@ class Restamper:
         snapshots: SnapshotEnsurer | None,
         pods: PodRefresher,
         is_leader: Callable[[], bool],
+        follower: Follower | None = None,
+        gate: Gate | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`follower`, `gate`: safe delivery (None: rollouts are started and not followed,
+        every workload at once)."""
         self.hkey = hkey
         self.settings = settings
         self.snapshots = snapshots
         self.pods = pods
         self.is_leader = is_leader
+        self.follower = follower
+        self.gate = gate
         self.wall = wall
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
-        return entry_from_object(obj, self.settings.mode, self.settings.max_sources)
+        return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
 
     def decide(
         self,
@@ -169,18 +201,21 @@ class Restamper:
         *,
         peek: Lookup,
         read: Lookup,
-        refreshable: bool,
+        kind: WorkloadKind,
         on_created: Callable[[JSONObject], None] | None = None,
     ) -> Decision:
         """`peek`: the sources as this replica holds them (memory only, what staleness is
-        judged by); `read`: the same, reading through where memory has nothing; `refreshable`:
-        configpin finds this kind's pods; `on_created`: each snapshot copy made for it."""
+        judged by); `read`: the same, reading through where memory has nothing; `kind`: its
+        entry in the table of kinds; `on_created`: each snapshot copy made for it."""
         settings = self.settings
         obj.setdefault("kind", ref.kind)
         entry = self.entry(obj)
         if isinstance(entry, SkipReason):
             return Decision.leave(entry)
         stale = stale_sources(entry, peek, self.hkey)
+        record = entry.rollout
+        if not stale and record is not None and record.state == ROLLING and self.follower:
+            return self._follow(ref, obj, kind, record)
         if not stale:
             if entry.refreshed is not None and settings.refresh_pods:
                 self.pods.catch_up(ref, obj, read)
@@ -202,7 +237,7 @@ class Restamper:
         instead = None
         if _asks_refresh(obj):
             instead = roll_instead(obj, plan, stale)
-            if instead is None and not refreshable:
+            if instead is None and not kind.refreshable:
                 instead = RollInstead(
                     Fallback.KIND, f"configpin does not find the pods of a {ref.kind} to refresh"
                 )
@@ -223,6 +258,12 @@ class Restamper:
                 else:
                     ops = refreshed_ops(obj, dumps_mapping(plan.observed))
                     return Decision(ops, intended=plan.observed, refreshed=pods)
+        changes: tuple[str, ...] = ()
+        if self.gate is not None:
+            changes = self.gate.changes(ref.namespace, stale)
+            waiting = self.gate.wait(ref, changes)
+            if waiting is not None:
+                return Decision([], SkipReason.WAITING, waiting=waiting)
         if plan.snapshots:
             if self.snapshots is None:
                 log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
@@ -236,9 +277,40 @@ class Restamper:
         for warning in plan.warnings:
             log.warning("%s: %s", ref, warning)
         ops = list(plan.patch)
-        if touches_template(ref.kind, ops):
-            ops += rolled_at_ops(obj, format_time(self.wall()))
-        return Decision(ops, intended=plan.observed, instead=instead)
+        if not touches_template(ref.kind, ops):
+            return Decision(ops, intended=plan.observed, instead=instead)
+        now = self.wall()
+        ops += rolled_at_ops(obj, format_time(now))
+        rollout = None
+        if self.follower is not None:
+            # (imported at the first rollout: a replica that never rolls does not hold it)
+            import jsonpatch  # noqa: PLC0415
+
+            after = jsonpatch.apply_patch(copy.deepcopy(obj), ops)
+            template = get_path(obj, kind.meta_path)
+            before = parse_mapping(((template or {}).get("annotations") or {}).get(ANN_SOURCES))
+            rollout = rolled_record(obj, after, kind, plan, before or entry.recorded, changes, now)
+            ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
+        return Decision(ops, intended=plan.observed, instead=instead, rollout=rollout)
+
+    def _follow(
+        self, ref: WorkloadRef, obj: JSONObject, kind: WorkloadKind, record: RolloutRecord
+    ) -> Decision:
+        """The rollout configpin started goes on, completed or failed."""
+        assert self.follower is not None
+        progress, poll = self.follower.progress(ref, obj, kind, record, self.wall())
+        if progress.state == ROLLING:
+            return Decision([], SkipReason.CURRENT, progress=progress, poll=poll)
+        if not self.is_leader():
+            return Decision.leave(SkipReason.NOT_LEADER)
+        if progress.state == COMPLETE:
+            ops = self.follower.complete(obj, record)
+            return Decision(ops, intended=record.to, progress=progress)
+        mode = effective_mode(obj, self.settings.mode)[0]
+        ops, ended = self.follower.failed(ref, obj, kind, record, mode, progress.signal)
+        undone = ended.record.action == ON_FAILURE_UNDO
+        intended = record.before if undone else record.to
+        return Decision(ops, intended=intended, progress=progress, ended=ended)
 
     @staticmethod
     def _record_only(
@@ -251,16 +323,23 @@ class Restamper:
         log.info("%s: recorded %s without a rollout (%s)", ref, dumps_mapping(observed), why)
         return Decision(ops, intended=observed, note=why)
 
-    def from_index(self, entry: WorkloadEntry, peek: Lookup, read: Lookup) -> IndexRestamp | None:
+    def from_index(
+        self, entry: WorkloadEntry, kind: WorkloadKind, peek: Lookup, read: Lookup
+    ) -> IndexRestamp | None:
         """A plain re-stamp (checksum mode, on-change roll, its record on its template, every
         stale source a change of content) planned from the index entry alone; None when it
-        needs the object read first."""
+        needs the object read first (or waits: the read says so)."""
         ref, rv = entry.ref, entry.restamp_rv
         if rv is None or not entry.stamped:
             return None
         stale = stale_sources(entry, peek, self.hkey)
         if not stale or appeared(entry, stale):
             return None
+        changes: tuple[str, ...] = ()
+        if self.gate is not None:
+            changes = self.gate.changes(ref.namespace, stale)
+            if self.gate.wait(ref, changes) is not None:
+                return None
         restamp = restamp_from_consumption(
             ref.kind,
             [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
@@ -269,10 +348,22 @@ class Restamper:
             namespace=ref.namespace,
             recorded=entry.recorded,
             resource_version=str(rv),
-            rolled_at=format_time(self.wall()),
+            rolled_at=format_time(now := self.wall()),
         )
         if restamp is None or not self.is_leader():
             return None
         for warning in restamp.warnings:
             log.warning("%s: %s", ref, warning)
-        return IndexRestamp(restamp.merge_patch, restamp.observed)
+        patch = restamp.merge_patch
+        if self.follower is not None:
+            rollout = RolloutRecord(
+                ROLLING if kind.rollout is not None else COMPLETE,
+                to=restamp.observed,
+                before=entry.recorded,
+                since=now,
+                changes=changes,
+            )
+            text = rollout.encode(self.hkey, identity_of(ref.kind, ref.namespace, ref.name))
+            meta = patch.setdefault("metadata", {})
+            meta.setdefault("annotations", {})[ANN_ROLLOUT] = text
+        return IndexRestamp(patch, restamp.observed)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from prometheus_client import Gauge
 
 from webhook.config import Settings
+from webhook.controller.follow import Follower
 from webhook.controller.index import (
     Lookup,
     WorkloadEntry,
@@ -38,7 +39,7 @@ from webhook.controller.index import (
     stale_sources,
 )
 from webhook.controller.leader import AlwaysLeader, Elector, LeaderElector, new_identity
-from webhook.controller.outcome import Outcome
+from webhook.controller.outcome import Outcome, Skipped
 from webhook.controller.queue import Pending, RolloutQueue
 from webhook.controller.reconcile import Reconciler, peek_in
 from webhook.controller.refresh import Pods
@@ -47,6 +48,8 @@ from webhook.controller.restamp import Restamper
 from webhook.controller.runner import Runner
 from webhook.controller.stale import STALE_EVERY, Staleness
 from webhook.controller.watches import WorkloadWatches
+from webhook.controller.waves import Gate
+from webhook.core.delivery import ROLLING
 from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId
 from webhook.core.reasons import SkipReason
 from webhook.kube.cache import SourceCache
@@ -86,7 +89,10 @@ class RolloutController:
         clock: Callable[[], float] = time.monotonic,
         namespaces: NamespaceSet | None = None,
         events: EventRecorder | None = None,
+        is_copy: Callable[[str, SourceId, str], bool] = lambda _ns, _sid, _name: False,
     ) -> None:
+        """`is_copy(namespace, source, name)`: whether `name` is a snapshot copy configpin made
+        of `source` (what an undo may point a template back at)."""
         self.kube = kube
         # What the workers fan out (reads and writes of workloads, pod refreshes) goes
         # through one bucket; the watches and the lease do not.
@@ -133,10 +139,22 @@ class RolloutController:
         self._threads: list[threading.Thread] = []
         self._next_count = 0.0
         self.staleness = Staleness(metrics, clock)
+        # stale workloads whose rollout waits (a wave, the cap): looked at when one ends
+        self._waiting: set[WorkloadRef] = set()
+        self._waiting_lock = threading.Lock()
         self.report = Reporter(metrics, events, clock)
         self.pods = Pods(kube, self.limited, hkey, settings, metrics, is_leader=self.is_leader)
+        self.gate = Gate(self.index, cache, hkey, settings)
         self.restamper = Restamper(
-            hkey, settings, snapshots=snapshots, pods=self.pods, is_leader=self.is_leader
+            hkey,
+            settings,
+            snapshots=snapshots,
+            pods=self.pods,
+            is_leader=self.is_leader,
+            follower=Follower(
+                hkey, pods=self.pods.running, is_copy=is_copy, changed_keys=cache.changed_keys
+            ),
+            gate=self.gate,
         )
         self.reconciler = Reconciler(
             self.limited,
@@ -279,6 +297,7 @@ class RolloutController:
     # --- leadership, resync (the runner calls these on its housekeeping thread)
     def _started_leading(self) -> None:
         log.info("leading: checking every workload against its recorded state")
+        self.gate.forget()
         self.check_all()
 
     def _stopped_leading(self) -> None:
@@ -286,6 +305,7 @@ class RolloutController:
         self.staleness.clear()
 
     def _resync(self) -> None:
+        self.gate.forget()
         self.watches.watch_new_kinds()
         queued = self.check_all()
         self.metrics.resyncs.inc()
@@ -330,7 +350,10 @@ class RolloutController:
         if not stale:
             self.metrics.skipped.labels(SkipReason.CURRENT.label).inc()
             self.staleness.current(entry.ref)
-            if pods_moved and entry.refreshed is not None and self.settings.refresh_pods:
+            record = entry.rollout
+            if record is not None and record.state == ROLLING:
+                self.queue.add(entry.ref, (), seen=seen)  # a rollout it started: follow it
+            elif pods_moved and entry.refreshed is not None and self.settings.refresh_pods:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
@@ -370,6 +393,19 @@ class RolloutController:
         for entry in consumers:
             self.check(entry, seen=now)
 
+    def rollout_moved(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> None:
+        """A workload's rollout ended (completed, failed): the workloads waiting for one (a
+        later wave, the cap on rollouts in flight) are looked at again."""
+        record, was = entry.rollout, before.rollout if before is not None else None
+        if record is None or record.state == ROLLING or (was is not None and was == record):
+            return
+        with self._waiting_lock:
+            waiting = list(self._waiting - {entry.ref})
+        for ref in waiting:
+            found = self.index.get(ref)
+            if found is not None:
+                self.check(found)
+
     def namespace_selected(self, namespace: str) -> None:
         self.check_all(namespace=namespace)
 
@@ -387,7 +423,13 @@ class RolloutController:
 
     # --- the work (the runner's workers)
     def _reconcile(self, ref: WorkloadRef, pending: Pending[SourceId]) -> Outcome:
-        return self.apply(ref, pending.sources, first_seen=pending.first_seen)
+        outcome = self.apply(ref, pending.sources, first_seen=pending.first_seen)
+        with self._waiting_lock:
+            if isinstance(outcome, Skipped) and outcome.reason is SkipReason.WAITING:
+                self._waiting.add(ref)
+            else:
+                self._waiting.discard(ref)
+        return outcome
 
     def _retrying(self, ref: WorkloadRef, attempt: int, why: str, delay: float) -> None:
         self.metrics.skipped.labels(SkipReason.ERROR.label).inc()

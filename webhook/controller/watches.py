@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from webhook.controller.index import WorkloadEntry, WorkloadRef
+from webhook.core.delivery import ROLLING
 from webhook.core.kinds import custom_kinds
 from webhook.core.model import JSONObject
 from webhook.core.owners import operator_owned
@@ -69,8 +70,11 @@ class KindHandler:
         if old != entry:
             try:
                 c.check(entry, pods_moved=old is None or old.pods != entry.pods)
+                c.rollout_moved(entry, old)
             except Exception:  # the watch must go on
                 log.exception("checking %s failed", entry.ref)
+        elif entry.rollout is not None and entry.rollout.state == ROLLING:
+            c.check(entry)  # its status moved: how is the rollout going?
 
 
 class WorkloadWatches:

@@ -56,3 +56,21 @@ ON_CHANGE_POLICIES: Final = (ON_CHANGE_ROLL, ON_CHANGE_REFRESH)
 # template's); on a workload's own metadata, what its pods were last refreshed to. Removed
 # from the workload when its pod template is stamped again (new pods start from it).
 ANN_REFRESHED: Final = "configpin.io/refreshed"
+
+# Safe delivery. On a workload's own metadata, set by its owner:
+#   what configpin does when a rollout it started fails: undo (snapshot mode's default: back
+#   to the previous copies), hold (checksum mode's: start nothing more for that change), none
+ANN_ON_FAILURE: Final = "configpin.io/on-failure"
+ON_FAILURE_UNDO: Final = "undo"
+ON_FAILURE_HOLD: Final = "hold"
+ON_FAILURE_NONE: Final = "none"
+ON_FAILURE_POLICIES: Final = (ON_FAILURE_UNDO, ON_FAILURE_HOLD, ON_FAILURE_NONE)
+#   seconds its updated pods have to be Ready (kinds without a progress deadline of their own)
+ANN_PROGRESS_DEADLINE: Final = "configpin.io/progress-deadline"
+#   its place in the waves of a change consumed by several workloads (an integer, lower first)
+ANN_WAVE: Final = "configpin.io/wave"
+# Written by configpin on a workload's own metadata:
+#   the config rollout it started there and follows (JSON, signed with the digest key)
+ANN_ROLLOUT: Final = "configpin.io/rollout"
+#   content a rollout failed with (per-source digests): never rolled to again
+ANN_REJECTED: Final = "configpin.io/rejected"

@@ -41,6 +41,9 @@ class WorkloadKind:
     revisions: str | None = None  # the kind that keeps each version of its template
     pods_via: str | None = None  # the kind its pods are owned through (a Deployment's ReplicaSets)
     copies: CopyOwner = CopyOwner.NEVER
+    # how its status says a rolling update went (webhook.core.delivery), where re-stamping its
+    # template replaces its pods; None: nothing to follow (its pods are not replaced)
+    rollout: str | None = None
     short_names: tuple[str, ...] = ()  # as kubectl knows them (`configpin status`)
     custom: bool = False  # configured by the operator, not built in
 
@@ -83,6 +86,7 @@ class WorkloadKind:
             self.revisions,
             self.pods_via,
             self.copies,
+            self.rollout,
             self.short_names,
             self.custom,
         )
@@ -154,6 +158,7 @@ BUILTIN_KINDS: Final[tuple[WorkloadKind, ...]] = (
         refreshable=True,
         revisions="ReplicaSet",
         pods_via="ReplicaSet",
+        rollout="deployment",
         short_names=("deploy",),
     ),
     WorkloadKind(
@@ -165,6 +170,7 @@ BUILTIN_KINDS: Final[tuple[WorkloadKind, ...]] = (
         rolls=True,
         refreshable=True,
         revisions="ControllerRevision",
+        rollout="statefulset",
         short_names=("sts",),
     ),
     WorkloadKind(
@@ -176,6 +182,7 @@ BUILTIN_KINDS: Final[tuple[WorkloadKind, ...]] = (
         rolls=True,
         refreshable=True,
         revisions="ControllerRevision",
+        rollout="daemonset",
         short_names=("ds",),
     ),
     WorkloadKind(

@@ -31,6 +31,7 @@ class SkipReason(StrEnum):
     CURRENT = "current"  # every consumed source is what it recorded
     UNCHANGED = "unchanged"  # planned, and the plan changes nothing
     RECORD_ONLY = "record-only"  # its record written without a rollout (a baseline...)
+    WAITING = "waiting"  # its rollout waits for an earlier wave, or the cap on rollouts in flight
     # Cannot act now (looked at again on the next change or resync).
     NAMESPACE = "namespace"  # not in a namespace configpin acts in (any more)
     NOT_LEADER = "not-leader"

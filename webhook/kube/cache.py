@@ -178,6 +178,8 @@ class _KindIndex:
             _observe(observer.event, self.kind, kind, obj)
         if after != before:
             self.cache.update_gauge(self.kind)
+            if before is not None and after is not None:
+                self.cache.note_changed_keys(self.kind, ns, name, before, after)
             self.cache.notify(ns, SourceId(self.kind, name))
 
 
@@ -193,6 +195,8 @@ class SourceCache:
         self._layouts = _Layouts()
         self._recent: dict[tuple[SourceKind, str, str], tuple[float, SourceRecord | None]] = {}
         self._recent_lock = threading.Lock()
+        # (kind, namespace, name) -> the keys its last change changed (bounded like _recent)
+        self._changed_keys: dict[tuple[SourceKind, str, str], frozenset[str]] = {}
         self._records: dict[int, tuple[bytes, SourceRecord]] = {}
         self.indexes = {kind: _KindIndex(self, kind) for kind in SourceKind}
         self.informers = {
@@ -245,6 +249,26 @@ class SourceCache:
                 listener(namespace, sid)
             except Exception:
                 log.exception("change listener failed for %s in %s", sid, namespace)
+
+    def note_changed_keys(
+        self, kind: SourceKind, namespace: str, name: str, before: bytes, after: bytes
+    ) -> None:
+        """Remember which keys the last change of a source changed (names, never values):
+        safe delivery names them when a rollout of that change fails."""
+        old = _record(self._layouts, before, kind, name).key_digests
+        new = _record(self._layouts, after, kind, name).key_digests
+        keys = frozenset(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        key = (kind, namespace, name)
+        with self._recent_lock:
+            self._changed_keys.pop(key, None)
+            while len(self._changed_keys) >= _RECENT_MAX:
+                del self._changed_keys[next(iter(self._changed_keys))]
+            self._changed_keys[key] = keys
+
+    def changed_keys(self, namespace: str, sid: SourceId) -> frozenset[str] | None:
+        """The keys its last change (seen by this process) changed; None: not seen."""
+        with self._recent_lock:
+            return self._changed_keys.get((sid.kind, namespace, sid.name))
 
     def forget_recent(self, kind: SourceKind, namespace: str, name: str) -> None:
         if self._recent:

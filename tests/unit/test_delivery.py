@@ -1,0 +1,379 @@
+"""Safe delivery's decisions (webhook/core/delivery.py): the rollout record, how a rollout is
+going by each kind's status and its pods, undo, and waves."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.unit.conftest import HKEY, Store, apply, configmap, container, env_cm, plan, pod_spec
+from tests.unit.conftest import workload as make_workload
+from webhook.core import digest
+from webhook.core.constants import (
+    ANN_CHECKSUM,
+    ANN_ON_FAILURE,
+    ANN_PROGRESS_DEADLINE,
+    ANN_ROLLOUT,
+    ANN_SOURCES,
+    ANN_WAVE,
+)
+from webhook.core.delivery import (
+    COMPLETE,
+    FAILED,
+    ROLLING,
+    Member,
+    RolloutRecord,
+    WaveStep,
+    assess,
+    on_failure_policy,
+    parse_waves,
+    progress_deadline,
+    rollout_record,
+    template_fingerprint,
+    undo_ops,
+    wave_of,
+    wave_order,
+    wave_plan,
+    wave_sizes,
+    workload_identity,
+)
+from webhook.core.kinds import builtin
+from webhook.core.model import JSONObject
+
+DEPLOYMENT, STATEFULSET, DAEMONSET, REPLICASET = (
+    builtin(k) for k in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
+)
+NOW = 1_800_000_000.0
+
+
+def _record(**kw: Any) -> RolloutRecord:
+    fields: dict[str, Any] = {
+        "state": "rolling",
+        "to": {"configmap/cfg": "b" * 64},
+        "before": {"configmap/cfg": "a" * 64},
+        "since": NOW - 30,
+        "changes": ("configmap/cfg@x",),
+    }
+    fields.update(kw)
+    return RolloutRecord(**fields)
+
+
+def _annotated(annotations: dict[str, str]) -> JSONObject:
+    return {"kind": "Deployment", "metadata": {"name": "w", "annotations": annotations}}
+
+
+# --- the workload's settings ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "mode", "policy", "warns"),
+    [
+        (None, "snapshot", "undo", False),
+        (None, "checksum", "hold", False),
+        ("none", "checksum", "none", False),
+        ("hold", "snapshot", "hold", False),
+        ("undo", "checksum", "hold", True),  # content changed in place cannot come back
+        ("sometimes", "snapshot", "undo", True),
+    ],
+)
+def test_on_failure_defaults_by_mode_and_refuses_what_cannot_be(
+    value: str | None, mode: str, policy: str, warns: bool
+) -> None:
+    obj = _annotated({} if value is None else {ANN_ON_FAILURE: value})
+    got, warning = on_failure_policy(obj, mode)
+    assert got == policy and (warning is not None) is warns
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, 600.0), ("30", 30.0), ("-5", 600.0), ("x", 600.0), ("nan", 600.0), ("1e99", 604800.0)],
+)
+def test_progress_deadline_is_bounded(value: str | None, seconds: float) -> None:
+    obj = _annotated({} if value is None else {ANN_PROGRESS_DEADLINE: value})
+    assert progress_deadline(obj) == seconds
+
+
+def test_wave_annotation_is_an_integer_or_zero() -> None:
+    assert wave_of(_annotated({ANN_WAVE: "-3"})) == -3
+    assert wave_of(_annotated({ANN_WAVE: "first"})) == 0
+    assert wave_of(_annotated({})) == 0
+
+
+# --- the record ----------------------------------------------------------------------------
+
+
+def test_a_record_is_believed_only_on_the_workload_it_was_written_for() -> None:
+    obj = make_workload("Deployment", pod_spec(container()))
+    obj["metadata"]["uid"] = "u-1"
+    record = _record(refs={"configmap/cfg-1234567890": "cfg/cfg-0987654321"})
+    text = record.encode(HKEY, workload_identity(obj))
+    obj["metadata"]["annotations"] = {ANN_ROLLOUT: text}
+    assert rollout_record(HKEY, obj) == record
+    other = copy.deepcopy(obj)
+    other["metadata"]["name"] = "another"  # copied onto another workload
+    assert rollout_record(HKEY, other) is None
+    assert rollout_record(b"another key".ljust(32, b"."), obj) is None
+    forged = text.replace('"rolling"', '"failed"')  # a tenant's edit
+    obj["metadata"]["annotations"] = {ANN_ROLLOUT: forged}
+    assert rollout_record(HKEY, obj) is None
+    obj["metadata"]["annotations"] = {ANN_ROLLOUT: "{not json"}
+    assert rollout_record(HKEY, obj) is None
+
+
+def test_an_ended_record_keeps_what_it_rolled() -> None:
+    record = _record()
+    failed = record.ended(FAILED, signal="s", action="undo")
+    assert (failed.state, failed.to, failed.before, failed.signal) == (
+        FAILED,
+        record.to,
+        record.before,
+        "s",
+    )
+    assert record.changed_sources() == ["configmap/cfg"]
+
+
+# --- how a rollout is going -----------------------------------------------------------------
+
+
+def _deployment(**status: Any) -> JSONObject:
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "generation": 4},
+        "spec": {"replicas": 2, "progressDeadlineSeconds": 60},
+        "status": {"observedGeneration": 4, **status},
+    }
+
+
+def test_a_deployment_is_complete_when_every_updated_pod_is_ready_and_no_old_one_left() -> None:
+    record = _record()
+    done = _deployment(updatedReplicas=2, replicas=2, readyReplicas=2)
+    assert assess(DEPLOYMENT, done, [], record, NOW).state == COMPLETE
+    surge = _deployment(updatedReplicas=2, replicas=3, readyReplicas=3)  # an old pod still up
+    assert assess(DEPLOYMENT, surge, [], record, NOW).state == ROLLING
+    behind = _deployment(updatedReplicas=2, replicas=2, readyReplicas=2)
+    behind["status"]["observedGeneration"] = 3  # the controller has not seen the change yet
+    assert assess(DEPLOYMENT, behind, [], record, NOW).state == ROLLING
+
+
+def test_a_deployment_fails_by_its_own_progress_deadline() -> None:
+    stuck = _deployment(
+        updatedReplicas=1,
+        replicas=3,
+        readyReplicas=2,
+        conditions=[
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "web-5d4" has timed out progressing.',
+            }
+        ],
+    )
+    progress = assess(DEPLOYMENT, stuck, [], _record(since=NOW - 3600), NOW)
+    assert progress.state == FAILED and "progress deadline (60 s)" in progress.signal
+    assert 'ReplicaSet "web-5d4"' in progress.signal
+    # its own deadline only: however long it has been, no deadline of configpin's
+    going = _deployment(updatedReplicas=1, replicas=3, readyReplicas=2)
+    assert assess(DEPLOYMENT, going, [], _record(since=NOW - 3600), NOW).state == ROLLING
+
+
+def _pod(sources: dict[str, str], restarts: int, init: bool = False) -> JSONObject:
+    statuses = [{"name": "app", "restartCount": restarts}]
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {
+        "metadata": {
+            "name": "web-x",
+            "annotations": {ANN_SOURCES: digest.canonical_mapping(sources)},
+        },
+        "status": {key: statuses},
+    }
+
+
+@pytest.mark.parametrize("init", [False, True])
+def test_an_updated_pod_that_keeps_restarting_fails_the_rollout(init: bool) -> None:
+    record = _record()
+    going = _deployment(updatedReplicas=1, replicas=3, readyReplicas=2)
+    old = _pod(dict(record.before), 9)  # an old pod's restarts are not the new config's doing
+    assert assess(DEPLOYMENT, going, [old], record, NOW).state == ROLLING
+    new = _pod(dict(record.to), 2, init)
+    assert assess(DEPLOYMENT, going, [old, new], record, NOW).state == ROLLING
+    new = _pod(dict(record.to), 3, init)
+    progress = assess(DEPLOYMENT, going, [old, new], record, NOW)
+    assert progress.state == FAILED and "restarted 3 times" in progress.signal
+
+
+def _statefulset(
+    partition: int | None = None, strategy: str = "RollingUpdate", **status: Any
+) -> JSONObject:
+    update: dict[str, Any] = {"type": strategy}
+    if partition is not None:
+        update["rollingUpdate"] = {"partition": partition}
+    return {
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "generation": 2, "annotations": {ANN_PROGRESS_DEADLINE: "120"}},
+        "spec": {"replicas": 3, "updateStrategy": update},
+        "status": {"observedGeneration": 2, **status},
+    }
+
+
+def test_a_statefulset_fails_by_configpins_deadline_and_completes_at_its_partition() -> None:
+    record = _record(since=NOW - 60)
+    going = _statefulset(updatedReplicas=1, readyReplicas=2)
+    assert assess(STATEFULSET, going, [], record, NOW).state == ROLLING
+    late = assess(STATEFULSET, going, [], _record(since=NOW - 121), NOW)
+    assert late.state == FAILED and "within 120 s" in late.signal
+    held = _statefulset(partition=2, updatedReplicas=1, readyReplicas=3)  # only ordinal 2 rolls
+    assert assess(STATEFULSET, held, [], record, NOW).state == COMPLETE
+    on_delete = _statefulset(strategy="OnDelete", updatedReplicas=0, readyReplicas=3)
+    assert assess(STATEFULSET, on_delete, [], _record(since=NOW - 999), NOW).state == COMPLETE
+
+
+def test_a_daemonset_completes_when_every_scheduled_pod_is_updated_and_ready() -> None:
+    ds: JSONObject = {
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "generation": 5},
+        "spec": {},
+        "status": {
+            "observedGeneration": 5,
+            "desiredNumberScheduled": 2,
+            "updatedNumberScheduled": 2,
+            "numberReady": 1,
+        },
+    }
+    assert assess(DAEMONSET, ds, [], _record(), NOW).state == ROLLING
+    ds["status"]["numberReady"] = 2
+    assert assess(DAEMONSET, ds, [], _record(), NOW).state == COMPLETE
+
+
+def test_a_kind_whose_pods_are_not_replaced_has_nothing_to_follow() -> None:
+    rs = {
+        "kind": "ReplicaSet",
+        "metadata": {"generation": 1},
+        "spec": {"replicas": 5},
+        "status": {},
+    }
+    assert assess(REPLICASET, rs, [], _record(since=NOW - 9999), NOW).state == COMPLETE
+
+
+# --- undo ----------------------------------------------------------------------------------
+
+
+NSKEY = digest.namespace_key(HKEY, "team-a")
+
+
+def _rolled_snapshot() -> tuple[JSONObject, JSONObject, RolloutRecord]:
+    """A snapshot-mode Deployment before and after configpin re-stamped it to new copies."""
+    store = Store([configmap("cfg", {"a": "1"})])
+    obj = make_workload(
+        "Deployment",
+        pod_spec(container(env=[env_cm("cfg", "a")])),
+        annotations={"configpin.io/mode": "snapshot"},
+    )
+    p = plan(obj, store, mode="snapshot")
+    store.create_snapshots(p)
+    before = apply(obj, p)
+    store.put(configmap("cfg", {"a": "2"}))
+    p2 = plan(before, store, mode="snapshot", refresh={next(iter(store.objects))})
+    store.create_snapshots(p2)
+    after = apply(before, p2)
+    old_ref = before["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"][
+        "configMapKeyRef"
+    ]["name"]
+    new_ref = after["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"][
+        "configMapKeyRef"
+    ]["name"]
+    assert old_ref != new_ref
+    record = RolloutRecord(
+        "rolling",
+        to=p2.sources,
+        before=p.sources,
+        since=NOW,
+        refs={f"configmap/{new_ref}": f"cfg/{old_ref}"},
+        template=template_fingerprint(after["spec"]["template"]),
+    )
+    return before, after, record
+
+
+def test_undo_points_the_template_back_at_the_previous_copies_and_record() -> None:
+    before, after, record = _rolled_snapshot()
+    ops, why = undo_ops(DEPLOYMENT, after, record, NSKEY, lambda _source, _name: True)
+    assert why is None
+    undone = jsonpatch.apply_patch(copy.deepcopy(after), ops)
+    assert undone["spec"]["template"]["spec"] == before["spec"]["template"]["spec"]
+    annotations = undone["spec"]["template"]["metadata"]["annotations"]
+    assert (
+        annotations[ANN_SOURCES]
+        == before["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES]
+    )
+    assert (
+        annotations[ANN_CHECKSUM]
+        == before["spec"]["template"]["metadata"]["annotations"][ANN_CHECKSUM]
+    )
+
+
+def test_undo_takes_back_only_what_configpin_changed() -> None:
+    _, after, record = _rolled_snapshot()
+    after["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"  # a deploy meanwhile
+    ops, why = undo_ops(DEPLOYMENT, after, record, NSKEY, lambda _s, _n: True)
+    assert ops == [] and why is not None and "changed since" in why
+
+
+def test_undo_never_points_at_what_is_not_a_copy_configpin_made() -> None:
+    _, after, record = _rolled_snapshot()
+    ops, why = undo_ops(DEPLOYMENT, after, record, NSKEY, lambda _s, _n: False)
+    assert ops == [] and why is not None and "not a copy configpin made" in why
+
+
+# --- waves ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [
+        ("1,10%,100%", (WaveStep(count=1), WaveStep(fraction=0.1), WaveStep(fraction=1.0))),
+        (" 2 , 50% ", (WaveStep(count=2), WaveStep(fraction=0.5))),
+        ("off", None),
+    ],
+)
+def test_waves_parse(text: str, steps: tuple[WaveStep, ...] | None) -> None:
+    assert parse_waves(text) == steps
+
+
+@pytest.mark.parametrize("text", ["", "0", "1,,2", "150%", "-1", "ten"])
+def test_bad_waves_are_refused_with_the_form(text: str) -> None:
+    with pytest.raises(ValueError, match=r"1,10%,100%"):
+        parse_waves(text)
+
+
+@pytest.mark.parametrize(
+    ("total", "sizes"),
+    [(1, [1]), (2, [1, 1]), (20, [1, 2, 17]), (1000, [1, 100, 899]), (0, [])],
+)
+def test_default_waves_are_one_then_a_tenth_of_the_rest_then_the_rest(
+    total: int, sizes: list[int]
+) -> None:
+    steps = parse_waves("1,10%,100%")
+    assert steps is not None
+    assert wave_sizes(total, steps) == sizes
+    assert sum(sizes) == total
+
+
+def test_steps_that_leave_some_out_are_followed_by_the_rest() -> None:
+    assert wave_sizes(10, (WaveStep(count=2), WaveStep(fraction=0.25))) == [2, 2, 6]
+
+
+def test_waves_order_by_annotation_then_spread_across_namespaces() -> None:
+    members = [Member(0, ns, "Deployment", f"w{i}") for ns in ("a", "b", "c") for i in range(3)]
+    members.append(Member(-1, "prod", "Deployment", "canary"))
+    members.append(Member(5, "a", "Deployment", "last"))
+    order = wave_order(reversed(members))
+    assert order[0].name == "canary" and order[-1].name == "last"
+    middle = order[1:-1]
+    assert {m.namespace for m in middle[:3]} == {"a", "b", "c"}  # one of each namespace first
+    assert order == wave_order(members)  # stable, whatever order they were found in
+    plan_ = wave_plan(members, parse_waves("1,10%,100%"))
+    assert [len(w) for w in plan_] == [1, 1, 9] and plan_[0][0].name == "canary"
+    assert wave_plan(members, None) == [order]
