@@ -43,6 +43,11 @@ def _serve_parser(sub: Any, *, flags: bool = True) -> None:
         add_settings_flags(p)
 
 
+def _help(field: str, description: str) -> str:
+    text = f"{description} [default: {default_text(field)}; env {env_name(field)}]"
+    return text.replace("%", "%%")  # argparse formats help with %: a literal one is doubled
+
+
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field, its help made from the field: description, default and
     environment variable. Values are handed to Settings as given, so a wrong one is refused
@@ -52,10 +57,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     for field, info in Settings.model_fields.items():
         kwargs: dict[str, Any] = {
             "dest": field,
-            # (argparse formats help with %: a literal one is doubled)
-            "help": f"{info.description} [default: {default_text(field)}; env {env_name(field)}]".replace(
-                "%", "%%"
-            ),
+            "help": _help(field, info.description or ""),
         }
         annotation = info.annotation
         if annotation is bool:
