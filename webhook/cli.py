@@ -43,11 +43,6 @@ def _serve_parser(sub: Any, *, flags: bool = True) -> None:
         add_settings_flags(p)
 
 
-def _help(field: str, description: str) -> str:
-    text = f"{description} [default: {default_text(field)}; env {env_name(field)}]"
-    return text.replace("%", "%%")  # argparse formats help with %: a literal one is doubled
-
-
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field, its help made from the field: description, default and
     environment variable. Values are handed to Settings as given, so a wrong one is refused
@@ -55,10 +50,9 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     from webhook.config import Settings, default_text, env_name, flag_name
 
     for field, info in Settings.model_fields.items():
-        kwargs: dict[str, Any] = {
-            "dest": field,
-            "help": _help(field, info.description or ""),
-        }
+        text = f"{info.description} [default: {default_text(field)}; env {env_name(field)}]"
+        # argparse formats help with %: a literal one is doubled
+        kwargs: dict[str, Any] = {"dest": field, "help": text.replace("%", "%%")}
         annotation = info.annotation
         if annotation is bool:
             kwargs.update(action=argparse.BooleanOptionalAction, default=None)
