@@ -199,6 +199,8 @@ def main() -> None:
                 tuning=Tuning(workers=args.workers),
                 coalesce_window=args.window,
                 min_rollout_interval=0,
+                rollout_waves="off",  # re-stamping every workload at once: bench.delivery's waves
+                max_rolling=0,
                 namespace_selector=f"{INSTANCE_LABEL}={INSTANCE}",
                 namespace=CONFIGPIN_NAMESPACE,
             ) as ctl:

@@ -231,8 +231,14 @@ def watchers_metric(kube: Kube) -> str:
     return 'apiserver_longrunning_requests{verb="WATCH"}'
 
 
-def configpin_args() -> list[str]:
-    return ["--coalesce-window", "0", "--min-rollout-interval", "0", "--lease-name", "scale"]
+def configpin_args(repo: Path) -> list[str]:
+    """The fan-out measures re-stamping: every workload of the change at once, as before safe
+    delivery's waves (a tree that has them is told `--rollout-waves off --max-rolling 0`;
+    bench.delivery measures the waves)."""
+    args = ["--coalesce-window", "0", "--min-rollout-interval", "0", "--lease-name", "scale"]
+    if "rollout_waves" in (repo / "webhook" / "config.py").read_text():
+        args += ["--rollout-waves", "off", "--max-rolling", "0"]
+    return args
 
 
 def apiserver_pid(plane: controlplane.ControlPlane) -> int:
@@ -267,7 +273,7 @@ def measured(
     cp = start_configpin(
         plane,
         workdir,
-        args=[*configpin_args(), "--snapshots" if snapshots else "--no-snapshots"],
+        args=[*configpin_args(variant.repo), "--snapshots" if snapshots else "--no-snapshots"],
         instance=INSTANCE,
         ready_timeout=timeout,
         repo=variant.repo,
@@ -419,9 +425,13 @@ def fanout_pair(
         repo=variant.repo,
     ) as webhook:
         leader = start_configpin(
-            plane, workdir / "leader", args=[*configpin_args(), *extra], instance=INSTANCE,
-            repo=variant.repo, ready_timeout=300,
-        )  # fmt: skip
+            plane,
+            workdir / "leader",
+            args=[*configpin_args(variant.repo), *extra],
+            instance=INSTANCE,
+            repo=variant.repo,
+            ready_timeout=300,
+        )
         try:
             wait_for(lambda: leader.metric("configpin_leader") == 1, timeout=120, what="leading")
             wait_for(lambda: "leading:" in leader.log(), timeout=60, what="leader checked all")

@@ -37,10 +37,12 @@ from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_OWNED,
     ANN_ROLLED_AT,
+    ANN_ROLLOUT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
     OWNED_PIN,
 )
+from webhook.core.delivery import digest_mapping_any, rejected
 from webhook.core.kinds import (
     BUILTIN_KINDS,
     custom_kind,
@@ -73,6 +75,7 @@ class SourceStatus:
     source: str
     recorded: str | None
     current: str | None
+    rejected: str | None = None  # content a rollout of it failed with (never rolled to again)
 
     @property
     def state(self) -> str:
@@ -80,6 +83,8 @@ class SourceStatus:
             return "current"
         if self.current is None:
             return "gone"
+        if self.current == self.rejected:
+            return "rejected"
         if self.recorded is None:
             return "new"
         return "stale"
@@ -92,16 +97,21 @@ class WorkloadStatus:
     name: str
     mode: str = ""
     pinned: bool = False
-    state: str = "current"  # current, stale, missing, not-pinned, unknown
+    # current, stale, waiting (its rollout waits a wave or the cap), rolling (a config rollout
+    # configpin follows), failed (it failed: undone, held or left), rejected (the content a
+    # failed rollout brought is kept out), missing, not-pinned, unknown
+    state: str = "current"
     reason: str = ""
     sources: list[SourceStatus] = field(default_factory=list)
     copies: list[str] = field(default_factory=list)
     rolled_at: str = ""
     warnings: list[str] = field(default_factory=list)
 
+    rollout: dict[str, Any] = field(default_factory=dict)  # configpin's rollout record
+
     @property
     def failing(self) -> bool:
-        return self.state in ("stale", "missing")
+        return self.state in ("stale", "missing", "failed")
 
     def as_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -298,8 +308,9 @@ class StatusReader:
         current = parse_mapping(_annotations(_template_meta(now)).get(ANN_SOURCES)) or {}
         # a kept rollback: the workload's own record says what it was brought up to date with
         mine = observed if observed is not None else recorded
+        rejected_content = rejected(obj)
         st.sources = [
-            SourceStatus(key, mine.get(key), current.get(key))
+            SourceStatus(key, mine.get(key), current.get(key), rejected_content.get(key))
             for key in sorted(set(mine) | set(current))
         ]
         missing = [w for w in warnings if "not found" in w or "could not be read" in w]
@@ -315,9 +326,51 @@ class StatusReader:
             st.reason = "; ".join(warnings)[:300] or (
                 "no ConfigMap or Secret referenced, or its namespace is not opted in"
             )
-        if observed is not None and observed != recorded:
+        if observed is not None and observed != recorded and "rollback" not in st.reason:
             st.reason = (st.reason + "; " if st.reason else "") + "rollback kept"
+        self._delivery(obj, st)
         return st
+
+    def _delivery(self, obj: dict[str, Any], st: WorkloadStatus) -> None:
+        """Safe delivery's part: the rollout configpin follows or followed (its record, read
+        as it stands: this command holds no key to check its signature), content rejected,
+        and why a stale workload waits (the controller's ConfigRolloutWaiting Event)."""
+        record = digest_mapping_any(_annotations(obj.get("metadata")).get(ANN_ROLLOUT))
+        if record:
+            st.rollout = {k: record.get(k) for k in ("state", "since", "signal", "action")}
+        state = record.get("state") if record else None
+        if st.state == "stale" and all(s.state in ("current", "rejected") for s in st.sources):
+            st.state = "rejected"
+            st.reason = "content a failed rollout brought is kept out (configpin.io/rejected)"
+        if state == "rolling" and st.state in ("current", "stale"):
+            st.state = "rolling"
+            st.reason = "a config rollout configpin follows is in progress"
+        elif state == "failed" and st.state in ("current", "rejected"):
+            st.state = "failed"
+            how = {"undo": "undone", "hold": "held", "none": "left as it is"}
+            done = how.get(str(record.get("action")), "?")
+            st.reason = f"config rollout failed: {record.get('signal')} ({done})"
+        if st.state == "stale":
+            waiting = self._waiting(obj)
+            if waiting:
+                st.state, st.reason = "waiting", waiting
+
+    def _waiting(self, obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        selector = f"reason=ConfigRolloutWaiting,involvedObject.name={meta.get('name')}"
+        try:
+            page = self.kube.get(
+                path("events", str(meta.get("namespace") or ""), prefix="/api/v1"),
+                fieldSelector=selector,
+            )
+        except KubeError:
+            return ""  # not allowed to read Events, say: the state stays "stale"
+        notes = sorted(
+            (str(e.get("lastTimestamp") or e.get("eventTime") or ""), str(e.get("message") or ""))
+            for e in page.get("items") or ()
+            if (e.get("involvedObject") or {}).get("kind") == obj.get("kind")
+        )
+        return notes[-1][1] if notes else ""
 
     def _admit_now(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = str(obj.get("kind"))

@@ -34,7 +34,7 @@ from webhook.controller.index import WorkloadRef
 from webhook.controller.outcome import Rolled
 from webhook.controller.restamp import Decision
 from webhook.controller.rollout import RolloutController, Tuning
-from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
+from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_ROLLOUT, ANN_SOURCES
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.raw import JSON_PATCH, Kube, path
 from webhook.kube.workloads import update_workload
@@ -335,6 +335,10 @@ def test_namespace_selection_follows_its_label(api: client.ApiClient, instance: 
 
             core.patch_namespace(ns, {"metadata": {"labels": {INSTANCE_LABEL: instance}}})
             stamped = wait_for(lambda: _sources(c.deployment("web")), what="stamped once selected")
+            # (and its rollout followed to its end: nothing of it left to look at)
+            wait_for(
+                lambda: _rollout(c.deployment("web")) == "complete", what="its rollout complete"
+            )
 
             core.patch_namespace(ns, {"metadata": {"labels": {INSTANCE_LABEL: "elsewhere"}}})
             wait_for(lambda: ns not in ctl.namespaces, what="the namespace unselected")
@@ -343,6 +347,11 @@ def test_namespace_selection_follows_its_label(api: client.ApiClient, instance: 
             wait_for(lambda: (ns, "configmap/app-config") in seen, what="the change handled")
             assert len(ctl.queue) == 0
             assert _sources(c.deployment("web")) == stamped
+
+
+def _rollout(obj: JSONObject) -> str | None:
+    text = (obj["metadata"].get("annotations") or {}).get(ANN_ROLLOUT)
+    return json.loads(text)["state"] if text else None
 
 
 class CountingKube(Kube):

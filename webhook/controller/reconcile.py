@@ -71,7 +71,11 @@ class Reconciler:
         kinds: Mapping[str, Served],
         in_scope: Callable[[str], bool],
         is_leader: Callable[[], bool],
+        on_moved: Callable[[WorkloadEntry, WorkloadEntry | None], None] = lambda _e, _o: None,
     ) -> None:
+        """`on_moved(entry, before)`: a workload as written, indexed (its rollout may have
+        started or ended: who waits for it looks again)."""
+        self.on_moved = on_moved
         self.limited = limited
         self.cache = cache
         self.index = index
@@ -93,6 +97,7 @@ class Reconciler:
         *,
         first_seen: float | None = None,
         before_write: Callable[[JSONObject], None] | None = None,
+        follow_only: bool = False,
     ) -> Outcome:
         """Bring one workload up to date (read fresh, decide as restamp.py does, guarded
         patch), then check what the API server stored: when it is not what was planned
@@ -102,14 +107,17 @@ class Reconciler:
         A plain re-stamp (checksum mode, every reference naming a live source) is planned
         from the index instead of a read, and written guarded by the resourceVersion the index
         saw: one request instead of two against the rate limit. Anything else, and a 409
-        (the object changed since), takes the read."""
+        (the object changed since), takes the read.
+
+        `follow_only`: only look at the rollout configpin started there (a workload that is
+        stale is the rollout queue's)."""
         if not self.is_leader():
             return Skipped(SkipReason.NOT_LEADER)
         if not self.in_scope(ref.namespace):
             return self._skipped(SkipReason.NAMESPACE)
         kind = self.kinds[ref.kind]
         entry = self.index.get(ref)
-        if entry is not None and before_write is None:
+        if entry is not None and before_write is None and not follow_only:
             landed = self._restamp_from_index(entry, kind)
             if landed is not None:
                 return self._landed(ref, landed, changed, first_seen, None)
@@ -125,6 +133,7 @@ class Reconciler:
                 read=read,
                 kind=kind.entry,
                 on_created=created.append,
+                follow_only=follow_only,
             ),
             on_conflict=self.metrics.conflicts.inc,
             before_write=before_write,
@@ -156,7 +165,7 @@ class Reconciler:
         was stored, say it."""
         entry = self.restamper.entry(written)
         if isinstance(entry, WorkloadEntry):
-            self.index.put(entry)
+            self.on_moved(entry, self.index.put(entry))
         if decision.ended is None:
             self.report.rollout_complete(ref, written)
             return Settled(COMPLETE)
@@ -210,7 +219,8 @@ class Reconciler:
             return self._skipped(SkipReason.GONE)
         entry = self.restamper.entry(obj)
         if isinstance(entry, WorkloadEntry):
-            self.index.put(entry)  # the watch will say the same; until then, do not re-check
+            # the watch will say the same (then nothing is checked again): said from here
+            self.on_moved(entry, self.index.put(entry))
         changed = frozenset(changed)
         refreshed = decision.refreshed if decision is not None else None
         instead = decision.instead if decision is not None else None

@@ -203,6 +203,7 @@ class Restamper:
         read: Lookup,
         kind: WorkloadKind,
         on_created: Callable[[JSONObject], None] | None = None,
+        follow_only: bool = False,
     ) -> Decision:
         """`peek`: the sources as this replica holds them (memory only, what staleness is
         judged by); `read`: the same, reading through where memory has nothing; `kind`: its
@@ -216,6 +217,8 @@ class Restamper:
         record = entry.rollout
         if not stale and record is not None and record.state == ROLLING and self.follower:
             return self._follow(ref, obj, kind, record)
+        if follow_only:  # nothing in progress to look at (or a change to roll: not here)
+            return Decision.leave(SkipReason.CURRENT)
         if not stale:
             if entry.refreshed is not None and settings.refresh_pods:
                 self.pods.catch_up(ref, obj, read)

@@ -142,9 +142,10 @@ class RolloutController:
         # stale workloads whose rollout waits (a wave, the cap): looked at when one ends
         self._waiting: set[WorkloadRef] = set()
         self._waiting_lock = threading.Lock()
+        self._moves = 0  # rollouts that ended, so far (under the same lock)
         self.report = Reporter(metrics, events, clock)
         self.pods = Pods(kube, self.limited, hkey, settings, metrics, is_leader=self.is_leader)
-        self.gate = Gate(self.index, cache, hkey, settings)
+        self.gate = Gate(self.index, cache, hkey, settings, in_scope=self.namespaces.__contains__)
         self.restamper = Restamper(
             hkey,
             settings,
@@ -166,6 +167,7 @@ class RolloutController:
             kinds=self.watches.kinds,
             in_scope=self.namespaces.__contains__,
             is_leader=self.is_leader,
+            on_moved=self.rollout_moved,
         )
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         self.runner: Runner[WorkloadRef, SourceId] = Runner(
@@ -185,6 +187,17 @@ class RolloutController:
             housekeeping=self._count_stale,
             on_retry=self._retrying,
             on_give_up=self._gave_up,
+        )
+
+        # Following the rollouts it started: a queue of its own, with no coalescing window and
+        # no minimum interval (a look at a rollout is no rollout), apart from the rollouts'.
+        self.follows: Runner[WorkloadRef, SourceId] = Runner(
+            "follow",
+            self._follow,
+            RolloutQueue(window=0.0, min_interval=0.0, clock=clock),
+            workers=2,
+            is_leading=self.acting,
+            retry_limit=None,
         )
 
     @property
@@ -244,6 +257,7 @@ class RolloutController:
             except Exception:
                 log.exception("starting %s after the controller's sync failed", then)
         self.runner.start()
+        self.follows.start()
         if self.settings.leader_elect:
             lock = LeaseLock(self.kube, self.settings.namespace, self.settings.lease_name)
             self.elector = LeaderElector(
@@ -272,6 +286,7 @@ class RolloutController:
         self._stop.set()
         deadline = time.monotonic() + timeout
         self.runner.stop(timeout)
+        self.follows.stop(timeout)
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         self.pods.close()
@@ -352,7 +367,7 @@ class RolloutController:
             self.staleness.current(entry.ref)
             record = entry.rollout
             if record is not None and record.state == ROLLING:
-                self.queue.add(entry.ref, (), seen=seen)  # a rollout it started: follow it
+                self.follows.queue.add(entry.ref, ())  # a rollout it started: how is it going?
             elif pods_moved and entry.refreshed is not None and self.settings.refresh_pods:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
@@ -400,6 +415,7 @@ class RolloutController:
         if record is None or record.state == ROLLING or (was is not None and was == record):
             return
         with self._waiting_lock:
+            self._moves += 1
             waiting = list(self._waiting - {entry.ref})
         for ref in waiting:
             found = self.index.get(ref)
@@ -423,13 +439,21 @@ class RolloutController:
 
     # --- the work (the runner's workers)
     def _reconcile(self, ref: WorkloadRef, pending: Pending[SourceId]) -> Outcome:
+        moves = self._moves
         outcome = self.apply(ref, pending.sources, first_seen=pending.first_seen)
+        waits = isinstance(outcome, Skipped) and outcome.reason is SkipReason.WAITING
         with self._waiting_lock:
-            if isinstance(outcome, Skipped) and outcome.reason is SkipReason.WAITING:
+            if waits:
                 self._waiting.add(ref)
             else:
                 self._waiting.discard(ref)
+            moved = self._moves != moves
+        if waits and moved and (entry := self.index.get(ref)) is not None:
+            self.check(entry)  # what it waited for ended while it was looked at
         return outcome
+
+    def _follow(self, ref: WorkloadRef, _pending: Pending[SourceId]) -> Outcome:
+        return self.reconciler(ref, follow_only=True)
 
     def _retrying(self, ref: WorkloadRef, attempt: int, why: str, delay: float) -> None:
         self.metrics.skipped.labels(SkipReason.ERROR.label).inc()

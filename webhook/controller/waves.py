@@ -16,7 +16,7 @@ does not work it out a thousand times.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from webhook.config import Settings
@@ -32,9 +32,18 @@ _PLANS_MAX: Final = 4096
 
 class Gate:
     def __init__(
-        self, index: WorkloadIndex, cache: SourceCache, hkey: bytes, settings: Settings
+        self,
+        index: WorkloadIndex,
+        cache: SourceCache,
+        hkey: bytes,
+        settings: Settings,
+        *,
+        in_scope: Callable[[str], bool],
     ) -> None:
+        """`in_scope(namespace)`: configpin acts there (a workload elsewhere is no member of
+        any change: it is never rolled, so it must not hold a wave)."""
         self.index = index
+        self.in_scope = in_scope
         self.cache = cache
         self.hkey = hkey
         self.steps = settings.waves()
@@ -84,6 +93,8 @@ class Gate:
         sid = SourceId(SourceKind(kind), name)
         members = []
         for ns in self.index.namespaces_of(sid):
+            if not self.in_scope(ns):
+                continue
             for entry in self.index.consumers(ns, sid):
                 if self._member(entry, change, sid):
                     ref = entry.ref

@@ -336,6 +336,17 @@ def _restarted(pods: Iterable[Mapping[str, Any]], record: RolloutRecord) -> str 
     return None
 
 
+def digest_mapping_any(text: Any) -> dict[str, Any]:
+    """A JSON object annotation as it stands ({} if it is not one)."""
+    if not isinstance(text, str) or len(text) > 64 * 1024:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def digest_mapping(text: Any) -> dict[str, str] | None:
     if not isinstance(text, str):
         return None
