@@ -63,12 +63,38 @@ class Consumed:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    """What safe delivery keeps of a workload (webhook.core.delivery)."""
+class RolloutState:
+    """What the index keeps of a workload's rollout record (the rest is read with the object):
+    how it stands and which change(s) it belongs to. Shared by every workload of a change."""
 
-    rollout: RolloutRecord | None
-    rejected: Mapping[str, str]
+    state: str
+    changes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What safe delivery keeps of a workload (webhook.core.delivery), compactly."""
+
+    rollout: RolloutState | None
+    rejected: tuple[tuple[str, str], ...] | None
     wave: int
+
+
+_STATES_MAX: Final = 4096
+_states: dict[tuple[str, tuple[str, ...]], RolloutState] = {}
+
+
+def _rollout_state(record: RolloutRecord | None) -> RolloutState | None:
+    """One RolloutState per (state, changes), bounded like `_how`."""
+    if record is None:
+        return None
+    key = (record.state, record.changes)
+    found = _states.get(key)
+    if found is None:
+        if len(_states) >= _STATES_MAX:
+            _states.clear()
+        found = _states.setdefault(key, RolloutState(sys.intern(record.state), record.changes))
+    return found
 
 
 _DIGEST_SIZE: Final = 32  # a source digest (sha256 hex in the annotations) as raw bytes
@@ -211,12 +237,13 @@ class WorkloadEntry:
         )
 
     @property
-    def rollout(self) -> RolloutRecord | None:
+    def rollout(self) -> RolloutState | None:
         return self.delivery.rollout if self.delivery is not None else None
 
     @property
     def rejected(self) -> Mapping[str, str]:
-        return self.delivery.rejected if self.delivery is not None else {}
+        found = self.delivery.rejected if self.delivery is not None else None
+        return dict(found) if found else {}
 
     @property
     def wave(self) -> int:
@@ -327,7 +354,8 @@ def entry_from_object(
     own = _annotations(meta)
     if ANN_ROLLOUT in own or ANN_REJECTED in own or ANN_WAVE in own:
         record = rollout_record(hkey, obj) if hkey is not None else None
-        delivery = Delivery(record, rejected(obj), wave_of(obj))
+        refused = tuple(sorted(rejected(obj).items())) or None
+        delivery = Delivery(_rollout_state(record), refused, wave_of(obj))
     return WorkloadEntry(
         ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv, delivery
     )

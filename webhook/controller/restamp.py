@@ -51,6 +51,7 @@ from webhook.core.delivery import (
     RolloutRecord,
     identity_of,
     record_ops,
+    rollout_record,
 )
 from webhook.core.kinds import WorkloadKind, template_paths
 from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotEnsurer, SourceId
@@ -214,9 +215,11 @@ class Restamper:
         if isinstance(entry, SkipReason):
             return Decision.leave(entry)
         stale = stale_sources(entry, peek, self.hkey)
-        record = entry.rollout
-        if not stale and record is not None and record.state == ROLLING and self.follower:
-            return self._follow(ref, obj, kind, record)
+        state = entry.rollout
+        if not stale and state is not None and state.state == ROLLING and self.follower:
+            record = rollout_record(self.hkey, obj)
+            if record is not None:
+                return self._follow(ref, obj, kind, record)
         if follow_only:  # nothing in progress to look at (or a change to roll: not here)
             return Decision.leave(SkipReason.CURRENT)
         if not stale:
