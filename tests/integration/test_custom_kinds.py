@@ -158,7 +158,7 @@ def test_pinned_at_admission_and_restamped_on_change_checksum(
     )
     assert list(_sources(rolled)) == ["configmap/app-config"]
     assert ANN_ROLLED_AT in rolled["metadata"]["annotations"]
-    assert cp.metric("configpin_rollouts_total", kind=kind) >= 1
+    wait_for(lambda: cp.metric("configpin_rollouts_total", kind=kind) >= 1, what="counted")
 
 
 def _copies(kube: Kube, ns: str) -> dict[str, dict[str, Any]]:

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,6 +211,21 @@ def _reasons(kube: Kube, ns: str, name: str) -> list[str]:
     return [e.get("reason") for e in found.get("items") or ()]
 
 
+def _status(plane: ControlPlane, ns: str) -> tuple[int, dict[str, dict[str, Any]]]:
+    """`kubectl configpin status -n NS -o json`: the exit code, and each workload's row."""
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+    argv = [
+        str(Path(sys.executable).parent / "kubectl-configpin"),
+        "status",
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    return proc.returncode, {r["name"]: r for r in json.loads(proc.stdout)}
+
+
 def _stamped(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     wait_for(lambda: _sources(_get(kube, ns, name)), what=f"{name} stamped")
     return _get(kube, ns, name)
@@ -225,7 +244,7 @@ def _quiet(kube: Kube, ns: str, name: str, seconds: float) -> None:
 
 
 def test_a_failed_snapshot_rollout_is_undone_and_its_content_never_rolled_to_again(
-    kube: Kube, ns: str, replicas: list[Configpin]
+    kube: Kube, ns: str, replicas: list[Configpin], control_plane: ControlPlane
 ) -> None:
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
     kube.create(path("deployments", ns), _app("web", mode="snapshot"))
@@ -246,6 +265,9 @@ def test_a_failed_snapshot_rollout_is_undone_and_its_content_never_rolled_to_aga
     assert set(_annotation(web, ANN_REJECTED)) == {"configmap/cfg"}
     wait_for(lambda: "ConfigRolledBack" in _reasons(kube, ns, "web"), what="the Event")
     assert sum(cp.metric("configpin_rollout_failures_total", action="undo") for cp in replicas) >= 1
+    code, rows = _status(control_plane, ns)
+    assert code == 1 and rows["web"]["state"] == "failed"  # a failure to look at: exit 1
+    assert "progress deadline" in rows["web"]["reason"] and "(undone)" in rows["web"]["reason"]
     # the rejected content is never rolled to again, whatever resyncs come
     _quiet(kube, ns, "web", 3 * RESYNC)
     assert _replicasets(kube, ns, "web") == 2
@@ -341,7 +363,7 @@ def _since(kube: Kube, ns: str, name: str) -> float | None:
 
 
 def test_a_change_whose_first_wave_fails_reaches_no_other(
-    kube: Kube, ns: str, replicas: list[Configpin]
+    kube: Kube, ns: str, replicas: list[Configpin], control_plane: ControlPlane
 ) -> None:
     before = _twenty(kube, ns)
     first, *later = _waves(ns)
@@ -358,6 +380,8 @@ def test_a_change_whose_first_wave_fails_reaches_no_other(
         assert _replicasets(kube, ns, name) == 1
     waiting = [n for wave in later for n in wave if "ConfigRolloutWaiting" in _reasons(kube, ns, n)]
     assert waiting, "the waiting workloads were told why"
+    _, rows = _status(control_plane, ns)
+    assert rows[waiting[0]]["state"] == "waiting" and "failed" in rows[waiting[0]]["reason"]
 
 
 def test_healthy_waves_follow_in_order_across_a_leader_change(

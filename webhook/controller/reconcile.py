@@ -218,9 +218,9 @@ class Reconciler:
         if obj is None:
             return self._skipped(SkipReason.GONE)
         entry = self.restamper.entry(obj)
+        before = None
         if isinstance(entry, WorkloadEntry):
-            # the watch will say the same (then nothing is checked again): said from here
-            self.on_moved(entry, self.index.put(entry))
+            before = self.index.put(entry)  # the watch will say the same: nothing to re-check
         changed = frozenset(changed)
         refreshed = decision.refreshed if decision is not None else None
         instead = decision.instead if decision is not None else None
@@ -238,6 +238,8 @@ class Reconciler:
             outcome = self._skipped(SkipReason.RECORD_ONLY)
         elif refreshed is None:
             outcome = Skipped(SkipReason.UNCHANGED)  # admission kept the template as it was
+        if isinstance(entry, WorkloadEntry):
+            self.on_moved(entry, before)  # (the watch's event finds the index up to date)
         if not isinstance(entry, WorkloadEntry) or entry.recorded != landed.intended:
             # Stored is not what was planned: something in the write path (admission on a
             # replica that decided otherwise, another writer) changed it. Never counted as
