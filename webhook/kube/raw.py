@@ -154,10 +154,8 @@ class Kube:
 
     def request(self, method: str, api_path: str, **kwargs: Any) -> JSONObject:
         resp = self.open(method, api_path, **kwargs)
-        try:
+        with _returned(resp):
             data = resp.read()
-        finally:
-            resp.release_conn()
         doc = orjson.loads(data) if data else {}
         return doc if isinstance(doc, dict) else {}
 
@@ -200,10 +198,8 @@ class Kube:
         limit, seen_bytes, seen_items = page_size, 0, 0
         while True:
             resp = self.open("GET", api_path, query={"limit": limit, "continue": token, **query})
-            try:
+            with _returned(resp):
                 data = resp.read()
-            finally:
-                resp.release_conn()
             doc = orjson.loads(data) if data else {}
             page: JSONObject = doc if isinstance(doc, dict) else {}
             if page_bytes:
@@ -235,11 +231,21 @@ class Kube:
             },
             timeout=(10.0, timeout_seconds + 30.0),
         )
-        try:
+        with _returned(resp):
             yield _events(resp)
-        finally:
-            resp.release_conn()
+
+
+@contextlib.contextmanager
+def _returned(resp: urllib3.BaseHTTPResponse) -> Iterator[None]:
+    """The response's connection back to the pool once the block ends, closed first unless
+    the body was read to its end: a connection with unread bytes (a watch left early, a read
+    cut short) would hand them to the next request as its status line."""
+    try:
+        yield
+    finally:
+        if not resp.closed:  # the body was not read to its end
             resp.close()
+        resp.release_conn()
 
 
 def _events(resp: urllib3.BaseHTTPResponse) -> Iterator[JSONObject]:
