@@ -177,3 +177,34 @@ def test_an_older_record_does_not_shorten_what_this_queue_remembers() -> None:
     assert q.get(timeout=0) is None
     clock.now += 1.0
     assert q.get(timeout=0) is not None
+
+
+def test_a_follow_queue_looks_at_once_when_a_status_event_comes_before_the_poll() -> None:
+    """The follow queue (advance=True): a rollout polled every 5 s whose status moves (the
+    Deployment controller said the deadline passed) is looked at now, not at the poll."""
+    clock = Clock()
+    q: RolloutQueue[str, str] = RolloutQueue(
+        window=0.0, min_interval=0.0, clock=clock, advance=True
+    )
+    q.add("web", [], delay=5.0)  # the poll
+    clock.now += 1
+    assert q.get(timeout=0) is None
+    assert q.add("web", []) is True  # the status event: folded, and due now
+    item = q.get(timeout=0)
+    assert item is not None and item[0] == "web"
+    q.done("web", rolled=False)
+    assert q.get(timeout=0) is None  # once: the superseded poll is dropped
+    clock.now += 10
+    assert q.get(timeout=0) is None
+
+
+def test_a_change_does_not_cut_a_retrys_backoff_short_in_the_rollout_queue() -> None:
+    q, clock = _queue(window=2, interval=0)
+    q.add("web", ["s"], delay=60.0)  # a retry after a failure
+    clock.now += 1
+    assert q.add("web", ["s"]) is True
+    clock.now += 10
+    assert q.get(timeout=0) is None
+    clock.now += 50
+    item = q.get(timeout=0)
+    assert item is not None and item[0] == "web"

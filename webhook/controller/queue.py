@@ -42,8 +42,13 @@ class RolloutQueue(Generic[K, S]):
         window: float,
         min_interval: float,
         clock: Callable[[], float] = time.monotonic,
+        advance: bool = False,
     ) -> None:
         self.window = window
+        # An add due sooner than its key's pending entry moves the entry forward (the follow
+        # queue: a rollout's status moved, look now rather than at the next poll). Off, a
+        # pending entry keeps its time (a change never cuts a retry's backoff short).
+        self.advance = advance
         self.min_interval = min_interval
         self.clock = clock
         self._pending: dict[K, Pending[S]] = {}
@@ -83,14 +88,17 @@ class RolloutQueue(Generic[K, S]):
                 return False
             if last_rollout is not None and last_rollout > self._last_rollout.get(key, -inf):
                 self._last_rollout[key] = last_rollout
+            wait = self.window if delay is None else delay
+            due = max(now + wait, self._not_before(key))
             current = self._pending.get(key)
             if current is not None:
                 current.sources.update(sources)
                 current.changes += 1
                 current.first_seen = min(current.first_seen, seen)
+                if self.advance and due < current.due != inf:  # inf: a worker has it
+                    current.due = due
+                    self._push(key, due)
                 return True
-            wait = self.window if delay is None else delay
-            due = max(now + wait, self._not_before(key))
             self._pending[key] = Pending(due, seen, set(sources))
             self._push(key, due)
             return False

@@ -190,11 +190,12 @@ class RolloutController:
         )
 
         # Following the rollouts it started: a queue of its own, with no coalescing window and
-        # no minimum interval (a look at a rollout is no rollout), apart from the rollouts'.
+        # no minimum interval (a look at a rollout is no rollout), apart from the rollouts'; a
+        # status event looks at once, not at the poll that was due.
         self.follows: Runner[WorkloadRef, SourceId] = Runner(
             "follow",
             self._follow,
-            RolloutQueue(window=0.0, min_interval=0.0, clock=clock),
+            RolloutQueue(window=0.0, min_interval=0.0, clock=clock, advance=True),
             workers=2,
             is_leading=self.acting,
             retry_limit=None,
