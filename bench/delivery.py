@@ -120,6 +120,29 @@ class Watch:
         self._thread.join(10)
 
 
+def _undone(
+    events: list[tuple[float, dict[str, Any]]], before: str
+) -> tuple[float, float, float] | None:
+    """When this round's re-stamp, then the Deployment's failure signal, then configpin's undo
+    were seen, in that order (a late event of the round before, already undone, is no undo)."""
+    seen = list(events)
+    rolled = next((t for t, o in seen if _ref(o) != before), None)
+    if rolled is None:
+        return None
+    signal = next((t for t, o in seen if t >= rolled and _failed_condition(o)), None)
+    if signal is None:
+        return None
+    undone = next(
+        (
+            t
+            for t, o in seen
+            if t >= signal and _ref(o) == before and _record(o).get("state") == "failed"
+        ),
+        None,
+    )
+    return None if undone is None else (rolled, signal, undone)
+
+
 def undo_latency(kube: Kube, api: Any, rounds: int) -> list[float]:
     out = []
     with instance_namespace(api, INSTANCE, "undo") as ns:
@@ -139,17 +162,11 @@ def undo_latency(kube: Kube, api: Any, rounds: int) -> list[float]:
                 kube.patch(
                     path("configmaps", ns, "cfg"), {"data": {"a": str(i)}}, content_type=MERGE_PATCH
                 )
-                wait_for(
-                    lambda b=before: any(  # type: ignore[misc]
-                        _ref(o) == b and _record(o).get("state") == "failed"
-                        for _, o in watch.events
-                    ),
+                _rolled, signal, undone = wait_for(
+                    lambda b=before: _undone(watch.events, b),  # type: ignore[misc]
                     timeout=DEADLINE + 120,
                     what=f"round {i} undone",
                 )
-            rolled = next(t for t, o in watch.events if _ref(o) != before)
-            signal = next(t for t, o in watch.events if t >= rolled and _failed_condition(o))
-            undone = next(t for t, o in watch.events if t >= signal and _ref(o) == before)
             out.append(undone - signal)
             print(
                 f"  round {i}: failure signal -> undo {1e3 * (undone - signal):.0f} ms", flush=True
