@@ -197,6 +197,17 @@ def schedule(kube: Kube, api: Any, workloads: int, waves: str) -> dict[str, Any]
             timeout=600,
             what="every Deployment stamped",
         )
+        # ... and seen by the Deployment controller: the change's rollouts do not queue behind
+        # the creations (it writes at --kube-api-qps, 20 by default, as in most clusters).
+        wait_for(
+            lambda: all(
+                (d.get("status") or {}).get("observedGeneration", 0) >= d["metadata"]["generation"]
+                for d in kube.get(path("deployments", ns))["items"]
+            ),
+            timeout=900,
+            interval=2.0,
+            what="every Deployment seen by the Deployment controller",
+        )
         stamped: dict[str, float] = {}
         complete: dict[str, float] = {}
         with Watch(kube, ns) as watch:
