@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -28,6 +28,7 @@ from harness.chart import (
     select,
     validate_values,
 )
+from harness.images import dockerfile_instructions, dockerfile_stages
 from webhook.cli import build_parser
 from webhook.config import Settings
 
@@ -841,29 +842,8 @@ def test_names_follow_the_release() -> None:
 # --- container image -----------------------------------------------------------------------
 
 
-def dockerfile_instructions() -> Iterator[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined."""
-    text = (ROOT / "Dockerfile").read_text()
-    logical = re.sub(r"\\\n", " ", text)
-    for line in logical.splitlines():
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            instruction, _, rest = stripped.partition(" ")
-            yield instruction.upper(), rest.strip()
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    found: list[list[tuple[str, str]]] = []
-    for instruction, args in dockerfile_instructions():
-        if instruction == "FROM":
-            found.append([])
-        if found:
-            found[-1].append((instruction, args))
-    return found
-
-
 def test_dockerfile_is_multi_stage_on_python_slim() -> None:
-    build, runtime = stages()
+    build, runtime = dockerfile_stages()
     args = dict(a.split("=", 1) for i, a in dockerfile_instructions() if i == "ARG" and "=" in a)
     assert args["PYTHON_IMAGE"] == "python:3.11-slim"
     assert build[0] == ("FROM", "${PYTHON_IMAGE} AS builder")
@@ -871,7 +851,7 @@ def test_dockerfile_is_multi_stage_on_python_slim() -> None:
 
 
 def test_dockerfile_runtime_stage() -> None:
-    runtime = stages()[-1]
+    runtime = dockerfile_stages()[-1]
     users = [a for i, a in runtime if i == "USER"]
     assert users == ["65532:65532"]
     entrypoint = [json.loads(a) for i, a in runtime if i == "ENTRYPOINT"]
@@ -884,7 +864,7 @@ def test_dockerfile_runtime_stage() -> None:
 
 
 def test_dockerfile_installs_from_the_lock_with_hashes() -> None:
-    build = stages()[0]
+    build = dockerfile_stages()[0]
     runs = [a for i, a in build if i == "RUN"]
     lock_installs = [r for r in runs if "requirements.lock" in r]
     assert len(lock_installs) == 1
@@ -966,11 +946,11 @@ def test_the_image_builds_with_the_build_requirements_pinned() -> None:
         assert name in build, f"{name} is not in requirements-build.lock: re-lock it"
         assert requirement.specifier.contains(next(iter(build[name].specifier)).version), name
     assert str(build["orjson"].specifier) == str(locked()["orjson"].specifier)
-    runs = [a for i, a in stages()[0] if i == "RUN"]
+    runs = [a for i, a in dockerfile_stages()[0] if i == "RUN"]
     assert any("requirements-build.lock" in r and "--require-hashes" in r for r in runs)
     wheel = next(r for r in runs if " wheel " in r)
     assert wheel.startswith("CONFIGPIN_COMPILE=1 ")
-    assert ("COPY", "pyproject.toml setup.py README.md /src/") in stages()[0]
+    assert ("COPY", "pyproject.toml setup.py README.md /src/") in dockerfile_stages()[0]
 
 
 def test_tests_run_what_the_image_runs() -> None:
