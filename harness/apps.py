@@ -16,6 +16,7 @@ pod's readiness depends on its config, as a real application's would.
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from kubernetes import client
 from harness.controlplane import wait_for
 
 READER_SCRIPT = r"""
+trap 'exit 0' TERM
 last=
 while :; do
   state=
@@ -183,3 +185,160 @@ def wait_seen(
         )
 
     return wait_for(matched, timeout=timeout, interval=interval, what=f"{pod} reading {expected}")
+
+
+# --- workloads of readers -------------------------------------------------------------------
+
+CONFIG_DIR = "/config"
+
+
+def reader_workload(
+    kind: str,
+    name: str,
+    image: str,
+    *,
+    configmap: str,
+    files: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    whole_volume: bool = True,
+    replicas: int = 2,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Deployment or StatefulSet (`kind`) of readers of ConfigMap `configmap`: its keys
+    `files` as files under /config (the whole ConfigMap mounted, or only those keys as the
+    volume's `items`: then the others are not consumed), and `env` (variable -> key) from
+    configMapKeyRef. The workload's own `annotations` (configpin.io/mode, on-change...)."""
+    env = env or {}
+    container = reader_container(
+        image,
+        files=[f"{CONFIG_DIR}/{key}" for key in files],
+        env=[
+            {"name": var, "valueFrom": {"configMapKeyRef": {"name": configmap, "key": key}}}
+            for var, key in env.items()
+        ],
+        volume_mounts=[{"name": "config", "mountPath": CONFIG_DIR}] if files else [],
+    )
+    volume: dict[str, Any] = {"name": configmap}
+    if not whole_volume:
+        volume["items"] = [{"key": key, "path": key} for key in files]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": 2,
+        "volumes": [{"name": "config", "configMap": volume}] if files else [],
+    }
+    labels = {"app": name}
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+        spec["podManagementPolicy"] = "Parallel"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
+
+
+def workload_pods(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    """The pods of a reader workload (label app=<name>) that are not being deleted."""
+    return pods(api, namespace, f"app={name}")
+
+
+def replica_sets(api: client.ApiClient, namespace: str, deployment: str) -> list[Any]:
+    """The ReplicaSets a Deployment owns, oldest revision first."""
+    items = client.AppsV1Api(api).list_namespaced_replica_set(namespace).items
+    owned = [
+        rs
+        for rs in items
+        for o in rs.metadata.owner_references or ()
+        if o.kind == "Deployment" and o.name == deployment
+    ]
+    return sorted(owned, key=_revision)
+
+
+def _revision(rs: Any) -> int:
+    return int((rs.metadata.annotations or {}).get("deployment.kubernetes.io/revision", "0"))
+
+
+def deployment_rolled_out(api: client.ApiClient, namespace: str, name: str) -> Any:
+    """The Deployment once its rollout is complete: the controller saw the latest spec, every
+    replica is updated, Ready and available, and no pod of an older revision is left."""
+    d = client.AppsV1Api(api).read_namespaced_deployment(name, namespace)
+    st = d.status
+    want = d.spec.replicas
+    done = (
+        (st.observed_generation or 0) >= d.metadata.generation
+        and (st.updated_replicas or 0) == want
+        and (st.ready_replicas or 0) == want
+        and (st.available_replicas or 0) == want
+        and (st.replicas or 0) == want
+        and len(workload_pods(api, namespace, name)) == want
+    )
+    return d if done else None
+
+
+def wait_deployment(api: client.ApiClient, namespace: str, name: str, timeout: float = 120) -> Any:
+    return wait_for(
+        lambda: deployment_rolled_out(api, namespace, name),
+        timeout=timeout,
+        interval=0.3,
+        what=f"Deployment {namespace}/{name} rolled out",
+    )
+
+
+def wait_all_read(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    expected: Mapping[str, str],
+    timeout: float = 60,
+) -> dict[str, Seen]:
+    """Every pod of workload `name` has read `expected`; {pod name: the line that says so}."""
+    return {
+        p.metadata.name: wait_seen(api, namespace, p.metadata.name, expected, timeout=timeout)
+        for p in workload_pods(api, namespace, name)
+    }
+
+
+# Annotations `kubectl rollout undo` keeps from the Deployment rather than taking from the
+# ReplicaSet (kubectl's annotationsToSkip).
+_UNDO_SKIPPED = {
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "deployment.kubernetes.io/revision",
+    "deployment.kubernetes.io/revision-history",
+    "deployment.kubernetes.io/desired-replicas",
+    "deployment.kubernetes.io/max-replicas",
+    "deprecated.deployment.rollback.to",
+}
+
+
+def rollout_undo(api: client.ApiClient, namespace: str, name: str) -> int:
+    """What `kubectl rollout undo deployment/<name>` does: the pod template of the ReplicaSet
+    of the previous revision (less its pod-template-hash label) and that ReplicaSet's
+    annotations put back on the Deployment, in one JSON patch. Returns the revision undone to."""
+    apps = client.AppsV1Api(api)
+    deployment = apps.read_namespaced_deployment(name, namespace)
+    current = int(deployment.metadata.annotations["deployment.kubernetes.io/revision"])
+    previous = [rs for rs in replica_sets(api, namespace, name) if _revision(rs) < current]
+    if not previous:
+        raise AssertionError(f"{namespace}/{name} has no revision before {current}")
+    target = previous[-1]
+    raw = api.sanitize_for_serialization(target)
+    template = copy.deepcopy(raw["spec"]["template"])
+    template["metadata"].get("labels", {}).pop("pod-template-hash", None)
+    annotations = {
+        k: v for k, v in (deployment.metadata.annotations or {}).items() if k in _UNDO_SKIPPED
+    }
+    annotations |= {
+        k: v for k, v in (target.metadata.annotations or {}).items() if k not in _UNDO_SKIPPED
+    }
+    patch = [
+        {"op": "replace", "path": "/spec/template", "value": template},
+        {"op": "replace", "path": "/metadata/annotations", "value": annotations},
+    ]
+    apps.patch_namespaced_deployment(name, namespace, patch)
+    return _revision(target)

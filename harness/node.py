@@ -624,6 +624,8 @@ def _kubelet_config(
         # sandbox ever run yet); a status is still posted only when it changed, or each minute.
         "nodeStatusUpdateFrequency": "1s",
         "nodeStatusReportFrequency": "1m",
+        # room for a fan-out to 50 Deployments rolling at once, beside everything else
+        "maxPods": 250,
         "shutdownGracePeriod": "0s",
     }
     if minor >= 27:
@@ -667,8 +669,11 @@ class Node:
 
     def images(self) -> list[str]:
         """The names of the images containerd holds for the kubelet."""
-        out = _run(*_ctr(self.containerd_socket), "images", "ls", "-q").stdout
-        return out.split()
+        return self.ctr("images", "ls", "-q").stdout.split()
+
+    def ctr(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """`ctr` on the node's containerd, in the kubelet's (k8s.io) namespace."""
+        return _run(*_ctr(self.containerd_socket), *argv)
 
 
 def _ctr(socket: Path) -> tuple[str, ...]:
