@@ -62,6 +62,11 @@ NUDGE = "bench.configpin.io/nudge"
 FILE = "/config/greeting"
 # The kubelet alone may take its whole sync period plus jitter, and the cache's delay.
 KUBELET_TIMEOUT = 180.0
+# A pod syncs its volumes several times in its first seconds (probes, status updates), which
+# delivers a change made then within a second, kubelet alone: the first change waits until the
+# pods are past that, as long-running pods are (seen here: a change 0.2 s after the pods first
+# read gave 0.16 s, 1.3 s after gave 0.9 s, a minute after gave 65-70 s).
+SETTLE = 15.0
 
 
 @dataclass
@@ -139,6 +144,7 @@ def _in_place(
     _deploy(api, namespace, "app", pods, annotations)
     running = [p.metadata.name for p in workload_pods(api, namespace, "app")]
     core = client.CoreV1Api(api)
+    time.sleep(SETTLE)
     seconds = []
     for i in range(1, changes + 1):
         value = f"v{i}"
