@@ -60,7 +60,7 @@ def test_a_consumed_change_rolls_and_new_pods_read_it_an_unconsumed_one_rolls_no
     first_pods = {p.metadata.uid for p in workload_pods(k8s, namespace, "app")}
 
     # A key nobody consumes: configpin sees the change and rolls nothing.
-    leader = configpin.leader(k8s)
+    leader = wait_for(lambda: configpin.leader(k8s), timeout=60, what="a leader")
     seen_before = configpin.metric(k8s, leader, "configpin_source_changes_total")
     _set(k8s, namespace, "settings", {"unused": "b"})
     wait_for(

@@ -129,7 +129,7 @@ def test_the_leader_deleted_mid_fan_out_every_deployment_rolls_exactly_once(
 
     rolled_at_fault = wait_for(started, timeout=60, interval=0.1, what="the fan-out to start")
     leader = configpin.leader(k8s)
-    assert leader
+    assert leader, "the fan-out started, so a replica leads"
     core.delete_namespaced_pod(leader, configpin.namespace)
     assert 0 < rolled_at_fault < COUNT, f"{rolled_at_fault} re-stamped when the leader went"
     started_at = time.monotonic()
