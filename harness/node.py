@@ -56,6 +56,7 @@ from harness.controlplane import (
     KeyPair,
     NodeNetwork,
     Placement,
+    _pid_alive,
     _Process,
     binary_version,
     find_assets,
@@ -292,19 +293,6 @@ class _Cgroup:
                         if time.monotonic() > deadline:
                             raise
                         time.sleep(0.05)
-
-    def exists(self) -> bool:
-        return any(path.exists() for path in self.paths())
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def clean_stale_nodes() -> list[str]:
