@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit unit-compiled integration bench control-plane image test-images clean
+.PHONY: run test lint unit unit-compiled integration node bench control-plane image test-images clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ run: $(STAMP)
 	$(BIN)/configpin serve $(ARGS)
 
 ## The whole suite: linters, import contracts, the unit tests on the pure-Python package and on
-## the wheel with its core compiled by mypyc, then the integration tests on every control plane
-## (1.20.2 and 1.36.2, provisioned and cached by hack/provision-control-plane.sh)
+## the wheel with its core compiled by mypyc, then the integration tests and the node tests on
+## every control plane (1.20.2 and 1.36.2, provisioned and cached by hack/provision-control-plane.sh)
 test: $(STAMP) lint
 	$(BIN)/python hack/run-tests.py $(PYTEST_ARGS)
 
@@ -57,6 +57,10 @@ image:
 test-images:
 	$(PYTHON) -m harness.images pause
 	$(PYTHON) -m harness.images shell
+
+## The node suite on one control plane, as root: make node K8S=1.36.2 (docs/real-nodes.md)
+node: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/provision-control-plane.sh --node $(or $(K8S),1.20.2))" $(BIN)/pytest -p no:cacheprovider tests/node $(PYTEST_ARGS)
 
 ## One run of the admission benchmark (about 35 s); the others: bench/README.md
 bench: $(STAMP)

@@ -12,12 +12,18 @@
 # are kept prebuilt in the steering repo's shared/k8s/v1.36.2/bin.tar.xz (with a sha256), found
 # beside the checkout (../shared/k8s) or in $CONFIGPIN_SHARED_K8S; they are checked and unpacked
 # next to the same etcd.
+# With --node, the same folder also gets what a real node runs (tests/node): kubelet,
+# kube-scheduler and kube-proxy (1.20.2 built in the same tree with the same Go; 1.36.2 from
+# shared/k8s/v1.36.2/node.tar.xz, checked against its sha256), and the machine gets Debian's
+# containerd, runc, CNI plugins, iptables and conntrack when they are missing.
 # The result is cached (default ~/.cache/configpin/kubebuilder-assets/<version>) and reused.
 #
-# Usage: hack/provision-control-plane.sh [1.20.2|1.36.2]   # prints the assets folder on stdout
+# Usage: hack/provision-control-plane.sh [--node] [1.20.2|1.36.2]   # prints the assets folder
 #        CONFIGPIN_ASSETS_DIR=/some/dir hack/provision-control-plane.sh
 set -euo pipefail
 
+NODE=0
+if [ "${1:-}" = --node ]; then NODE=1; shift; fi
 K8S_VERSION="${1:-1.20.2}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cache_root="${CONFIGPIN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/configpin}"
@@ -28,8 +34,31 @@ case "$K8S_VERSION" in
   *) log "unknown version $K8S_VERSION (known: 1.20.2, 1.36.2)"; exit 2 ;;
 esac
 
+PLANE_BINS=(kube-apiserver kube-controller-manager)
+NODE_BINS=(kubelet kube-scheduler kube-proxy)
+# What a node needs from the machine: command (or file) -> Debian package.
+NODE_PKGS=(containerd:containerd ctr:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins
+           iptables:iptables conntrack:conntrack ip:iproute2 nsenter:util-linux)
+
+missing_bins() {  # the Kubernetes binaries this run needs and lacks
+  local b
+  for b in "${PLANE_BINS[@]}"; do [ -x "$assets/$b" ] || echo "$b"; done
+  if [ "$NODE" = 1 ]; then for b in "${NODE_BINS[@]}"; do [ -x "$assets/$b" ] || echo "$b"; done; fi
+}
+missing_pkgs() {  # the Debian packages this run needs and lacks
+  local entry cmd
+  command -v etcd >/dev/null 2>&1 || echo etcd-server
+  if [ "$NODE" = 1 ]; then
+    for entry in "${NODE_PKGS[@]}"; do
+      cmd="${entry%%:*}"
+      if [ "${cmd#/}" != "$cmd" ]; then [ -e "$cmd" ] && continue
+      else command -v "$cmd" >/dev/null 2>&1 && continue; fi
+      echo "${entry#*:}"
+    done
+  fi
+}
 have_all() {
-  [ -x "$assets/etcd" ] && [ -x "$assets/kube-apiserver" ] && [ -x "$assets/kube-controller-manager" ]
+  [ -x "$assets/etcd" ] && [ -z "$(missing_bins)" ] && [ -z "$(missing_pkgs)" ]
 }
 if have_all; then
   echo "$assets"
@@ -46,8 +75,7 @@ fi
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-need_pkgs=()
-command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+mapfile -t need_pkgs < <(missing_pkgs | sort -u)
 command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
 command -v jq >/dev/null 2>&1 || need_pkgs+=(jq)
 command -v dpkg-source >/dev/null 2>&1 || need_pkgs+=(dpkg-dev)
@@ -56,26 +84,39 @@ command -v xz >/dev/null 2>&1 || need_pkgs+=(xz-utils)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   sudo_ apt-get update -qq >&2
-  # etcd-server's maintainer scripts may try to start a service: stop that, we start our own.
+  # etcd-server's and containerd's maintainer scripts may try to start a service: stop that,
+  # we start our own.
   sudo_ env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >&2
 fi
 etcd_bin=$(command -v etcd || echo /usr/bin/etcd)
 cp -f "$etcd_bin" "$assets/etcd"
 
+mapfile -t want < <(missing_bins)
+if [ ${#want[@]} -eq 0 ]; then
+  have_all
+  echo "$assets"
+  exit 0
+fi
+
 if [ "$K8S_VERSION" != 1.20.2 ]; then
   shared="${CONFIGPIN_SHARED_K8S:-$here/../../shared/k8s}"
-  tarball="$shared/v$K8S_VERSION/bin.tar.xz"
-  if [ ! -f "$tarball" ]; then
-    log "no $K8S_VERSION binaries: $tarball is missing (set CONFIGPIN_SHARED_K8S to the folder that holds v$K8S_VERSION/bin.tar.xz)"
-    exit 3
-  fi
-  (cd "$(dirname "$tarball")" && sha256sum --quiet -c bin.tar.xz.sha256) >&2 || {
-    log "$tarball does not match its bin.tar.xz.sha256"; exit 3; }
-  log "unpacking kube-apiserver and kube-controller-manager $K8S_VERSION"
-  tmp=$(mktemp -d "$assets/.unpack.XXXXXX")
-  tar -xJf "$tarball" -C "$tmp"
-  for b in kube-apiserver kube-controller-manager; do mv -f "$tmp/$b" "$assets/$b"; done
-  rm -rf "$tmp"
+  unpack() {  # unpack <tarball name> <binaries...> from shared/k8s/v<version>/, checked first
+    local name="$1" tarball="$shared/v$K8S_VERSION/$1" tmp b; shift
+    if [ ! -f "$tarball" ]; then
+      log "no $K8S_VERSION binaries: $tarball is missing (set CONFIGPIN_SHARED_K8S to the folder that holds v$K8S_VERSION/$name)"
+      exit 3
+    fi
+    (cd "$(dirname "$tarball")" && sha256sum --quiet -c "$name.sha256") >&2 || {
+      log "$tarball does not match its $name.sha256"; exit 3; }
+    log "unpacking $* $K8S_VERSION"
+    tmp=$(mktemp -d "$assets/.unpack.XXXXXX")
+    tar -xJf "$tarball" -C "$tmp"
+    for b in "$@"; do mv -f "$tmp/$b" "$assets/$b"; done
+    rm -rf "$tmp"
+  }
+  [ -x "$assets/kube-apiserver" ] && [ -x "$assets/kube-controller-manager" ] ||
+    unpack bin.tar.xz "${PLANE_BINS[@]}"
+  if [ "$NODE" = 1 ] && [ -n "$(missing_bins)" ]; then unpack node.tar.xz "${NODE_BINS[@]}"; fi
   have_all
   echo "$assets"
   exit 0
@@ -125,7 +166,7 @@ if [ -z "$tree" ] || [ ! -f "$tree/Makefile" ]; then
   tree=$(ls -d "$src"/kubernetes-*/ | head -n 1)
 fi
 tree="${tree%/}"
-log "building kube-apiserver and kube-controller-manager in $(basename "$tree") (several minutes)"
+log "building ${want[*]} in $(basename "$tree") (several minutes)"
 gopath="$tree/.go"
 mkdir -p "$gopath/src/k8s.io"
 ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
@@ -133,9 +174,9 @@ ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
   cd "$gopath/src/k8s.io/kubernetes"
   export GOROOT="$goroot" GOPATH="$gopath" CGO_ENABLED=0 GOFLAGS=-mod=vendor GO111MODULE=off
   export PATH="$goroot/bin:$PATH" KUBE_GIT_VERSION="v$K8S_VERSION" KUBE_GIT_TREE_STATE=clean
-  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2
+  make WHAT="${want[*]/#/cmd/}" >&2
 )
-for b in kube-apiserver kube-controller-manager; do
+for b in "${want[@]}"; do
   cp -f "$tree/_output/local/go/bin/$b" "$assets/$b.tmp"
   mv -f "$assets/$b.tmp" "$assets/$b"
 done

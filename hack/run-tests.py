@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Run the whole test suite: the unit tests twice (the pure-Python package as installed for
 development, then the wheel with its core compiled by mypyc), the integration suite on every
-control plane, and once more on the newest one from the compiled wheel (what the image runs).
+control plane, and once more on the newest one from the compiled wheel (what the image runs),
+then the node suite (tests/node: a real node runs pods, docs/real-nodes.md) on every control
+plane.
 
     make test                                  # what CI runs
     .venv/bin/python hack/run-tests.py [PYTEST_ARGS...]
@@ -14,6 +16,11 @@ Control planes: 1.20.2 (built from Debian's packages by hack/provision-control-p
 A version that cannot be provided is named in the closing summary and fails the run, unless
 ``CONFIGPIN_ALLOW_MISSING_VERSIONS=1`` (a laptop without shared/); a pytest run that collects
 no test (exit 5) fails it too. The last line counts every run: ``total: N passed, N failed``.
+
+The node suite needs root (namespaces, cgroups, mounts): ``hack/provision-control-plane.sh
+--node`` adds kubelet, kube-scheduler and kube-proxy to each version's folder and installs
+containerd, runc and the CNI plugins. ``CONFIGPIN_NODE_TESTS=0`` leaves it out, and the summary
+says so.
 
 The compiled run builds the wheel with ``CONFIGPIN_COMPILE=1`` (hack/compiled-tree.py: a C
 compiler and Python's headers are needed); ``CONFIGPIN_TEST_COMPILED=0`` leaves it out, and the
@@ -88,10 +95,9 @@ def _pytest(
         run.why = f"pytest exit code {run.exit_code}"
 
 
-def _provision(version: str) -> tuple[Path | None, str]:
-    proc = subprocess.run(
-        ["bash", str(PROVISION), version], capture_output=True, text=True, check=False
-    )
+def _provision(version: str, *, node: bool = False) -> tuple[Path | None, str]:
+    argv = ["bash", str(PROVISION), *(["--node"] if node else []), version]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         last = [line for line in proc.stderr.splitlines() if line.strip()][-3:]
         return None, "; ".join(last) or f"exit code {proc.returncode}"
@@ -159,13 +165,44 @@ def main(extra: list[str]) -> int:
                 cwd=out / "compiled",
             )
 
+    # A real node per control plane: pods run, and the tests assert what they read. Its images
+    # (configpin's, the pause and shell images) are built first, once, so that each version's
+    # time is its own.
+    left_out = env.get("CONFIGPIN_NODE_TESTS") == "0"
+    images_built = True
+    if not left_out and planes:
+        print("\n==== building the node's images (harness/images.py) ====", flush=True)
+        argv = [sys.executable, "-m", "harness.images", "all"]
+        images_built = subprocess.call(argv, cwd=REPO) == 0
+    for label, assets, why in planes:
+        run = Run(f"node {label}")
+        runs.append(run)
+        if left_out:
+            run.why = "left out: CONFIGPIN_NODE_TESTS=0"
+            continue
+        if assets is None:
+            run.why = f"control plane not provided: {why}"
+            continue
+        if not images_built:
+            run.exit_code = 1
+            run.why = "the images could not be built (python -m harness.images all)"
+            continue
+        if label in VERSIONS:
+            print(f"\n==== provisioning node {label} ====", flush=True)
+            node_assets, node_why = _provision(label, node=True)
+            if node_assets is None:
+                run.exit_code = 1
+                run.why = f"node not provided: {node_why}"
+                continue
+        _pytest(run, ["tests/node"], extra, {**env, "KUBEBUILDER_ASSETS": str(assets)}, out)
+
     allow_missing = env.get("CONFIGPIN_ALLOW_MISSING_VERSIONS") == "1"
     print("\n==== summary ====")
     failed = False
     for run in runs:
         c = run.counts
         if run.exit_code is None:
-            asked = run is compiled and compiled.why.startswith("left out")
+            asked = run.why.startswith("left out")
             state = "NOT RUN" + (" (allowed)" if allow_missing or asked else "")
             failed = failed or not (allow_missing or asked)
         else:

@@ -4,6 +4,10 @@ etcd, kube-apiserver and kube-controller-manager run as local processes on 127.0
 free ports. There is no scheduler and no kubelet: pods are created and stay Pending, which is
 all an admission webhook and a rollout controller need to be tested against.
 
+With a `NodeNetwork` the same control plane is started for a real node (harness/node.py):
+inside the node's namespaces, listening where pods reach it, with an endpoint for the
+`kubernetes` Service, a client certificate to call kubelets with, and the controllers a node needs.
+
 The binaries come from ``$KUBEBUILDER_ASSETS``; when that is unset,
 ``hack/provision-control-plane.sh`` provides (and caches) them.
 """
@@ -64,6 +68,23 @@ CONTROLLERS = (
     "root-ca-cert-publisher",
 )
 
+# What a real node adds (harness/node.py): the node lifecycle (removes the not-ready taint once
+# the kubelet reports Ready), Service endpoints for kube-proxy, pod garbage collection, and
+# PodDisruptionBudgets (the chart ships one).
+NODE_CONTROLLERS = (
+    "nodelifecycle",
+    "endpoint",
+    "endpointslice",
+    "endpointslicemirroring",
+    "podgc",
+    "disruption",
+)
+# The 1.36.2 build is OpenShift's carry (shared/k8s/README.md): its ServiceAccount admission adds
+# the `openshift-service-ca.crt` ConfigMap to every pod's service-account volume, and a pod whose
+# volume cannot be filled never starts. This controller of the same carry publishes it in every
+# namespace (as the root CA publisher does kube-root-ca.crt); enabled where the binary has it.
+OPENSHIFT_SERVICE_CA_PUBLISHER = "service-ca-certificate-publisher-controller"
+
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
 LOG_TAIL_LINES = 40
@@ -105,6 +126,15 @@ def binary_version(path: Path) -> tuple[int, int]:
     if match is None:
         raise ControlPlaneError(f"{path} --version printed no version: {out[:200]!r}")
     return int(match[1]), int(match[2])
+
+
+def _known_controllers(controller_manager: Path) -> set[str]:
+    """The controller names a kube-controller-manager binary lists in its --help."""
+    out = subprocess.run(
+        [str(controller_manager), "--help"], capture_output=True, text=True, check=False, timeout=30
+    ).stdout
+    match = re.search(r"All controllers: ([^\n]*)", out)
+    return set(match[1].replace(" ", "").split(",")) if match else set()
 
 
 def find_assets() -> Path:
@@ -296,6 +326,30 @@ def _die_with_parent() -> None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a started process runs: `prefix` goes before its argv (an nsenter into a node's
+    namespaces), and the child joins the cgroups whose `cgroup.procs` files are listed before it
+    execs, so that everything it starts is found there again."""
+
+    prefix: tuple[str, ...] = ()
+    cgroup_procs: tuple[Path, ...] = ()
+
+    def preexec(self) -> None:
+        """Runs in the child between fork and exec."""
+        _die_with_parent()
+        pid = str(os.getpid()).encode()
+        for procs in self.cgroup_procs:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+
+HERE = Placement()
+
+
 def _child_env() -> dict[str, str]:
     # Everything talks to 127.0.0.1: a proxy from the environment would only get in the way
     # (the apiserver honours HTTPS_PROXY when it calls webhooks).
@@ -311,12 +365,19 @@ class _Process:
     log_file: IO[bytes] = field(repr=False)
 
     @classmethod
-    def start(cls, name: str, argv: Sequence[str], log_dir: Path, cwd: Path) -> _Process:
+    def start(
+        cls,
+        name: str,
+        argv: Sequence[str],
+        log_dir: Path,
+        cwd: Path,
+        placement: Placement = HERE,
+    ) -> _Process:
         log_path = log_dir / f"{name}.log"
         log_file = log_path.open("ab")
         try:
             popen = subprocess.Popen(
-                list(argv),
+                [*placement.prefix, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -325,7 +386,7 @@ class _Process:
                 # Own process group: a terminal's Ctrl-C does not reach the children (we stop
                 # them ourselves, in order), and killpg takes whatever they spawned too.
                 process_group=0,
-                preexec_fn=_die_with_parent,
+                preexec_fn=placement.preexec,
             )
         except BaseException:
             log_file.close()
@@ -412,6 +473,10 @@ class ControlPlane:
     @property
     def ca_pem(self) -> bytes:
         return self.ca_file.read_bytes()
+
+    def ca(self) -> KeyPair:
+        """The cluster CA with its key, to issue client and serving certificates with."""
+        return KeyPair(self.ca_pem, (self.ca_file.parent / "ca.key").read_bytes())
 
     def configuration(self) -> client.Configuration:
         """A fresh client Configuration: TLS verified against the apiserver CA, bearer token."""
@@ -541,14 +606,48 @@ def _etcd_data_dir(workdir: Path) -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix=f"{_ETCD_DIR_PREFIX}{os.getpid()}-", dir=_SHM)
 
 
+@dataclass(frozen=True)
+class NodeNetwork:
+    """How a control plane for a real node (harness/node.py) is reached and placed.
+
+    `address`: where the tests and the node's components reach etcd and the API server (the
+    node's end of its link to this machine). `advertise_address`: the node's address on its pod
+    bridge, the `kubernetes` Service's endpoint, which pods reach. `service_cidr`: ClusterIPs.
+    `placement`: every process runs inside the node's namespaces and cgroup.
+    """
+
+    address: str
+    advertise_address: str
+    service_cidr: str
+    placement: Placement
+
+
+_LOOPBACK = NodeNetwork("127.0.0.1", "", "10.0.0.0/24", HERE)
+
+
+def _service_ip(cidr: str) -> str:
+    """The ClusterIP of the `kubernetes` Service: the first address of the range."""
+    return str(next(ipaddress.ip_network(cidr).hosts()))
+
+
 @contextlib.contextmanager
-def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator[ControlPlane]:
+def running_control_plane(
+    workdir: Path, assets: Path | None = None, *, network: NodeNetwork | None = None
+) -> Iterator[ControlPlane]:
     """Start etcd, kube-apiserver and kube-controller-manager under ``workdir``; stop on exit.
 
     Logs stay in ``workdir/logs``. The processes are stopped in reverse order whatever happens,
     KeyboardInterrupt included; if pytest is killed outright they die with it (PDEATHSIG).
+
+    Without `network` everything listens on 127.0.0.1 and no node can join. With it (see
+    `NodeNetwork`) the processes run where `network.placement` puts them, the API server listens
+    on every address there and advertises `network.advertise_address` (the lease endpoint
+    reconciler keeps the `kubernetes` Service's endpoint), calls kubelets at their InternalIP
+    with a client certificate of the CA and checks theirs, and the controller manager also runs
+    `NODE_CONTROLLERS`.
     """
     assets = assets or find_assets()
+    net = network or _LOOPBACK
     workdir.mkdir(parents=True, exist_ok=True)
     log_dir = workdir / "logs"
     log_dir.mkdir(exist_ok=True)
@@ -556,7 +655,15 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
     pki.mkdir(exist_ok=True)
 
     ca = new_ca()
-    serving = issue_serving_cert(ca, "kube-apiserver", ("127.0.0.1",), ("localhost",))
+    if network is None:
+        serving = issue_serving_cert(ca, "kube-apiserver", ("127.0.0.1",), ("localhost",))
+    else:
+        ips = ("127.0.0.1", net.address, net.advertise_address, _service_ip(net.service_cidr))
+        names = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+        serving = issue_serving_cert(ca, "kube-apiserver", ips, names)
+        kubelet_client = issue_client_cert(ca, "kube-apiserver-kubelet-client", ["system:masters"])
+        (pki / "kubelet-client.crt").write_bytes(kubelet_client.cert_pem)
+        _write_private(pki / "kubelet-client.key", kubelet_client.key_pem)
     sa_keys = _service_account_keys()
     token = secrets.token_urlsafe(32)
     ca_file = pki / "ca.crt"
@@ -569,23 +676,23 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
     _write_private(pki / "tokens.csv", f'{token},admin,admin-uid,"system:masters"\n')
 
     etcd_client_port, etcd_peer_port, apiserver_port = free_port(), free_port(), free_port()
-    host = f"https://127.0.0.1:{apiserver_port}"
+    host = f"https://{net.address}:{apiserver_port}"
     kubeconfig = _write_private(
         workdir / "kubeconfig", kubeconfig_text(host, ca.cert_pem, {"token": token})
     )
     version = binary_version(assets / "kube-apiserver")
-    etcd_url = f"http://127.0.0.1:{etcd_client_port}"
+    etcd_url = f"http://{net.address}:{etcd_client_port}"
     plane = ControlPlane(host, token, ca_file, kubeconfig, log_dir, version, etcd_url)
 
     with contextlib.ExitStack() as stack:
         etcd_data = Path(stack.enter_context(_etcd_data_dir(workdir)))
 
         def launch(name: str, argv: Sequence[str]) -> _Process:
-            proc = _Process.start(name, argv, log_dir, workdir)
+            proc = _Process.start(name, argv, log_dir, workdir, net.placement)
             stack.callback(proc.stop)
             return proc
 
-        peer_url = f"http://127.0.0.1:{etcd_peer_port}"
+        peer_url = f"http://127.0.0.1:{etcd_peer_port}"  # one member: never leaves its host
         etcd = launch(
             "etcd",
             [
@@ -610,10 +717,27 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
             [
                 str(assets / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
                 f"--secure-port={apiserver_port}",
-                # The `kubernetes` Service would need endpoints: a loopback address is refused.
-                "--endpoint-reconciler-type=none",
+                *(
+                    [
+                        "--bind-address=127.0.0.1",
+                        # The `kubernetes` Service would need endpoints: a loopback address is
+                        # refused.
+                        "--endpoint-reconciler-type=none",
+                    ]
+                    if network is None
+                    else [
+                        # every address of the node's own network namespace: its link to this
+                        # machine (the tests) and its pod bridge (pods, through the Service)
+                        "--bind-address=0.0.0.0",
+                        f"--advertise-address={net.advertise_address}",
+                        "--endpoint-reconciler-type=lease",
+                        f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                        f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                        f"--kubelet-certificate-authority={ca_file}",
+                        "--kubelet-preferred-address-types=InternalIP",
+                    ]
+                ),
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -623,7 +747,7 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-cluster-ip-range={net.service_cidr}",
                 "--allow-privileged=true",
             ],
         )
@@ -634,12 +758,20 @@ def running_control_plane(workdir: Path, assets: Path | None = None) -> Iterator
             f"GET {host}/readyz",
         )
 
+        controllers = list(CONTROLLERS)
+        if network is not None:
+            controllers += NODE_CONTROLLERS
+            kcm = assets / "kube-controller-manager"
+            if OPENSHIFT_SERVICE_CA_PUBLISHER in _known_controllers(kcm):
+                controllers.append(OPENSHIFT_SERVICE_CA_PUBLISHER)
         controller_manager = launch(
             "kube-controller-manager",
             [
                 str(assets / "kube-controller-manager"),
                 f"--kubeconfig={kubeconfig}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(controllers)}",
+                # a node's not-ready taint comes off a second after it reports Ready, not five
+                *(["--node-monitor-period=1s"] if network is not None else []),
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={ca_file}",
                 "--leader-elect=false",
@@ -781,11 +913,14 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "KeyPair",
+    "NodeNetwork",
+    "Placement",
     "chart_webhook",
     "default_service_account_ready",
     "default_webhook_rules",
     "find_assets",
     "free_port",
+    "issue_client_cert",
     "issue_serving_cert",
     "new_ca",
     "register_webhook",
