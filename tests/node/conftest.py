@@ -37,6 +37,7 @@ ORDER = (
     "test_production.py",
     "test_checksum.py",
     "test_snapshot.py",
+    "test_delivery.py",
     "test_refresh.py",
     "test_faults.py",
 )
@@ -150,3 +151,13 @@ def pinned(k8s: client.ApiClient, configpin: Release, namespace: str) -> str:
     upgrade its pods are Ready a moment before the Service reaches them)."""
     configpin.wait_answering(k8s, namespace)
     return namespace
+
+
+@pytest.fixture(scope="session")
+def snapshots(k8s: client.ApiClient, configpin: Release) -> Release:
+    """The release with snapshots.enabled: true (snapshot mode writes ConfigMaps, which the
+    chart grants only when asked); it stays so for the rest of the session."""
+    if not configpin.values.get("snapshots", {}).get("enabled"):
+        configpin.upgrade({**configpin.values, "snapshots": {"enabled": True}})
+        configpin.wait_ready(k8s)
+    return configpin

@@ -8,7 +8,6 @@ Snapshot mode writes ConfigMaps (its copies), which the chart grants only when a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,15 +31,6 @@ from webhook.core.constants import ANN_MODE, LABEL_SNAPSHOT, MODE_SNAPSHOT
 pytestmark = pytest.mark.usefixtures("pinned")
 
 SETTLE = 5.0
-
-
-@pytest.fixture(scope="module")
-def snapshots(k8s: client.ApiClient, configpin: Release) -> Iterator[Release]:
-    """The release with snapshots.enabled: true (it stays so for the rest of the session)."""
-    if not configpin.values.get("snapshots", {}).get("enabled"):
-        configpin.upgrade({**configpin.values, "snapshots": {"enabled": True}})
-        configpin.wait_ready(k8s)
-    yield configpin
 
 
 def _config_map_name(template: Any) -> str:
