@@ -17,6 +17,7 @@ from kubernetes import client
 
 from harness import images
 from harness.apps import (
+    Seen,
     is_ready,
     last_seen,
     reader_workload,
@@ -67,6 +68,16 @@ def _template_config(api: client.ApiClient, namespace: str, name: str) -> str:
     return str(volume.config_map.name)
 
 
+def _seen(api: client.ApiClient, namespace: str, pod: str) -> Seen | None:
+    """What the reader in `pod` read last; None while it has not started."""
+    try:
+        return last_seen(api, namespace, pod)
+    except client.ApiException as e:
+        if e.status in (400, 404):  # ContainerCreating, or gone
+            return None
+        raise
+
+
 def _all_ready_reading(
     api: client.ApiClient, namespace: str, name: str, key: str, value: str
 ) -> None:
@@ -94,7 +105,7 @@ def test_a_change_that_makes_the_application_unready_is_undone_and_its_pods_read
     )
     wait_for(
         lambda: any(
-            (s := last_seen(k8s, namespace, p.metadata.name)) is not None
+            (s := _seen(k8s, namespace, p.metadata.name)) is not None
             and s.file("/config/greeting") == "invalid"
             for p in workload_pods(k8s, namespace, "app")
         ),
