@@ -183,9 +183,7 @@ def serve(settings: Settings) -> int:
             hkey = ensure_digest_key(kube, settings.namespace, settings.digest_key_secret)
         # The namespaces configpin acts in: one watch, shared by admission (which enforces
         # the selection itself, whatever a request claims) and the controller.
-        namespaces = NamespaceSet(
-            kube, metrics, label_selector=settings.namespace_selector, excluded=excluded
-        )
+        namespaces = NamespaceSet.of(kube, metrics, settings)
         namespaces.start()
         stoppers.append(namespaces.stop)
         ready_checks.append(namespaces.synced)

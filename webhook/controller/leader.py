@@ -26,7 +26,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from webhook.kube.lease import LeaseRecord, duration_seconds
+from webhook.config import Settings
+from webhook.kube.lease import LeaseLock, LeaseRecord, duration_seconds
+from webhook.kube.raw import Kube
+from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -267,3 +270,22 @@ class LeaderElector:
             self._observe(written)
             log.info("%s: released", self.lock.describe())
         return written is not None
+
+
+def elector(
+    kube: Kube, settings: Settings, identity: str, metrics: Metrics, poke: Callable[[], None]
+) -> Elector:
+    """The replica's elector as its settings ask: the Lease (`--leader-elect`, the chart's
+    default), or leading from start to stop. `poke` wakes the workers on each edge;
+    `configpin_leader` follows."""
+    if not settings.leader_elect:
+        metrics.is_leader.set(1)
+        return AlwaysLeader(poke, poke)
+    return LeaderElector(
+        LeaseLock(kube, settings.namespace, settings.lease_name),
+        identity,
+        lease_duration=settings.lease_duration,
+        on_started=poke,
+        on_stopped=poke,
+        on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
+    )

@@ -21,6 +21,7 @@ from webhook.core.constants import (
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.owners import controller_of
 from webhook.core.plan import RollInstead
+from webhook.core.reasons import SkipReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.metrics import Metrics
 
@@ -128,7 +129,12 @@ class Reporter:
                 f"one until {until}",
             )
 
+    def retrying(self, ref: WorkloadRef, why: str, delay: float) -> None:
+        self.metrics.skipped.labels(SkipReason.ERROR.label).inc()
+        log.warning("%s: rollout failed (%s); retrying in %.0fs", ref, why, delay)
+
     def gave_up(self, regarding: Regarding, attempts: int, error: str) -> None:
+        self.metrics.skipped.labels(SkipReason.ERROR.label).inc()
         log.error(
             "%s %s/%s: giving up after %d failures (%s)",
             regarding.kind,

@@ -38,7 +38,7 @@ from webhook.controller.index import (
     format_time,
     stale_sources,
 )
-from webhook.controller.leader import AlwaysLeader, Elector, LeaderElector, new_identity
+from webhook.controller.leader import Elector, elector, new_identity
 from webhook.controller.outcome import Outcome, Skipped
 from webhook.controller.queue import Pending, RolloutQueue
 from webhook.controller.reconcile import Reconciler, peek_in
@@ -46,15 +46,14 @@ from webhook.controller.refresh import Pods
 from webhook.controller.report import Reporter
 from webhook.controller.restamp import Restamper
 from webhook.controller.runner import Runner
-from webhook.controller.stale import STALE_EVERY, Staleness
+from webhook.controller.stale import Staleness
 from webhook.controller.watches import WorkloadWatches
-from webhook.controller.waves import Gate
+from webhook.controller.waves import Gate, Waiting
 from webhook.core.delivery import ROLLING
 from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId
 from webhook.core.reasons import SkipReason
 from webhook.kube.cache import SourceCache
-from webhook.kube.events import EventRecorder, Regarding
-from webhook.kube.lease import LeaseLock
+from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.ratelimit import LimitedKube, RateLimiter
 from webhook.kube.raw import Kube
@@ -62,7 +61,7 @@ from webhook.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STALE_EVERY", "RolloutController", "Tuning"]
+__all__ = ["RolloutController", "Tuning"]
 
 
 @dataclass(frozen=True)
@@ -116,12 +115,7 @@ class RolloutController:
         # stopped here only when it is the controller's own.
         self._own_namespaces = namespaces is None
         if namespaces is None:
-            namespaces = NamespaceSet(
-                kube,
-                metrics,
-                label_selector=settings.namespace_selector,
-                excluded=settings.excluded_namespaces(),
-            )
+            namespaces = NamespaceSet.of(kube, metrics, settings)
             namespaces.informer.watch_timeout = tuning.watch_timeout
         self.namespaces = namespaces
         self.watches = WorkloadWatches(kube, metrics, self, watch_timeout=tuning.watch_timeout)
@@ -137,12 +131,8 @@ class RolloutController:
         self.after_synced: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._next_count = 0.0
         self.staleness = Staleness(metrics, clock)
-        # stale workloads whose rollout waits (a wave, the cap): looked at when one ends
-        self._waiting: set[WorkloadRef] = set()
-        self._waiting_lock = threading.Lock()
-        self._moves = 0  # rollouts that ended, so far (under the same lock)
+        self.waiting = Waiting()
         self.report = Reporter(metrics, events, clock)
         self.pods = Pods(kube, self.limited, hkey, settings, metrics, is_leader=self.is_leader)
         self.gate = Gate(self.index, cache, hkey, settings, in_scope=self.namespaces.__contains__)
@@ -259,19 +249,9 @@ class RolloutController:
                 log.exception("starting %s after the controller's sync failed", then)
         self.runner.start()
         self.follows.start()
-        if self.settings.leader_elect:
-            lock = LeaseLock(self.kube, self.settings.namespace, self.settings.lease_name)
-            self.elector = LeaderElector(
-                lock,
-                self.identity,
-                lease_duration=self.settings.lease_duration,
-                on_started=self.runner.poke,
-                on_stopped=self.runner.poke,
-                on_change=lambda leading: self.metrics.is_leader.set(1 if leading else 0),
-            )
-        else:
-            self.elector = AlwaysLeader(self.runner.poke, self.runner.poke)
-            self.metrics.is_leader.set(1)
+        self.elector = elector(
+            self.kube, self.settings, self.identity, self.metrics, self.runner.poke
+        )
         self.up.set(1)
         log.info(
             "controller started: %d workloads indexed, kinds %s, identity %s",
@@ -329,8 +309,7 @@ class RolloutController:
             log.info("periodic resync: %d workloads were not current", queued)
 
     def _count_stale(self) -> None:
-        if self.clock() >= self._next_count:
-            self._next_count = self.clock() + STALE_EVERY
+        if self.staleness.due():
             self.measure_staleness()
 
     def measure_staleness(self) -> int:
@@ -382,7 +361,7 @@ class RolloutController:
             wait = self.queue.not_before(entry.ref) - self.clock()
             if wait > self.settings.coalesce_window:
                 until = format_time(time.time() + wait)
-                self.report.deferred(self._regarding(entry.ref), stale, until)
+                self.report.deferred(self.watches.regarding(entry.ref), stale, until)
         return True
 
     def check_all(self, *, kind: str | None = None, namespace: str | None = None) -> int:
@@ -412,13 +391,7 @@ class RolloutController:
     def rollout_moved(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> None:
         """A workload's rollout ended (completed, failed): the workloads waiting for one (a
         later wave, the cap on rollouts in flight) are looked at again."""
-        record, was = entry.rollout, before.rollout if before is not None else None
-        if record is None or record.state == ROLLING or (was is not None and was == record):
-            return
-        with self._waiting_lock:
-            self._moves += 1
-            waiting = list(self._waiting - {entry.ref})
-        for ref in waiting:
+        for ref in self.waiting.ended(entry, before):
             found = self.index.get(ref)
             if found is not None:
                 self.check(found)
@@ -433,23 +406,14 @@ class RolloutController:
         ):
             self.report.owned(obj)
 
-    def _regarding(self, ref: WorkloadRef) -> Regarding:
-        kind = self.watches.kinds.get(ref.kind)
-        api_version = kind.api_version if kind is not None else ""
-        return Regarding(api_version, ref.kind, ref.namespace, ref.name)
-
     # --- the work (the runner's workers)
     def _reconcile(self, ref: WorkloadRef, pending: Pending[SourceId]) -> Outcome:
-        moves = self._moves
+        moves = self.waiting.moves
         outcome = self.apply(ref, pending.sources, first_seen=pending.first_seen)
         waits = isinstance(outcome, Skipped) and outcome.reason is SkipReason.WAITING
-        with self._waiting_lock:
-            if waits:
-                self._waiting.add(ref)
-            else:
-                self._waiting.discard(ref)
-            moved = self._moves != moves
-        if waits and moved and (entry := self.index.get(ref)) is not None:
+        if self.waiting.looked_at(ref, waits=waits, moves_before=moves) and (
+            entry := self.index.get(ref)
+        ):
             self.check(entry)  # what it waited for ended while it was looked at
         return outcome
 
@@ -457,9 +421,7 @@ class RolloutController:
         return self.reconciler(ref, follow_only=True)
 
     def _retrying(self, ref: WorkloadRef, attempt: int, why: str, delay: float) -> None:
-        self.metrics.skipped.labels(SkipReason.ERROR.label).inc()
-        log.warning("%s: rollout failed (%s); retrying in %.0fs", ref, why, delay)
+        self.report.retrying(ref, why, delay)
 
     def _gave_up(self, ref: WorkloadRef, attempts: int, why: str) -> None:
-        self.metrics.skipped.labels(SkipReason.ERROR.label).inc()
-        self.report.gave_up(self._regarding(ref), attempts, why)
+        self.report.gave_up(self.watches.regarding(ref), attempts, why)

@@ -23,6 +23,7 @@ class Staleness:
         self.clock = clock
         self._lock = threading.Lock()
         self._since: dict[WorkloadRef, float] = {}  # since when (clock) each has been stale
+        self._next_count = 0.0
         metrics.workloads_stale.set_function(self.count)
         metrics.stale_seconds_max.set_function(self.seconds_max)
 
@@ -48,6 +49,14 @@ class Staleness:
         now = self.clock()
         with self._lock:
             self._since = {ref: self._since.get(ref, now) for ref in stale}
+
+    def due(self) -> bool:
+        """Whether a count is due (every STALE_EVERY seconds; the runner asks often)."""
+        now = self.clock()
+        if now < self._next_count:
+            return False
+        self._next_count = now + STALE_EVERY
+        return True
 
     def clear(self) -> None:
         with self._lock:

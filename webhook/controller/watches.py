@@ -15,6 +15,7 @@ from webhook.core.model import JSONObject
 from webhook.core.owners import operator_owned
 from webhook.core.reasons import SkipReason
 from webhook.kube.errors import KubeError
+from webhook.kube.events import Regarding
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube
 from webhook.kube.workloads import Served, discover_kinds, served_custom_kinds
@@ -88,6 +89,12 @@ class WorkloadWatches:
         self.kinds: dict[str, Served] = {}  # as this cluster serves them
         self.informers: dict[str, Informer] = {}
         self._stopped = threading.Event()
+
+    def regarding(self, ref: WorkloadRef) -> Regarding:
+        """`ref` as an Event's subject (its apiVersion as this cluster serves its kind)."""
+        kind = self.kinds.get(ref.kind)
+        api_version = kind.api_version if kind is not None else ""
+        return Regarding(api_version, ref.kind, ref.namespace, ref.name)
 
     def discover(self) -> None:
         """Where each kind is served (once; raises KubeError if discovery fails)."""

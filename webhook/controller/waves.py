@@ -22,7 +22,7 @@ from typing import Final
 from webhook.config import Settings
 from webhook.controller.index import WorkloadEntry, WorkloadIndex, WorkloadRef, stale_sources
 from webhook.core import digest
-from webhook.core.delivery import COMPLETE, FAILED, Member, change_of, wave_plan
+from webhook.core.delivery import COMPLETE, FAILED, ROLLING, Member, change_of, wave_plan
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
@@ -154,3 +154,34 @@ class Gate:
                         f"wave {i + 1} is complete ({done} of {len(wave)} rollouts)"
                     )
         return None
+
+
+class Waiting:
+    """The stale workloads whose rollout waits (a later wave, the cap on rollouts in flight),
+    to look at again when a rollout ends, however its end reached the index."""
+
+    def __init__(self) -> None:
+        self._refs: set[WorkloadRef] = set()
+        self._lock = threading.Lock()
+        self.moves = 0  # rollouts that ended, so far
+
+    def ended(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> list[WorkloadRef]:
+        """The workloads to look at again now that `entry` was put in the index over
+        `before`: every one waiting if its rollout ended with this, none otherwise."""
+        record, was = entry.rollout, before.rollout if before is not None else None
+        if record is None or record.state == ROLLING or (was is not None and was == record):
+            return []
+        with self._lock:
+            self.moves += 1
+            return list(self._refs - {entry.ref})
+
+    def looked_at(self, ref: WorkloadRef, *, waits: bool, moves_before: int) -> bool:
+        """`ref` was looked at (from when `moves` was `moves_before`), and waits or not; True
+        when it waits and a rollout ended meanwhile (look again: what it waited for may be
+        over)."""
+        with self._lock:
+            if waits:
+                self._refs.add(ref)
+            else:
+                self._refs.discard(ref)
+            return waits and self.moves != moves_before

@@ -222,15 +222,7 @@ def rollout_record(hkey: bytes, obj: Mapping[str, Any]) -> RolloutRecord | None:
 
 def rejected(obj: Mapping[str, Any]) -> dict[str, str]:
     """The content rollouts of this workload failed with (per-source digests)."""
-    text = _annotations(obj).get(ANN_REJECTED)
-    if not isinstance(text, str) or len(text) > 64 * 1024:
-        return {}
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
+    value = digest_mapping_any(_annotations(obj).get(ANN_REJECTED))
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
+from webhook.config import Settings
 from webhook.core.model import JSONObject
 from webhook.kube.errors import KubeError
 from webhook.kube.informer import Informer
@@ -55,6 +56,16 @@ class NamespaceSet:
         self._lock = threading.Lock()
         self.informer = Informer(
             kube, "namespaces", self, metrics, label_selector=label_selector or None
+        )
+
+    @classmethod
+    def of(cls, kube: Kube, metrics: Metrics, settings: Settings) -> NamespaceSet:
+        """The namespaces configpin acts in, as its settings select them."""
+        return cls(
+            kube,
+            metrics,
+            label_selector=settings.namespace_selector,
+            excluded=settings.excluded_namespaces(),
         )
 
     def __contains__(self, namespace: object) -> bool:
