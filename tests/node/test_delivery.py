@@ -18,6 +18,7 @@ from kubernetes import client
 from harness import images
 from harness.apps import (
     Seen,
+    deployment_rolled_out,
     is_ready,
     last_seen,
     reader_workload,
@@ -76,6 +77,19 @@ def _seen(api: client.ApiClient, namespace: str, pod: str) -> Seen | None:
         if e.status in (400, 404):  # ContainerCreating, or gone
             return None
         raise
+
+
+def _rolled_out_reading(
+    api: client.ApiClient, namespace: str, name: str, key: str, value: str
+) -> bool:
+    """`name` rolled out, and every pod of it read `value` last."""
+    if deployment_rolled_out(api, namespace, name) is None:
+        return False
+    pods = workload_pods(api, namespace, name)
+    return bool(pods) and all(
+        (s := _seen(api, namespace, p.metadata.name)) is not None and s.values.get(key) == value
+        for p in pods
+    )
 
 
 def _all_ready_reading(
@@ -181,8 +195,10 @@ def test_a_failed_first_wave_holds_the_change_and_the_other_workloads_keep_the_o
 
     # The fix is a new change: every workload rolls to it, the held one too.
     _settings(k8s, namespace, "fixed")
-    for name in names:
-        wait_all_read(k8s, namespace, name, {"env:GREETING": "fixed"}, timeout=180)
-    for name in names:
-        wait_deployment(k8s, namespace, name)
-        _all_ready_reading(k8s, namespace, name, "env:GREETING", "fixed")
+    for name in names:  # in waves: one, then the rest, each once the one before is complete
+        wait_for(
+            lambda n=name: _rolled_out_reading(k8s, namespace, n, "env:GREETING", "fixed"),
+            timeout=180,
+            interval=1.0,
+            what=f"{name} rolled out, every pod reading the fix",
+        )
