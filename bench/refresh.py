@@ -44,7 +44,7 @@ from harness.configpin import (
     ensure_namespace,
     running_configpin,
 )
-from harness.controller import running_controller
+from harness.controller import PatchClock, running_controller
 from harness.controlplane import (
     ENABLED_LABEL,
     running_control_plane,
@@ -60,22 +60,6 @@ from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "bench"
-
-
-class NotingKube(Kube):
-    """Notes when each pod patch was acknowledged."""
-
-    def __init__(self, api: Any) -> None:
-        super().__init__(api)
-        self.pods_patched: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def patch(self, api_path: str, patch: Any, content_type: str = "", **query: Any) -> Any:
-        out = super().patch(api_path, patch, content_type or "application/json-patch+json", **query)
-        if "/pods/" in api_path:
-            with self._lock:
-                self.pods_patched[api_path] = time.perf_counter()
-        return out
 
 
 def refreshing(name: str, replicas: int) -> dict[str, Any]:
@@ -113,7 +97,7 @@ class Probe:
 
 
 def run_layout(
-    setup: Kube, kube: NotingKube, ctl: RolloutController, deployments: int, pods: int, rounds: int
+    setup: Kube, kube: PatchClock, ctl: RolloutController, deployments: int, pods: int, rounds: int
 ) -> dict[str, Any]:
     ns = f"bench-{deployments}x{pods}"
     setup.create(
@@ -145,7 +129,7 @@ def run_layout(
     with Probe(setup, path("configmaps", ns, "probe")) as probe:
         for r in range(1, rounds + 1):
             assert len(ctl.queue) == 0
-            kube.pods_patched.clear()
+            kube.patched.clear()
             # the baseline: an idle spell as long as the last round (5 s the first time)
             quiet = spans[-1] if spans else 5.0
             b0, q0 = server_histogram(setup), time.perf_counter()
@@ -156,12 +140,12 @@ def run_layout(
             t0 = time.perf_counter()
             setup.patch(path("configmaps", ns, "shared"), {"data": {"a": str(r)}}, MERGE_PATCH)
             wait_for(
-                lambda: len(kube.pods_patched) >= total,
+                lambda: len(kube.patched) >= total,
                 timeout=600,
                 interval=0.01,
                 what=f"{total} pods refreshed (round {r})",
             )
-            t1 = max(kube.pods_patched.values())
+            t1 = max(kube.patched.values())
             b2 = server_histogram(setup)
             spans.append(t1 - t0)
             busy.append(served(b1, b2) | {"seconds": t1 - t0})
@@ -205,7 +189,7 @@ def main() -> None:
             instance=INSTANCE,
             webhook_name="configpin-bench",
         ):
-            kube = NotingKube(api)
+            kube = PatchClock(api, "/pods/")
             hkey = ensure_digest_key(kube, CONFIGPIN_NAMESPACE, "configpin-digest-key")
             with running_controller(
                 kube,

@@ -30,7 +30,6 @@ import logging
 import os
 import statistics
 import tempfile
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +45,7 @@ from harness.configpin import (
     ensure_namespace,
     running_configpin,
 )
-from harness.controller import running_controller
+from harness.controller import PatchClock, running_controller
 from harness.controlplane import ENABLED_LABEL, running_control_plane, wait_for
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.controller.rollout import RolloutController, Tuning
@@ -57,14 +56,12 @@ from webhook.kube.raw import Kube, path
 INSTANCE = "bench"
 
 
-class CountingKube(Kube):
+class CountingKube(PatchClock):
     """Counts requests by verb, and notes when each Deployment patch was acknowledged."""
 
     def __init__(self, api: Any) -> None:
-        super().__init__(api)
+        super().__init__(api, "/deployments/")
         self.by_verb: Counter[str] = Counter()
-        self.patched: dict[str, float] = {}
-        self._lock = threading.Lock()
 
     def open(self, method: str, api_path: str, **kwargs: Any) -> urllib3.BaseHTTPResponse:
         with self._lock:
@@ -73,12 +70,6 @@ class CountingKube(Kube):
             )
             self.by_verb[verb] += 1
         return super().open(method, api_path, **kwargs)
-
-    def patch(self, api_path: str, patch: Any, content_type: str = "", **query: Any) -> Any:
-        out = super().patch(api_path, patch, content_type or "application/json-patch+json", **query)
-        if "/deployments/" in api_path:
-            self.patched[api_path] = time.perf_counter()
-        return out
 
 
 def shared_reader(name: str) -> dict[str, Any]:

@@ -18,8 +18,6 @@ import time
 from typing import Any
 
 from harness.builders import (
-    HKEY,
-    WORKLOAD_NAMESPACE,
     Store,
     apply,
     configmap,
@@ -29,27 +27,10 @@ from harness.builders import (
     pod_spec,
     workload,
 )
-from webhook.config import Settings
+from harness.controller import StoreCache, offline_controller
 from webhook.controller.index import entry_from_object
-from webhook.controller.leader import AlwaysLeader
 from webhook.controller.rollout import RolloutController
 from webhook.controller.stale import STALE_EVERY
-from webhook.core.model import SourceId
-from webhook.metrics import Metrics
-
-
-class StoreCache:
-    """The source cache's `peek`, answered from records made once (as the cache holds them)."""
-
-    def __init__(self, store: Store) -> None:
-        self.records = {sid: store.lookup(sid) for sid in store.objects}
-        self.listeners: list[Any] = []
-
-    def peek(self, namespace: str, sid: SourceId) -> Any:
-        return self.records.get(sid)
-
-    def changed_keys(self, namespace: str, sid: SourceId) -> Any:
-        return None
 
 
 def build(size: int) -> RolloutController:
@@ -64,17 +45,7 @@ def build(size: int) -> RolloutController:
         objs.append(apply(web, plan(web, store)))
     for i in range(0, len(configs), 30):  # a change to every 30th ConfigMap: ~a tenth stale
         store.put(configmap(f"config-{i}", {"a": "2"}))
-    controller = RolloutController(
-        None,  # type: ignore[arg-type]
-        HKEY,
-        StoreCache(store),  # type: ignore[arg-type]
-        Metrics(),
-        Settings(),
-        namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
-    )
-    controller._synced.set()
-    controller.elector = AlwaysLeader(lambda: None)
-    controller.elector.start()
+    controller = offline_controller(StoreCache(store, frozen=True))
     for obj in objs:
         controller.index.put(entry_from_object(obj, "checksum"))
     return controller

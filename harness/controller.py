@@ -4,12 +4,17 @@ tests and benches that drive it directly (its moments that are hard to reach fro
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from harness.builders import HKEY, WORKLOAD_NAMESPACE, Store
 from harness.controlplane import wait_for
 from webhook.config import Settings
+from webhook.controller.leader import AlwaysLeader
 from webhook.controller.rollout import RolloutController, Tuning
+from webhook.core.model import SourceId
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import Kube
 from webhook.metrics import Metrics
@@ -44,3 +49,72 @@ def running_controller(
     finally:
         ctl.stop()
         cache.stop()
+
+
+class PatchClock(Kube):
+    """Notes, by API path, when each PATCH of a path containing `marker` was acknowledged
+    (`time.perf_counter()`): when a re-stamp or a pod refresh was written, seen from the writer."""
+
+    def __init__(self, api: Any, marker: str) -> None:
+        super().__init__(api)
+        self.marker = marker
+        self.patched: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def patch(self, api_path: str, patch: Any, content_type: str = "", **query: Any) -> Any:
+        out = super().patch(api_path, patch, content_type or "application/json-patch+json", **query)
+        if self.marker in api_path:
+            with self._lock:
+                self.patched[api_path] = time.perf_counter()
+        return out
+
+
+class StoreCache:
+    """The source cache's reads (`peek`), answered from a Store, or from one Store per
+    namespace. `frozen`: from records made once, as the cache holds them (for benches, which
+    must not time the hashing); otherwise from the Store as it is now."""
+
+    def __init__(self, stores: Store | Mapping[str, Store], *, frozen: bool = False) -> None:
+        self.stores = stores
+        self.frozen: dict[tuple[str, SourceId], Any] | None = None
+        if frozen:
+            self.frozen = {
+                (ns, sid): store.lookup(sid)
+                for ns, store in self._by_namespace().items()
+                for sid in store.objects
+            }
+        self.listeners: list[Any] = []
+
+    def _by_namespace(self) -> Mapping[str, Store]:
+        return {WORKLOAD_NAMESPACE: self.stores} if isinstance(self.stores, Store) else self.stores
+
+    def peek(self, namespace: str, sid: SourceId) -> Any:
+        if self.frozen is not None:
+            return self.frozen.get((namespace, sid))
+        return self._by_namespace()[namespace].lookup(sid)
+
+    def changed_keys(self, namespace: str, sid: SourceId) -> Any:
+        return None
+
+
+def offline_controller(
+    cache: StoreCache,
+    metrics: Metrics | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> RolloutController:
+    """A controller with no API client that acts at once (its watches as if synced, always
+    the leader): for what it works out from its index and source cache alone, never a write."""
+    controller = RolloutController(
+        None,  # type: ignore[arg-type]  # no API call is made
+        HKEY,
+        cache,  # type: ignore[arg-type]
+        metrics or Metrics(),
+        Settings(),
+        clock=clock,
+        namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
+    )
+    controller._synced.set()  # as after its watches synced
+    controller.elector = AlwaysLeader(lambda: None)
+    controller.elector.start()
+    return controller

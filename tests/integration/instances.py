@@ -12,11 +12,10 @@ from harness.configpin import Configpin, instance_namespace, leading_configpin
 from harness.controlplane import ControlPlane
 
 
-def instance_fixtures(instance: str, prefix: str, args: Sequence[str]) -> tuple[Any, Any]:
-    """The two fixtures of a module that runs against one configpin of its own: `cp`, that
-    configpin leading with `args` (once per module, its webhook named `configpin-<prefix>`),
-    and `ns`, a fresh namespace opted in for it alone (per test).
-    Use as `cp, ns = instance_fixtures(...)` at module level."""
+def leading_fixture(instance: str, prefix: str, args: Sequence[str]) -> Any:
+    """A module-scoped fixture: a configpin of its own for the module, leading with `args`,
+    serving only namespaces labelled for `instance`, its webhook named `configpin-<prefix>`.
+    Use as `cp = leading_fixture(...)` at module level."""
 
     @pytest.fixture(scope="module")
     def cp(
@@ -31,9 +30,17 @@ def instance_fixtures(instance: str, prefix: str, args: Sequence[str]) -> tuple[
         ) as proc:
             yield proc
 
+    return cp
+
+
+def instance_fixtures(instance: str, prefix: str, args: Sequence[str]) -> tuple[Any, Any]:
+    """The two fixtures of a module that runs against one configpin of its own: `cp` (see
+    `leading_fixture`) and `ns`, a fresh namespace opted in for it alone (per test).
+    Use as `cp, ns = instance_fixtures(...)` at module level."""
+
     @pytest.fixture
     def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
         with instance_namespace(k8s, instance, prefix) as name:
             yield name
 
-    return cp, ns
+    return leading_fixture(instance, prefix, args), ns

@@ -30,7 +30,6 @@ from harness.configpin import (
     INSTANCE_LABEL,
     Configpin,
     ensure_namespace,
-    leading_configpin,
     running_configpin,
     start_configpin,
 )
@@ -42,6 +41,7 @@ from harness.controlplane import (
 )
 from harness.manifests import configmap, deployment
 from tests.integration.holdproxy import HoldProxy, hold_proxy
+from tests.integration.instances import leading_fixture
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Conflict
@@ -55,36 +55,14 @@ APPLY = "application/apply-patch+yaml"
 REVISION = "deployment.kubernetes.io/revision"
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-agree"),
-        instance="agree",
-        webhook_name="configpin-agree",
-        args=["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"],
-    ) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def cp_adopt(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-adopt"),
-        instance="adopt",
-        webhook_name="configpin-adopt",
-        args=[
-            "--coalesce-window", str(WINDOW),
-            "--min-rollout-interval", "0",
-            "--catch-up-window", "0",
-        ],
-    ) as proc:  # fmt: skip
-        yield proc
+cp = leading_fixture(
+    "agree", "agree", ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"]
+)
+cp_adopt = leading_fixture(
+    "adopt",
+    "adopt",
+    ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0", "--catch-up-window", "0"],
+)
 
 
 @pytest.fixture
@@ -198,6 +176,16 @@ def manifest(name: str, *, release: int | None = None, mode: str | None = None) 
 # --- adoption, metadata edits
 
 
+def still_at_revision(kube: Kube, ns: str, name: str, number: int) -> JSONObject:
+    """Once a second rollout would have started (SETTLE), Deployment `name` is still at
+    revision `number`, with as many ReplicaSets: nothing rolled it again. Returns it."""
+    time.sleep(SETTLE)
+    dep = settled_deployment(kube, ns, name)
+    assert revision(dep) == number
+    assert replicasets(kube, ns, name) == number
+    return dep
+
+
 def test_adopting_a_namespace_of_20_deployments_restarts_none(
     cp_adopt: Configpin, k8s: client.ApiClient, kube: Kube
 ) -> None:
@@ -296,10 +284,7 @@ def test_configmap_and_deployment_applied_together_50_times_roll_once_each(
         record = sources(dep)
         assert revision(dep) == 1 + i, f"round {i}: a second rollout, or one undone"
         assert replicasets(kube, ns, "web") == 1 + i, f"round {i}"
-    time.sleep(SETTLE)  # a late second rollout of the last round would have started by now
-    last = settled_deployment(kube, ns, "web")
-    assert revision(last) == 1 + rounds
-    assert replicasets(kube, ns, "web") == 1 + rounds
+    last = still_at_revision(kube, ns, "web", 1 + rounds)
     # and the last record is the last content: what admission records for it now
     probe = manifest("web", mode=mode)
     probe["metadata"]["name"] = "probe"
@@ -505,9 +490,7 @@ def test_server_side_apply_after_the_controller_restamped(
     again = server_side_apply(kube, ns, manifest("web"))
     assert sources(again) == sources(rolled)
     assert again["spec"]["template"] == rolled["spec"]["template"]
-    time.sleep(SETTLE)
-    assert revision(settled_deployment(kube, ns, "web")) == 2
-    assert replicasets(kube, ns, "web") == 2
+    still_at_revision(kube, ns, "web", 2)
 
 
 def test_server_side_apply_after_the_controller_repointed(
@@ -526,9 +509,7 @@ def test_server_side_apply_after_the_controller_repointed(
     assert '"configpin"' in str(conflict.value) and "configMapKeyRef" in str(conflict.value)
     forced = server_side_apply(kube, ns, manifest("web", mode="snapshot"), force=True)
     assert forced["spec"]["template"] == rolled["spec"]["template"]  # the same copy
-    time.sleep(SETTLE)
-    assert revision(settled_deployment(kube, ns, "web")) == 2
-    assert replicasets(kube, ns, "web") == 2
+    still_at_revision(kube, ns, "web", 2)
 
 
 def test_a_first_install_in_snapshot_mode_rolls_onto_a_copy_once(
@@ -544,6 +525,4 @@ def test_a_first_install_in_snapshot_mode_rolls_onto_a_copy_once(
     )
     ref = dep["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
     assert ref["configMapKeyRef"]["name"].startswith("app-config-")
-    time.sleep(SETTLE)
-    assert revision(settled_deployment(kube, ns, "app")) == 2
-    assert replicasets(kube, ns, "app") == 2
+    still_at_revision(kube, ns, "app", 2)

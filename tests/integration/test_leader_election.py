@@ -119,8 +119,9 @@ def _set(kube: Kube, ns: str, value: str) -> None:
     )
 
 
-def _prepare(pair: Pair, ns: str) -> tuple[Configpin, Configpin]:
-    """One leader, one standby; a Deployment stamped and rolled once by the leader."""
+def _prepare(pair: Pair, ns: str) -> tuple[Configpin, Configpin, dict[str, str]]:
+    """One leader, one standby; a Deployment stamped and rolled once by the leader (what it
+    was rolled to is returned with them)."""
     kube = pair.kube
     (leader,) = wait_for(lambda: pair.leaders(), what="a leader")
     time.sleep(LEASE_DURATION / 3 * 1.5)  # a standby's attempt or two: still one leader
@@ -141,28 +142,34 @@ def _prepare(pair: Pair, ns: str) -> tuple[Configpin, Configpin]:
     wait_for(lambda: standby.metric("configpin_source_changes_total") >= 1, what="standby saw it")
     assert leader.metric("configpin_rollouts_total") == 1
     assert standby.metric("configpin_rollouts_total") == 0
-    return leader, standby
+    return leader, standby, _sources(kube.get(path("deployments", ns, "web")))
+
+
+def _rolled_since(
+    kube: Kube, ns: str, rolled: object, since: float, timeout: float, event: str
+) -> float:
+    """Seconds from `since` (when `event` happened) until the standby rolled the change."""
+    wait_for(
+        lambda: _sources(kube.get(path("deployments", ns, "web"))) != rolled,
+        timeout=timeout,
+        interval=0.05,
+        what=f"the standby rolling the change after {event}",
+    )
+    took = time.monotonic() - since
+    print(f"standby rolled {took:.2f}s after {event}")
+    return took
 
 
 def test_standby_takes_over_at_once_when_the_leader_stops(
     control_plane: ControlPlane, k8s: client.ApiClient, tmp_path: Path
 ) -> None:
     with _pair(control_plane, k8s, tmp_path) as (pair, ns):
-        leader, standby = _prepare(pair, ns)
-        kube = pair.kube
-        rolled = _sources(kube.get(path("deployments", ns, "web")))
+        leader, standby, rolled = _prepare(pair, ns)
 
         assert leader.stop() == 0  # SIGTERM: releases the Lease on the way out
         stopped = time.monotonic()
-        _set(kube, ns, "3")
-        wait_for(
-            lambda: _sources(kube.get(path("deployments", ns, "web"))) != rolled,
-            timeout=LEASE_DURATION,
-            interval=0.05,
-            what="the standby rolling the next change",
-        )
-        took = time.monotonic() - stopped
-        print(f"standby rolled {took:.2f}s after the leader stopped")
+        _set(pair.kube, ns, "3")
+        took = _rolled_since(pair.kube, ns, rolled, stopped, LEASE_DURATION, "the leader stopped")
         assert took < LEASE_DURATION
         assert standby.metric("configpin_leader") == 1
         assert standby.metric("configpin_rollouts_total") == 1
@@ -173,27 +180,18 @@ def test_standby_takes_over_when_the_leader_dies(
     control_plane: ControlPlane, k8s: client.ApiClient, tmp_path: Path
 ) -> None:
     with _pair(control_plane, k8s, tmp_path) as (pair, ns):
-        leader, standby = _prepare(pair, ns)
-        kube = pair.kube
-        rolled = _sources(kube.get(path("deployments", ns, "web")))
+        leader, standby, rolled = _prepare(pair, ns)
 
         leader.stop(signal.SIGKILL)  # no release: the Lease must expire
         died = time.monotonic()
-        _set(kube, ns, "3")
+        _set(pair.kube, ns, "3")
         # The standby counts the lease duration from when it last saw the record change
         # (at most one of its retry periods after the last renewal), then tries again
         # within one more retry period (jittered by up to 20%). The slack is for a loaded
         # machine (a late renewal read, a slow rollout write), not for a missed takeover:
         # that never ends.
         bound = LEASE_DURATION + 2 * 1.2 * LEASE_DURATION / 3 + WINDOW + 3.0
-        wait_for(
-            lambda: _sources(kube.get(path("deployments", ns, "web"))) != rolled,
-            timeout=bound,
-            interval=0.05,
-            what="the standby rolling the change once the lease expired",
-        )
-        took = time.monotonic() - died
-        print(f"standby rolled {took:.2f}s after the leader died")
+        took = _rolled_since(pair.kube, ns, rolled, died, bound, "the leader died")
         assert took < bound
         assert standby.metric("configpin_leader") == 1
         assert pair.holder() == _identity(standby)

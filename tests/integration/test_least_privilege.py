@@ -411,7 +411,7 @@ def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
         )
     }
     args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    given = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+    given = _flags(args)
     sa = objects["ServiceAccount"]["metadata"]["name"]
     kubeconfig = _kubeconfig_for(
         control_plane, admin, inst.namespace, sa, tmp_path / "sa.kubeconfig"
@@ -444,23 +444,9 @@ def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
             tmp_path / "cp",
             instance=instance,
             webhook_name=f"{inst.release}-webhook",
-            args=[
-                "--kubeconfig",
-                str(kubeconfig),
-                "--namespace",
-                inst.namespace,
-                "--lease-name",
-                given["--lease-name"],
-                "--digest-key-secret",
-                given["--digest-key-secret"],
-                "--snapshots",
-                "--snapshot-grace-period",
-                "2",
-                "--min-rollout-interval",
-                "0",
-                "--coalesce-window",
-                "0",
-            ],
+            args=_as_the_chart(
+                kubeconfig, inst, given, "--snapshots", "--snapshot-grace-period", "2"
+            ),
         ) as cp:
             wait_for(lambda: cp.metric("configpin_leader") == 1, what="configpin leading")
             admin.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
@@ -535,7 +521,7 @@ def test_custom_kinds_under_the_charts_rbac_and_policy(
             )
         }
         args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
-        given = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        given = _flags(args)
         assert given["--workload-kinds"] == CLONESET
         sa = objects["ServiceAccount"]["metadata"]["name"]
         _kubeconfig_for(control_plane, admin, inst.namespace, sa, tmp_path / "sa.kubeconfig")
@@ -565,6 +551,26 @@ def _custom(kind: str, name: str, group_version: str) -> dict[str, Any]:
     }
 
 
+def _flags(args: list[str]) -> dict[str, str]:
+    """The chart's `--flag=value` arguments to configpin, by flag."""
+    return dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+
+
+def _as_the_chart(
+    kubeconfig: Path,
+    inst: Any,
+    given: dict[str, str],
+    *extra: str,
+    chart_flags: tuple[str, ...] = (),
+) -> list[str]:
+    """configpin's arguments as the chart's Deployment gives them (its Lease, its digest key,
+    `chart_flags`), run out of cluster as the chart's ServiceAccount, rolling at once."""
+    args = ["--kubeconfig", str(kubeconfig), "--namespace", inst.namespace]
+    for flag in ("--lease-name", "--digest-key-secret", *chart_flags):
+        args += [flag, given[flag]]
+    return [*args, *extra, "--min-rollout-interval", "0", "--coalesce-window", "0"]
+
+
 def _env_from_name(obj: dict[str, Any]) -> str:
     return str(
         obj["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMapRef"]["name"]
@@ -591,23 +597,9 @@ def _custom_kinds_as_configpin(
         instance=inst.release,
         webhook_name=f"{inst.release}-webhook",
         chart_values={"workloadKinds": [CLONESET]},
-        args=[
-            "--kubeconfig",
-            str(kubeconfig),
-            "--namespace",
-            inst.namespace,
-            "--lease-name",
-            given["--lease-name"],
-            "--digest-key-secret",
-            given["--digest-key-secret"],
-            "--workload-kinds",
-            given["--workload-kinds"],
-            "--snapshots",
-            "--min-rollout-interval",
-            "0",
-            "--coalesce-window",
-            "0",
-        ],
+        args=_as_the_chart(
+            kubeconfig, inst, given, "--snapshots", chart_flags=("--workload-kinds",)
+        ),
     ) as cp:
         wait_for(lambda: cp.metric("configpin_leader") == 1, what="configpin leading")
         admin.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))

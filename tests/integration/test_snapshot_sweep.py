@@ -7,7 +7,6 @@ step by step on the real API server's preconditions.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,14 +14,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.configpin import INSTANCE_LABEL, Configpin, leading_configpin
+from harness.configpin import Configpin
 from harness.controlplane import (
-    ENABLED_LABEL,
     ControlPlane,
-    default_service_account_ready,
     wait_for,
 )
 from harness.manifests import configmap, container, env_from, pod_spec
+from tests.integration.instances import instance_fixtures
 from tests.integration.test_events import described_reason
 from tests.integration.test_snapshot_mode import (
     copies_in,
@@ -48,38 +46,12 @@ GRACE = 2.0
 HKEY = b"snapshot-sweep-test-key-0123456789"
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-sweep"),
-        instance=INSTANCE,
-        webhook_name="configpin-sweep",
-        args=["--snapshot-grace-period", str(GRACE)],
-    ) as proc:
-        yield proc
+cp, ns = instance_fixtures(INSTANCE, "sweep", ["--snapshot-grace-period", str(GRACE)])
 
 
 @pytest.fixture
 def kube(k8s: client.ApiClient) -> Kube:
     return Kube(k8s)
-
-
-@pytest.fixture
-def ns(kube: Kube, k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    """An opted-in namespace that only this module's configpin serves (labelled from the
-    start, so no other configpin ever sees it)."""
-    name = f"sweep-{secrets.token_hex(4)}"
-    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: INSTANCE}
-    kube.create(
-        path("namespaces"),
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
-    )
-    wait_for(lambda: default_service_account_ready(k8s, name), what="the default ServiceAccount")
-    yield name
-    kube.delete(path("namespaces", name=name))
 
 
 def rejected_admission(kube: Kube, ns: str) -> str:

@@ -10,23 +10,17 @@ import secrets
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
-from harness.configpin import (
-    Configpin,
-    instance_namespace,
-    leading_configpin,
-)
 from harness.controlplane import (
     ControlPlane,
     wait_for,
 )
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from tests.integration.instances import instance_fixtures
 from tests.integration.test_snapshot_mode import copies_in, template_spec
 from webhook.core.constants import ANN_MODE, ANN_SOURCES, MODE_SNAPSHOT
 from webhook.kube.raw import MERGE_PATCH, Kube, path
@@ -36,24 +30,9 @@ WINDOW = 20.0  # long enough for status to see the change before the controller 
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module")
-def cp(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Configpin]:
-    with leading_configpin(
-        control_plane,
-        tmp_path_factory.mktemp("configpin-status"),
-        instance=INSTANCE,
-        webhook_name="configpin-status",
-        args=["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"],
-    ) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, cp: Configpin) -> Iterator[str]:
-    with instance_namespace(k8s, INSTANCE, "status") as name:
-        yield name
+cp, ns = instance_fixtures(
+    INSTANCE, "status", ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"]
+)
 
 
 def _status(plane: ControlPlane, *args: str, kubectl: bool = False) -> tuple[int, str, str]:

@@ -3,12 +3,9 @@ configpin_workload_stale_seconds_max), counted by the leader from its index."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from harness.controller import StoreCache, offline_controller
 from tests.unit.conftest import (
     ALL,
-    HKEY,
-    WORKLOAD_NAMESPACE,
     Store,
     apply,
     configmap,
@@ -18,11 +15,7 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.index import entry_from_object
-from webhook.controller.leader import AlwaysLeader
-from webhook.controller.rollout import RolloutController
-from webhook.core.model import SourceId
 from webhook.metrics import Metrics
 
 
@@ -34,36 +27,6 @@ class Clock:
         return self.now
 
 
-class StoreCache:
-    """The source cache's `peek`, answered from a Store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.listeners: list[Any] = []
-
-    def peek(self, namespace: str, sid: SourceId) -> Any:
-        return self.store.lookup(sid)
-
-    def changed_keys(self, namespace: str, sid: SourceId) -> Any:
-        return None
-
-
-def _controller(store: Store, clock: Clock, metrics: Metrics) -> RolloutController:
-    controller = RolloutController(
-        None,  # type: ignore[arg-type]  # no API call is made here
-        HKEY,
-        StoreCache(store),  # type: ignore[arg-type]
-        metrics,
-        Settings(),
-        clock=clock,
-        namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
-    )
-    controller._synced.set()  # as after its watches synced
-    controller.elector = AlwaysLeader(lambda: None)
-    controller.elector.start()
-    return controller
-
-
 def _sample(metrics: Metrics, name: str) -> float:
     value = metrics.registry.get_sample_value(name)
     assert value is not None
@@ -73,7 +36,7 @@ def _sample(metrics: Metrics, name: str) -> float:
 def test_a_workload_counts_as_stale_from_the_change_until_it_is_current() -> None:
     store = Store([configmap("app-config", {"a": "1"})])
     clock, metrics = Clock(), Metrics()
-    controller = _controller(store, clock, metrics)
+    controller = offline_controller(StoreCache(store), metrics, clock=clock)
     spec = pod_spec(container(env=[env_cm("app-config", "a")]))
     web = workload("Deployment", spec, name="web")
     stamped = apply(web, plan(web, store))
@@ -109,7 +72,7 @@ def test_a_workload_counts_as_stale_from_the_change_until_it_is_current() -> Non
 def test_only_the_leader_counts() -> None:
     store = Store([configmap("app-config", {"a": "1"})])
     clock, metrics = Clock(), Metrics()
-    controller = _controller(store, clock, metrics)
+    controller = offline_controller(StoreCache(store), metrics, clock=clock)
     web = workload("Deployment", pod_spec(container(env=[env_cm("app-config", "a")])))
     controller.index.put(entry_from_object(apply(web, plan(web, store)), "checksum"))
     store.put(configmap("app-config", {"a": "2"}))
@@ -126,7 +89,7 @@ def test_a_workload_seen_stale_by_a_check_counts_from_the_change() -> None:
     next periodic count."""
     store = Store([configmap("app-config", {"a": "1"})])
     clock, metrics = Clock(), Metrics()
-    controller = _controller(store, clock, metrics)
+    controller = offline_controller(StoreCache(store), metrics, clock=clock)
     web = workload("Deployment", pod_spec(container(env=[env_cm("app-config", "a")])))
     entry = entry_from_object(apply(web, plan(web, store)), "checksum")
     controller.index.put(entry)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.controller import StoreCache
 from tests.unit.conftest import (
     HKEY,
     Store,
@@ -24,16 +25,6 @@ from webhook.core.delivery import RolloutRecord, identity_of
 from webhook.core.model import SourceId, SourceKind
 
 CFG = SourceId(SourceKind.CONFIGMAP, "cfg")
-
-
-class Cache:
-    """The source cache's `peek`, from one Store per namespace."""
-
-    def __init__(self, stores: dict[str, Store]) -> None:
-        self.stores = stores
-
-    def peek(self, namespace: str, sid: SourceId) -> Any:
-        return self.stores[namespace].lookup(sid)
 
 
 def _setup(
@@ -61,7 +52,7 @@ def _setup(
         store.put(configmap("cfg", {"a": "2"}, namespace=ns))
     settings = Settings(rollout_waves=waves, max_rolling=cap)
     in_scope = (lambda ns: True) if scope is None else scope.__contains__
-    return Gate(index, Cache(stores), HKEY, settings, in_scope=in_scope), index, stores, objs
+    return Gate(index, StoreCache(stores), HKEY, settings, in_scope=in_scope), index, stores, objs
 
 
 def _record(index: WorkloadIndex, obj: Any, ref: WorkloadRef, change: str, state: str) -> None:
