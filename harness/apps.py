@@ -126,8 +126,8 @@ def reader_container(
 def pod_log(api: client.ApiClient, namespace: str, pod: str, container: str | None = None) -> str:
     """The container's log, through the API server and the kubelet (pods/log)."""
     kwargs = {"container": container} if container else {}
-    text: str = client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace, **kwargs)
-    return text
+    text: str | None = client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace, **kwargs)
+    return text or ""  # None for an empty log: a container that has not written yet
 
 
 def last_seen(api: client.ApiClient, namespace: str, pod: str) -> Seen | None:
