@@ -198,10 +198,8 @@ class Release:
         parts = []
         for pod in self.pods(api):
             with contextlib.suppress(client.ApiException):
-                parts.append(
-                    f"--- {pod.metadata.name}\n"
-                    + core.read_namespaced_pod_log(pod.metadata.name, self.namespace, tail_lines=60)
-                )
+                log = core.read_namespaced_pod_log(pod.metadata.name, self.namespace, tail_lines=60)
+                parts.append(f"--- {pod.metadata.name}\n{log or ''}")
         return "\n".join(parts)
 
 
