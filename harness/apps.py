@@ -130,8 +130,19 @@ def pod_log(api: client.ApiClient, namespace: str, pod: str, container: str | No
     return text or ""  # None for an empty log: a container that has not written yet
 
 
+def seen_lines(api: client.ApiClient, namespace: str, pod: str) -> list[Seen]:
+    """What the reader in `pod` has read so far; nothing while its container has not started
+    (ContainerCreating) or the pod is gone."""
+    try:
+        return parse_seen(pod_log(api, namespace, pod))
+    except client.ApiException as e:
+        if e.status in (400, 404):
+            return []
+        raise
+
+
 def last_seen(api: client.ApiClient, namespace: str, pod: str) -> Seen | None:
-    lines = parse_seen(pod_log(api, namespace, pod))
+    lines = seen_lines(api, namespace, pod)
     return lines[-1] if lines else None
 
 
@@ -174,12 +185,7 @@ def wait_seen(
     first line that matched."""
 
     def matched() -> Seen | None:
-        try:
-            lines = parse_seen(pod_log(api, namespace, pod))
-        except client.ApiException as e:
-            if e.status in (400, 404):  # not started yet
-                return None
-            raise
+        lines = seen_lines(api, namespace, pod)
         return next(
             (s for s in lines if all(s.values.get(k) == v for k, v in expected.items())), None
         )

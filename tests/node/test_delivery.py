@@ -17,7 +17,6 @@ from kubernetes import client
 
 from harness import images
 from harness.apps import (
-    Seen,
     deployment_rolled_out,
     is_ready,
     last_seen,
@@ -69,16 +68,6 @@ def _template_config(api: client.ApiClient, namespace: str, name: str) -> str:
     return str(volume.config_map.name)
 
 
-def _seen(api: client.ApiClient, namespace: str, pod: str) -> Seen | None:
-    """What the reader in `pod` read last; None while it has not started."""
-    try:
-        return last_seen(api, namespace, pod)
-    except client.ApiException as e:
-        if e.status in (400, 404):  # ContainerCreating, or gone
-            return None
-        raise
-
-
 def _rolled_out_reading(
     api: client.ApiClient, namespace: str, name: str, key: str, value: str
 ) -> bool:
@@ -87,7 +76,7 @@ def _rolled_out_reading(
         return False
     pods = workload_pods(api, namespace, name)
     return bool(pods) and all(
-        (s := _seen(api, namespace, p.metadata.name)) is not None and s.values.get(key) == value
+        (s := last_seen(api, namespace, p.metadata.name)) is not None and s.values.get(key) == value
         for p in pods
     )
 
@@ -119,7 +108,7 @@ def test_a_change_that_makes_the_application_unready_is_undone_and_its_pods_read
     )
     wait_for(
         lambda: any(
-            (s := _seen(k8s, namespace, p.metadata.name)) is not None
+            (s := last_seen(k8s, namespace, p.metadata.name)) is not None
             and s.file("/config/greeting") == "invalid"
             for p in workload_pods(k8s, namespace, "app")
         ),
