@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -79,14 +78,13 @@ def _ext_modules() -> list[object]:
         _say(f"mypyc is not installed ({e}): building the pure-Python package")
         return []
     _say(f"compiling {len(CORE)} modules of webhook/core with mypyc")
-    # mypyc type-checks webhook/core, which imports only itself and the standard library, with
-    # a configuration of its own: the project's [tool.mypy] loads pydantic's plugin, which is
-    # no build requirement (the image's build venv has setuptools and mypy only).
-    config = Path(tempfile.mkdtemp(prefix="configpin-mypyc-")) / "mypy.ini"
-    config.write_text("[mypy]\nstrict = True\n")
+    # mypyc type-checks webhook/core, which imports only itself and the standard library,
+    # strictly and with no configuration file (`--config-file ""`): the project's [tool.mypy]
+    # loads pydantic's plugin, which is no build requirement (the image's build venv has
+    # setuptools and mypy only).
     return list(
         mypycify(
-            ["--config-file", str(config), *CORE],
+            ["--config-file", "", "--strict", *CORE],
             opt_level="3",
             debug_level="0",
             group_name="webhook_core",

@@ -75,23 +75,20 @@ class StoreCache:
     must not time the hashing); otherwise from the Store as it is now."""
 
     def __init__(self, stores: Store | Mapping[str, Store], *, frozen: bool = False) -> None:
-        self.stores = stores
+        self.stores = {WORKLOAD_NAMESPACE: stores} if isinstance(stores, Store) else stores
         self.frozen: dict[tuple[str, SourceId], Any] | None = None
         if frozen:
             self.frozen = {
                 (ns, sid): store.lookup(sid)
-                for ns, store in self._by_namespace().items()
+                for ns, store in self.stores.items()
                 for sid in store.objects
             }
         self.listeners: list[Any] = []
 
-    def _by_namespace(self) -> Mapping[str, Store]:
-        return {WORKLOAD_NAMESPACE: self.stores} if isinstance(self.stores, Store) else self.stores
-
     def peek(self, namespace: str, sid: SourceId) -> Any:
         if self.frozen is not None:
             return self.frozen.get((namespace, sid))
-        return self._by_namespace()[namespace].lookup(sid)
+        return self.stores[namespace].lookup(sid)
 
     def changed_keys(self, namespace: str, sid: SourceId) -> Any:
         return None
