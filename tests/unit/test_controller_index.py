@@ -30,6 +30,7 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.controller.index import (
+    WorkloadEntry,
     WorkloadIndex,
     WorkloadRef,
     entry_from_object,
@@ -402,6 +403,36 @@ def test_reverse_index_with_one_and_many_consumers_of_a_source() -> None:
     index.remove(entries[1].ref)
     assert index.consumers("team-a", CM) == []
     assert index._by_source == {}  # nothing left behind
+
+
+def test_the_namespaces_where_a_source_name_is_consumed() -> None:
+    """What the waves of a change span: one namespace held as itself, several as a set, and
+    a namespace let go only when nothing there consumes the source any more."""
+    index = WorkloadIndex()
+
+    def web(name: str, namespace: str) -> WorkloadEntry:
+        obj = workload(
+            "Deployment", pod_spec(volumes=[vol_cm("app-config")]), name=name, namespace=namespace
+        )
+        entry = entry_from_object(obj, "checksum")
+        assert isinstance(entry, WorkloadEntry)
+        return entry
+
+    a1, a2, b1 = web("w1", "team-a"), web("w2", "team-a"), web("w1", "team-b")
+    index.put(a1)
+    assert index.namespaces_of(CM) == ["team-a"]
+    assert index._namespaces == {str(CM): "team-a"}  # no set for the common case
+    index.put(a2)
+    index.put(b1)
+    assert index.namespaces_of(CM) == ["team-a", "team-b"]
+    index.remove(a1.ref)
+    assert index.namespaces_of(CM) == ["team-a", "team-b"]  # w2 still consumes it there
+    index.remove(a2.ref)
+    assert index.namespaces_of(CM) == ["team-b"]
+    assert index._namespaces == {str(CM): "team-b"}
+    index.remove(b1.ref)
+    assert index.namespaces_of(CM) == []
+    assert index._namespaces == {}  # nothing left behind
 
 
 def test_an_entry_at_another_version_is_a_copy_that_compares_equal() -> None:

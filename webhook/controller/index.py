@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -446,20 +446,48 @@ def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[Sour
     return stale
 
 
+_T = TypeVar("_T")
+
+
+def _add(table: dict[str, _T | set[_T]], key: str, value: _T) -> None:
+    """Adds `value` under `key` of a table that maps a key to its one value itself, and to a
+    set only where it has several (a set costs about 200 bytes; most keys have one value)."""
+    found = table.setdefault(key, value)
+    if found is value or found == value:
+        return
+    if isinstance(found, set):
+        found.add(value)
+    else:
+        table[key] = {found, value}
+
+
+def _discard(table: dict[str, _T | set[_T]], key: str, value: _T) -> None:
+    """Takes `value` from under `key` of such a table (see `_add`)."""
+    found = table.get(key)
+    if isinstance(found, set):
+        found.discard(value)
+        if len(found) == 1:
+            table[key] = found.pop()
+    elif found == value:
+        del table[key]
+
+
 class WorkloadIndex:
     """Entries by workload, and workloads by (namespace, source). Thread-safe: the
     informers write it from their threads, the controller reads it from its own.
 
     A source consumed by one workload (the common case) maps to that workload's ref
-    itself; a set only where several consume it."""
+    itself, and a source name consumed in one namespace to that namespace: a set only where
+    there are several (`_add`, `_discard`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[WorkloadRef, WorkloadEntry] = {}
         # namespace -> "configmap/<name>" -> the ref, or the refs, of its consumers
         self._by_source: dict[str, dict[str, WorkloadRef | set[WorkloadRef]]] = {}
-        # "configmap/<name>" -> the namespaces where something consumes a source of that name
-        self._namespaces: dict[str, set[str]] = {}
+        # "configmap/<name>" -> the namespace, or the namespaces, where something consumes a
+        # source of that name
+        self._namespaces: dict[str, str | set[str]] = {}
         # workloads with a config rollout in flight (safe delivery's --max-rolling)
         self._rolling: set[WorkloadRef] = set()
 
@@ -484,14 +512,8 @@ class WorkloadIndex:
             if (record := entry.rollout) is not None and record.state == ROLLING:
                 self._rolling.add(ref)
             for text in entry.index_texts():
-                self._namespaces.setdefault(text, set()).add(ref.namespace)
-                found = by_text.setdefault(text, ref)
-                if found is ref or found == ref:
-                    continue
-                if isinstance(found, set):
-                    found.add(ref)
-                else:
-                    by_text[text] = {found, ref}
+                _add(self._namespaces, text, ref.namespace)
+                _add(by_text, text, ref)
             return old
 
     def remove(self, ref: WorkloadRef) -> WorkloadEntry | None:
@@ -508,17 +530,9 @@ class WorkloadIndex:
         if by_text is None:
             return
         for text in entry.index_texts():
-            found = by_text.get(text)
-            if isinstance(found, set):
-                found.discard(ref)
-                if len(found) == 1:
-                    by_text[text] = found.pop()
-            elif found == ref:
-                del by_text[text]
-            if text not in by_text and (spaces := self._namespaces.get(text)) is not None:
-                spaces.discard(ref.namespace)
-                if not spaces:
-                    del self._namespaces[text]
+            _discard(by_text, text, ref)
+            if text not in by_text:  # nothing else in its namespace consumes it
+                _discard(self._namespaces, text, ref.namespace)
         if not by_text:
             del self._by_source[ref.namespace]
 
@@ -537,7 +551,10 @@ class WorkloadIndex:
     def namespaces_of(self, sid: SourceId) -> list[str]:
         """The namespaces where something consumes a source of this kind and name."""
         with self._lock:
-            return sorted(self._namespaces.get(str(sid), ()))
+            found = self._namespaces.get(str(sid))
+        if found is None:
+            return []
+        return [found] if isinstance(found, str) else sorted(found)
 
     def rolling(self) -> int:
         """Workloads with a config rollout in flight."""
