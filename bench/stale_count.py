@@ -28,9 +28,9 @@ from harness.builders import (
     workload,
 )
 from harness.controller import StoreCache, offline_controller
-from webhook.controller.index import entry_from_object
 from webhook.controller.rollout import RolloutController
 from webhook.controller.stale import STALE_EVERY
+from webhook.core.current import entry_from_object
 
 
 def build(size: int) -> RolloutController:

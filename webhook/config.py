@@ -303,8 +303,9 @@ class Settings(BaseSettings):
         50,
         ge=0,
         description=(
-            "Config rollouts in flight at once across the cluster, at most (0: no cap); "
-            "others wait their turn."
+            "Config rollouts in flight at once in one namespace, at most (0: no cap); others "
+            "there wait their turn. A tenant's rollouts never wait for another namespace's; "
+            "a paused rollout, or one superseded by a newer change, holds no place."
         ),
     )
     snapshot_grace_period: float = Field(

@@ -135,7 +135,8 @@ HELP: Final[Mapping[str, str]] = {
     "configpin_rollouts_skipped_total": "Workloads looked at and left alone, by reason.",
     "configpin_rollout_failures_total": (
         "Config rollouts configpin started that failed (a progress deadline, pods not Ready in "
-        "time, restarts), by what it did: undo, hold, none."
+        "time, restarts) or that a person rolled back, by what came of it: undo, hold, none, "
+        "rolled-back-by-person."
     ),
     "configpin_owned_workloads_skipped_total": (
         "Workloads another controller (an operator) owns, left unpinned (said once per workload"

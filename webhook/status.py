@@ -42,7 +42,7 @@ from webhook.core.constants import (
     LABEL_SNAPSHOT,
     OWNED_PIN,
 )
-from webhook.core.delivery import digest_mapping_any, rejected
+from webhook.core.delivery import Action, digest_mapping_any, rejected
 from webhook.core.kinds import (
     BUILTIN_KINDS,
     custom_kind,
@@ -98,8 +98,8 @@ class WorkloadStatus:
     mode: str = ""
     pinned: bool = False
     # current, stale, waiting (its rollout waits a wave or the cap), rolling (a config rollout
-    # configpin follows), failed (it failed: undone, held or left), rejected (the content a
-    # failed rollout brought is kept out), missing, not-pinned, unknown
+    # configpin follows), failed (it failed: undone, held, left, or rolled back by a person),
+    # rejected (the content a failed rollout brought is kept out), missing, not-pinned, unknown
     state: str = "current"
     reason: str = ""
     sources: list[SourceStatus] = field(default_factory=list)
@@ -347,9 +347,16 @@ class StatusReader:
             st.reason = "a config rollout configpin follows is in progress"
         elif state == "failed" and st.state in ("current", "rejected"):
             st.state = "failed"
-            how = {"undo": "undone", "hold": "held", "none": "left as it is"}
+            how = {
+                Action.UNDO.value: "undone",
+                Action.HOLD.value: "held",
+                Action.NONE.value: "left as it is",
+                Action.PERSON.value: "kept as they left it; later waves stopped",
+            }
             done = how.get(str(record.get("action")), "?")
             st.reason = f"config rollout failed: {record.get('signal')} ({done})"
+        elif state == "left" and st.state == "current":
+            st.reason = "scaled to zero while its config rollout was in progress: it left the waves"
         if st.state == "stale":
             waiting = self._waiting(obj)
             if waiting:

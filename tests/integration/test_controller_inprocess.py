@@ -30,11 +30,11 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, deployment
-from webhook.controller.index import WorkloadRef
 from webhook.controller.outcome import Rolled
 from webhook.controller.restamp import Decision
 from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_ROLLOUT, ANN_SOURCES
+from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.raw import JSON_PATCH, Kube, path
 from webhook.kube.workloads import update_workload
@@ -335,10 +335,9 @@ def test_namespace_selection_follows_its_label(api: client.ApiClient, instance: 
 
             core.patch_namespace(ns, {"metadata": {"labels": {INSTANCE_LABEL: instance}}})
             stamped = wait_for(lambda: _sources(c.deployment("web")), what="stamped once selected")
-            # (and its rollout followed to its end: nothing of it left to look at)
-            wait_for(
-                lambda: _rollout(c.deployment("web")) == "complete", what="its rollout complete"
-            )
+            # (and its rollout followed to its end: nothing of it left to look at; at zero
+            # replicas it proves nothing, so it ends as "left")
+            wait_for(lambda: _rollout(c.deployment("web")) == "left", what="its rollout ended")
 
             core.patch_namespace(ns, {"metadata": {"labels": {INSTANCE_LABEL: "elsewhere"}}})
             wait_for(lambda: ns not in ctl.namespaces, what="the namespace unselected")
@@ -431,10 +430,11 @@ def test_a_plain_restamp_is_written_from_the_index_and_a_409_reads_the_object(
 
         # The index says an older version than the object has (a write it has not seen yet).
         wait_for(indexed_at_current_version, what="the index at the object's version")
-        entry = ctl.index.get(ref)
-        assert entry is not None
-        older = first["metadata"]["resourceVersion"]
-        ctl.index.put(entry.at_version(older))
+        behind = c.deployment("web")
+        behind["metadata"]["resourceVersion"] = first["metadata"]["resourceVersion"]
+        entry = ctl.restamper.entry(behind)
+        assert isinstance(entry, WorkloadEntry)
+        ctl.index.put(entry)
         conflicts = _value(ctl.metrics, "configpin_patch_conflicts_total")
         counting.sent.clear()
         _change_seen(ctl, c, {"a": "3"})

@@ -12,12 +12,10 @@ would (`Kubelet`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from kubernetes import client
 
 from harness.configpin import Configpin, ensure_namespace, instance_namespace, running_configpin
 from harness.controlplane import ControlPlane, wait_for
+from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import (
     ANN_MODE,
@@ -37,7 +36,6 @@ from webhook.core.constants import (
     ANN_SOURCES,
 )
 from webhook.core.delivery import Member, parse_waves, wave_plan
-from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "deliver"
@@ -86,75 +84,6 @@ def ns(k8s: client.ApiClient, replicas: list[Configpin]) -> Iterator[str]:
 @pytest.fixture
 def kube(k8s: client.ApiClient) -> Kube:
     return Kube(k8s)
-
-
-# --- a kubelet's one job here: pods Ready -----------------------------------------------------
-
-
-class Kubelet:
-    """Marks the pods of the allowed Deployments Ready through `pods/status`, as a kubelet
-    reports a container that started and passes its readiness probe."""
-
-    def __init__(self, kube: Kube, ns: str) -> None:
-        self.kube = kube
-        self.ns = ns
-        self.allowed: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def allow(self, *apps: str) -> None:
-        self.allowed.update(apps)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.3):
-            with contextlib.suppress(KubeError):
-                for pod in self.kube.get(path("pods", self.ns)).get("items") or ():
-                    self._ready(pod)
-
-    def _ready(self, pod: dict[str, Any]) -> None:
-        meta, status = pod["metadata"], pod.get("status") or {}
-        if (meta.get("labels") or {}).get("app") not in self.allowed:
-            return
-        if any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or ()
-        ):
-            return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        ready = {"status": "True", "lastTransitionTime": now}
-        body = {
-            "status": {
-                "phase": "Running",
-                "conditions": [
-                    {"type": t, **ready}
-                    for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
-                ],
-                "containerStatuses": [
-                    {
-                        "name": c["name"],
-                        "ready": True,
-                        "started": True,
-                        "restartCount": 0,
-                        "image": c["image"],
-                        "imageID": "",
-                        "state": {"running": {"startedAt": now}},
-                    }
-                    for c in pod["spec"]["containers"]
-                ],
-            }
-        }
-        with contextlib.suppress(KubeError):
-            self.kube.patch(
-                path("pods", self.ns, meta["name"]) + "/status", body, content_type=MERGE_PATCH
-            )
-
-    def __enter__(self) -> Kubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -334,7 +263,7 @@ def test_a_statefulset_fails_by_configpins_deadline(
     )
     db = _get(kube, ns, "db", "statefulsets")
     record = _annotation(db, ANN_ROLLOUT)
-    assert record["action"] == "undo" and f"within {DEADLINE} s" in record["signal"]
+    assert record["action"] == "undo" and f"Ready for {DEADLINE} s" in record["signal"]
     assert _ref(db) == first
 
 
@@ -365,15 +294,23 @@ def _since(kube: Kube, ns: str, name: str) -> float | None:
 def test_a_change_whose_first_wave_fails_reaches_no_other(
     kube: Kube, ns: str, replicas: list[Configpin], control_plane: ControlPlane
 ) -> None:
-    before = _twenty(kube, ns)
+    before = _twenty(kube, ns, deadline=20)
     first, *later = _waves(ns)
-    _set_cm(kube, ns, "2")
-    wait_for(
-        lambda: _state(_get(kube, ns, first[0])) == "failed",
-        timeout=DEADLINE + 60,
-        what="wave 1 failed",
-    )
-    time.sleep(3 * RESYNC)
+    with Kubelet(kube, ns) as kubelet:  # healthy before the change: each one can vouch
+        kubelet.allow(*NAMES)
+        wait_for(
+            lambda: all(_get(kube, ns, n)["status"].get("readyReplicas") == 1 for n in NAMES),
+            timeout=90,
+            what="the twenty Ready",
+        )
+        kubelet.clear()  # the change's pods never become Ready
+        _set_cm(kube, ns, "2")
+        wait_for(
+            lambda: _state(_get(kube, ns, first[0])) == "failed",
+            timeout=20 + 60,
+            what="wave 1 failed",
+        )
+        time.sleep(3 * RESYNC)
     for name in [n for wave in later for n in wave]:
         dep = _get(kube, ns, name)
         assert _sources(dep) == before[name], f"{name} was re-stamped after wave 1 failed"

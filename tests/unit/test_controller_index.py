@@ -29,15 +29,10 @@ from tests.unit.conftest import (
     vol_cm,
     workload,
 )
-from webhook.controller.index import (
-    WorkloadEntry,
-    WorkloadIndex,
-    WorkloadRef,
-    entry_from_object,
-    stale_sources,
-)
+from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
 from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, ANN_SOURCES, LABEL_SNAPSHOT
+from webhook.core.current import WorkloadEntry, WorkloadRef, entry_from_object, stale_sources
 from webhook.core.kinds import rolled_kinds
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import plan_object
@@ -354,7 +349,7 @@ def test_a_record_that_is_not_a_digest_is_kept_as_written() -> None:
     assert entry.recorded == observed
     assert entry.recorded_for("configmap/app-config") == "0" * 64
     assert entry.recorded_for("configmap/other") is None
-    assert {str(s) for s in entry.index_keys()} == {
+    assert entry.index_texts() == {
         "configmap/app-config",
         "secret/app-secret",
         "configmap/gone",
@@ -435,10 +430,12 @@ def test_the_namespaces_where_a_source_name_is_consumed() -> None:
     assert index._namespaces == {}  # nothing left behind
 
 
-def test_an_entry_at_another_version_is_a_copy_that_compares_equal() -> None:
+def test_an_entry_at_another_version_compares_equal() -> None:
+    """A status update moves only the resourceVersion: the index keeps the entry's links."""
     obj = _admitted("Deployment", _store())
     obj["metadata"]["resourceVersion"] = "7"
     entry = entry_from_object(obj, "checksum")
-    older = entry.at_version(3)
+    obj["metadata"]["resourceVersion"] = "3"
+    older = entry_from_object(obj, "checksum")
     assert older == entry and older is not entry
     assert (entry.restamp_rv, older.restamp_rv) == (7, 3)

@@ -15,7 +15,7 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
-from webhook.controller.index import entry_from_object
+from webhook.core.current import entry_from_object
 from webhook.metrics import Metrics
 
 

@@ -25,8 +25,8 @@ from tests.unit.conftest import (
 )
 from webhook.cli import main
 from webhook.config import Settings
-from webhook.controller.index import entry_from_object
 from webhook.core.constants import ANN_OWNED, ANN_SOURCES
+from webhook.core.current import entry_from_object
 from webhook.core.kinds import (
     ARGO_ROLLOUT,
     CopyOwner,

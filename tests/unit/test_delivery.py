@@ -21,17 +21,23 @@ from webhook.core.constants import (
     ANN_WAVE,
 )
 from webhook.core.delivery import (
-    COMPLETE,
-    FAILED,
-    ROLLING,
+    Action,
+    Change,
     Member,
     RolloutRecord,
+    Standing,
+    State,
     WaveStep,
     assess,
+    cut_waves,
     on_failure_policy,
     parse_waves,
     progress_deadline,
+    proven,
+    rolled_back,
     rollout_record,
+    standing,
+    started,
     template_fingerprint,
     undo_ops,
     wave_of,
@@ -41,21 +47,24 @@ from webhook.core.delivery import (
     workload_identity,
 )
 from webhook.core.kinds import builtin
-from webhook.core.model import JSONObject
+from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.times import format_time
 
+COMPLETE, FAILED, ROLLING, LEFT = State.COMPLETE, State.FAILED, State.ROLLING, State.LEFT
 DEPLOYMENT, STATEFULSET, DAEMONSET, REPLICASET = (
     builtin(k) for k in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")
 )
 NOW = 1_800_000_000.0
+CFG = SourceId(SourceKind.CONFIGMAP, "cfg")
 
 
 def _record(**kw: Any) -> RolloutRecord:
     fields: dict[str, Any] = {
-        "state": "rolling",
+        "state": ROLLING,
         "to": {"configmap/cfg": "b" * 64},
         "before": {"configmap/cfg": "a" * 64},
         "since": NOW - 30,
-        "changes": ("configmap/cfg@x",),
+        "changes": (Change.of("team-a", CFG, "x" * 64, shared=False),),
     }
     fields.update(kw)
     return RolloutRecord(**fields)
@@ -125,7 +134,7 @@ def test_a_record_is_believed_only_on_the_workload_it_was_written_for() -> None:
 
 def test_an_ended_record_keeps_what_it_rolled() -> None:
     record = _record()
-    failed = record.ended(FAILED, signal="s", action="undo")
+    failed = record.ended(FAILED, signal="s", action=Action.UNDO)
     assert (failed.state, failed.to, failed.before, failed.signal) == (
         FAILED,
         record.to,
@@ -180,15 +189,27 @@ def test_a_deployment_fails_by_its_own_progress_deadline() -> None:
     assert assess(DEPLOYMENT, going, [], _record(since=NOW - 3600), NOW).state == ROLLING
 
 
-def _pod(sources: dict[str, str], restarts: int, init: bool = False) -> JSONObject:
+def _pod(
+    sources: dict[str, str],
+    restarts: int = 0,
+    init: bool = False,
+    *,
+    created: float = NOW - 20,
+    ready_since: float | None = None,
+) -> JSONObject:
     statuses = [{"name": "app", "restartCount": restarts}]
     key = "initContainerStatuses" if init else "containerStatuses"
+    status: JSONObject = {key: statuses}
+    if ready_since is not None:
+        ready = {"type": "Ready", "status": "True", "lastTransitionTime": format_time(ready_since)}
+        status["conditions"] = [ready]
     return {
         "metadata": {
             "name": "web-x",
+            "creationTimestamp": format_time(created),
             "annotations": {ANN_SOURCES: digest.canonical_mapping(sources)},
         },
-        "status": {key: statuses},
+        "status": status,
     }
 
 
@@ -203,6 +224,155 @@ def test_an_updated_pod_that_keeps_restarting_fails_the_rollout(init: bool) -> N
     new = _pod(dict(record.to), 3, init)
     progress = assess(DEPLOYMENT, going, [old, new], record, NOW)
     assert progress.state == FAILED and "restarted 3 times" in progress.signal
+
+
+def test_restarts_count_from_the_rollouts_start() -> None:
+    """An updated pod older than the rollout (a revision rolled back to, scaled up again)
+    restarted before it: those restarts are not this rollout's."""
+    record = _record(since=NOW - 30)
+    going = _deployment(updatedReplicas=1, replicas=3, readyReplicas=2)
+    older = _pod(dict(record.to), 9, created=NOW - 3600)
+    assert assess(DEPLOYMENT, going, [older], record, NOW).state == ROLLING
+    started_by_it = _pod(dict(record.to), 3, created=NOW - 10)
+    assert assess(DEPLOYMENT, going, [older, started_by_it], record, NOW).state == FAILED
+
+
+def test_the_deadline_of_a_kind_without_one_is_time_without_progress() -> None:
+    """A StatefulSet replacing one pod at a time may take longer than its deadline in all;
+    it fails only after that long without an updated pod becoming Ready."""
+    record = _record(since=NOW - 300)  # longer ago than its 120 s
+    going = _statefulset(updatedReplicas=2, readyReplicas=2)
+    recent = _pod(dict(record.to), created=NOW - 70, ready_since=NOW - 60)
+    assert assess(STATEFULSET, going, [recent], record, NOW).state == ROLLING
+    stale_ready = _pod(dict(record.to), created=NOW - 250, ready_since=NOW - 200)
+    late = assess(STATEFULSET, going, [stale_ready], record, NOW)
+    assert late.state == FAILED and "none of its updated pods became Ready for 120 s" in late.signal
+    old_ready = _pod(dict(record.before), ready_since=NOW - 5)  # an old pod proves nothing
+    assert assess(STATEFULSET, going, [old_ready], record, NOW).state == FAILED
+
+
+def test_a_workload_scaled_to_zero_while_rolling_left() -> None:
+    zero = _deployment(updatedReplicas=0, replicas=0, readyReplicas=0)
+    zero["spec"]["replicas"] = 0
+    assert assess(DEPLOYMENT, zero, [], _record(), NOW).state == LEFT
+
+
+@pytest.mark.parametrize(
+    ("conditions", "replicas", "expected"),
+    [
+        ([{"type": "Available", "status": "True"}], 2, Standing.HEALTHY),
+        ([], 2, Standing.HEALTHY),  # not told yet
+        ([{"type": "Available", "status": "False"}], 2, Standing.UNHEALTHY),
+        (
+            [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}],
+            2,
+            Standing.UNHEALTHY,
+        ),
+        ([{"type": "Available", "status": "True"}], 0, Standing.EMPTY),
+    ],
+)
+def test_how_a_deployment_stands_before_a_change(
+    conditions: list[JSONObject], replicas: int, expected: Standing
+) -> None:
+    dep = _deployment(conditions=conditions)
+    dep["spec"]["replicas"] = replicas
+    assert standing(DEPLOYMENT, dep) is expected
+
+
+def test_how_a_statefulset_and_a_daemonset_stand() -> None:
+    assert standing(STATEFULSET, _statefulset(readyReplicas=3)) is Standing.HEALTHY
+    assert standing(STATEFULSET, _statefulset(readyReplicas=1)) is Standing.UNHEALTHY
+    ds: JSONObject = {
+        "kind": "DaemonSet",
+        "metadata": {"generation": 1},
+        "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "numberUnavailable": 1},
+    }
+    assert standing(DAEMONSET, ds) is Standing.UNHEALTHY
+    ds["status"]["desiredNumberScheduled"] = 0
+    assert standing(DAEMONSET, ds) is Standing.EMPTY
+
+
+def _with_sources(sources: dict[str, str]) -> JSONObject:
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {
+            "template": {
+                "metadata": {"annotations": {ANN_SOURCES: digest.canonical_mapping(sources)}},
+                "spec": pod_spec(container(env=[env_cm("cfg", "a")])),
+            }
+        },
+    }
+
+
+def test_a_template_taken_back_off_the_content_rolled_to_is_a_rollback() -> None:
+    record = _record()
+    assert not rolled_back(DEPLOYMENT, _with_sources(dict(record.to)), record)
+    assert rolled_back(DEPLOYMENT, _with_sources(dict(record.before)), record)
+    assert rolled_back(DEPLOYMENT, {"kind": "Deployment", "spec": {}}, record)  # no record at all
+
+
+def test_a_rollout_that_never_completed_passes_its_starting_point_on() -> None:
+    """v1 completed; v2 was rolling (or held, or left) when v3 came: v3's record rolls from
+    v1 and its copies, so that an undo never lands on v2."""
+    v1, v2, v3 = ("1" * 64, "2" * 64, "3" * 64)
+    rolling_v2 = RolloutRecord(
+        ROLLING,
+        to={"configmap/cfg": v2},
+        before={"configmap/cfg": v1},
+        since=NOW - 10,
+        refs={"configmap/cfg-2222222222": "cfg/cfg-1111111111"},
+    )
+    at_v2 = _with_sources({"configmap/cfg": v2})
+    at_v2["spec"]["template"]["spec"] = pod_spec(container(env=[env_cm("cfg-2222222222", "a")]))
+    at_v3 = copy.deepcopy(at_v2)
+    at_v3["spec"]["template"]["spec"] = pod_spec(container(env=[env_cm("cfg-3333333333", "a")]))
+    common: dict[str, Any] = {
+        "to": {"configmap/cfg": v3},
+        "before": {"configmap/cfg": v2},
+        "changes": (),
+        "now": NOW,
+        "healthy": True,
+        "made": {"cfg-3333333333": "cfg"},
+    }
+    for previous in (
+        rolling_v2,
+        rolling_v2.ended(FAILED, signal="s", action=Action.HOLD),
+        rolling_v2.ended(LEFT),
+    ):
+        record = started(DEPLOYMENT, at_v2, at_v3, previous=previous, **common)
+        assert record.before == {"configmap/cfg": v1}
+        assert record.refs == {"configmap/cfg-3333333333": "cfg/cfg-1111111111"}
+    for previous in (  # v2 completed, or was undone (the template went back to v1 then)
+        rolling_v2.ended(COMPLETE),
+        rolling_v2.ended(FAILED, signal="s", action=Action.UNDO),
+    ):
+        record = started(DEPLOYMENT, at_v2, at_v3, previous=previous, **common)
+        assert record.before == {"configmap/cfg": v2}
+        assert record.refs == {"configmap/cfg-3333333333": "cfg/cfg-2222222222"}
+
+
+def test_a_completed_rollout_proves_content_rejected_before() -> None:
+    record = _record()
+    obj = _annotated(
+        {
+            "configpin.io/rejected": digest.canonical_mapping(
+                {"configmap/cfg": record.to["configmap/cfg"], "secret/s": "f" * 64}
+            )
+        }
+    )
+    assert proven(obj, record) == {"secret/s": "f" * 64}
+    assert proven(_annotated({}), record) is None
+
+
+def test_a_change_reads_back_as_itself() -> None:
+    own = Change.of("team-a", CFG, "c" * 64, shared=False)
+    shared = Change.of("team-a", CFG, "c" * 64, shared=True)
+    assert str(own) == f"team-a/configmap/cfg@{'c' * 20}" and not own.shared
+    assert str(shared) == f"configmap/cfg@{'c' * 20}" and shared.shared
+    for change in (own, shared):
+        assert Change.parse(str(change)) == change
+    assert Change.parse("nonsense") is None and Change.parse("x/y/z/w@c") is None
 
 
 def _statefulset(
@@ -224,7 +394,7 @@ def test_a_statefulset_fails_by_configpins_deadline_and_completes_at_its_partiti
     going = _statefulset(updatedReplicas=1, readyReplicas=2)
     assert assess(STATEFULSET, going, [], record, NOW).state == ROLLING
     late = assess(STATEFULSET, going, [], _record(since=NOW - 121), NOW)
-    assert late.state == FAILED and "within 120 s" in late.signal
+    assert late.state == FAILED and "for 120 s" in late.signal
     held = _statefulset(partition=2, updatedReplicas=1, readyReplicas=3)  # only ordinal 2 rolls
     assert assess(STATEFULSET, held, [], record, NOW).state == COMPLETE
     on_delete = _statefulset(strategy="OnDelete", updatedReplicas=0, readyReplicas=3)
@@ -287,7 +457,7 @@ def _rolled_snapshot() -> tuple[JSONObject, JSONObject, RolloutRecord]:
     ]["name"]
     assert old_ref != new_ref
     record = RolloutRecord(
-        "rolling",
+        ROLLING,
         to=p2.sources,
         before=p.sources,
         since=NOW,
@@ -377,3 +547,14 @@ def test_waves_order_by_annotation_then_spread_across_namespaces() -> None:
     plan_ = wave_plan(members, parse_waves("1,10%,100%"))
     assert [len(w) for w in plan_] == [1, 1, 9] and plan_[0][0].name == "canary"
     assert wave_plan(members, None) == [order]
+
+
+def test_only_workloads_that_vouch_cut_the_waves_the_others_join_the_last() -> None:
+    names = [f"w{i}" for i in range(12)]
+    broken = {"w0", "w5"}  # not healthy before the change (or scaled to zero)
+    plan_ = cut_waves(names, lambda n: n not in broken, parse_waves("1,10%,100%"))
+    assert plan_[0] == ["w1"]  # never a broken one first
+    assert [len(w) for w in plan_] == [1, 1, 10]
+    assert set(plan_[-1]) >= broken
+    # nobody vouches (a broken app's config fix): they all roll at once
+    assert cut_waves(["a", "b"], lambda _n: False, parse_waves("1,10%,100%")) == [["a", "b"]]

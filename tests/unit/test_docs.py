@@ -115,3 +115,16 @@ def test_every_docs_page_starts_with_a_link_back_to_the_readme(page: Path) -> No
     text = page.read_text()
     opening = text.split("\n## ", 1)[0]
     assert "](../README.md)" in opening, f"{page.name}: its opening should link ../README.md"
+
+
+def test_every_annotation_and_label_is_in_the_annotations_page() -> None:
+    """webhook/core/constants.py names what users see; docs/annotations.md lists each."""
+    from webhook.core import constants
+
+    page = (DOCS / "annotations.md").read_text()
+    names = {
+        value
+        for key, value in vars(constants).items()
+        if key.startswith(("ANN_", "LABEL_")) and isinstance(value, str)
+    }
+    assert names and not {n for n in names if f"`{n}" not in page}

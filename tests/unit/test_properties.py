@@ -38,7 +38,6 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
-from webhook.controller.index import entry_from_object
 from webhook.core import digest
 from webhook.core.constants import (
     ANN_CHECKSUM,
@@ -48,6 +47,7 @@ from webhook.core.constants import (
     ANN_SOURCES,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
+from webhook.core.current import entry_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import restamp_from_consumption
 from webhook.core.reasons import SkipReason

@@ -30,7 +30,7 @@ from tests.unit.conftest import (
 )
 from webhook.config import Settings
 from webhook.controller.follow import Follower
-from webhook.controller.index import Lookup, WorkloadRef, entry_from_object, format_time
+from webhook.controller.reconcile import Prelude
 from webhook.controller.restamp import Decision, Restamper, touches_template
 from webhook.core.constants import (
     ANN_MODE,
@@ -42,11 +42,13 @@ from webhook.core.constants import (
     ANN_ROLLOUT,
     ANN_SOURCES,
 )
-from webhook.core.delivery import rollout_record
+from webhook.core.current import Lookup, WorkloadRef, entry_from_object
+from webhook.core.delivery import Change, Wait, WaitReason, rollout_record
 from webhook.core.kinds import WorkloadKind, builtin
 from webhook.core.model import JSONObject
 from webhook.core.plan import dumps_mapping, observed_ops
 from webhook.core.reasons import Fallback, SkipReason
+from webhook.core.times import format_time
 from webhook.kube.errors import Forbidden
 
 NOW = 1_800_000_000.0  # the decision's wall clock
@@ -88,21 +90,26 @@ class Case:
         return Restamper(
             HKEY,
             self.settings,
-            snapshots=self.copies,
-            pods=self.pods,
+            copies=self.copies is not None,
             is_leader=lambda: self.leading,
             follower=self.follower,
             gate=self.gate,
             wall=lambda: self.now,
         )
 
-    def decide(self, obj: JSONObject, *, kind: WorkloadKind | None = None) -> Decision:
+    def decide(
+        self, obj: JSONObject, *, kind: WorkloadKind | None = None, prepared: bool = True
+    ) -> Decision:
+        """The decision on `obj`, and (`prepared`) what the reconciler does before writing
+        it done: the copies made, the pods refreshed."""
         meta = obj["metadata"]
         ref = WorkloadRef(obj["kind"], meta["namespace"], meta["name"])
         lookup = self.store.lookup
         found = kind or builtin(obj["kind"])
         assert found is not None
-        return self.restamper().decide(ref, obj, peek=lookup, read=lookup, kind=found)
+        work = Prelude(self.restamper(), self.pods, self.copies, ref, found, lookup, lookup)
+        decision = work.decide(obj)
+        return work.prepare(obj, decision) if prepared else decision
 
 
 def _store(a: str = "1") -> Store:
@@ -212,13 +219,27 @@ def test_snapshot_mode_without_a_writer_is_not_rolled() -> None:
     assert Case(store).decide(obj) == Decision.leave(SkipReason.NO_SNAPSHOTS)
 
 
-def test_copies_are_made_even_when_leadership_is_lost_before_the_write() -> None:
+def test_the_decision_writes_nothing_itself() -> None:
+    """It says which copies must exist and which pods to refresh; the reconciler does it."""
+    case = Case(_store())
+    case.copies = RecordingWriter()
+    obj = _admitted(ENV, case.store, annotations={ANN_MODE: "snapshot"})
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj, prepared=False)
+    assert [c.snapshot_name for c in decision.copies] and not case.copies.made
+    refreshing = _admitted(VOLUME, case.store, annotations={ANN_ON_CHANGE: "refresh"})
+    case.store.put(configmap("cfg", {"a": "3", "b": "x"}))
+    decision = case.decide(refreshing, prepared=False)
+    assert decision.refresh == decision.intended and not case.pods.refreshed
+
+
+def test_no_copy_is_made_when_leadership_is_lost_before_the_write() -> None:
     case = Case(_store(), leading=False)
     case.copies = RecordingWriter()
     obj = _admitted(ENV, case.store, annotations={ANN_MODE: "snapshot"})
     case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
     assert case.decide(obj) == Decision.leave(SkipReason.NOT_LEADER)
-    assert case.copies.made  # harmless: an unused copy is swept
+    assert not case.copies.made
 
 
 # --- the record alone ---------------------------------------------------------------------
@@ -229,7 +250,7 @@ def test_an_old_unstamped_workload_gets_a_baseline_not_a_rollout() -> None:
     obj = workload("Deployment", ENV)  # admitted while configpin was down, long ago
     obj["metadata"]["creationTimestamp"] = format_time(NOW - 3600)
     decision = Case(store).decide(obj)
-    assert decision.record_only and "baseline" in decision.note
+    assert decision.note and "baseline" in decision.note
     assert not touches_template("Deployment", decision.ops)
     assert decision.ops == observed_ops(obj, dumps_mapping(decision.intended))
 
@@ -239,7 +260,7 @@ def test_a_young_unstamped_workload_is_stamped() -> None:
     obj = workload("Deployment", ENV)
     obj["metadata"]["creationTimestamp"] = format_time(NOW - 60)  # inside the catch-up window
     decision = Case(store).decide(obj)
-    assert not decision.record_only and touches_template("Deployment", decision.ops)
+    assert not decision.note and touches_template("Deployment", decision.ops)
 
 
 def test_a_required_source_that_appeared_completes_the_record_in_checksum_mode() -> None:
@@ -247,7 +268,7 @@ def test_a_required_source_that_appeared_completes_the_record_in_checksum_mode()
     obj = _admitted(ENV, store)  # admitted with a warning: cfg did not exist
     store.put(configmap("cfg", {"a": "1"}))
     decision = Case(store).decide(obj)
-    assert decision.record_only and "appeared" in decision.note
+    assert decision.note and "appeared" in decision.note
     assert set(decision.intended) == {"configmap/cfg"}
 
 
@@ -258,7 +279,7 @@ def test_a_required_source_that_appeared_rolls_in_snapshot_mode() -> None:
     case = Case(store)
     case.copies = RecordingWriter()
     decision = case.decide(obj)
-    assert not decision.record_only and touches_template("Deployment", decision.ops)
+    assert not decision.note and touches_template("Deployment", decision.ops)
 
 
 # --- refreshed, or rolled instead ---------------------------------------------------------
@@ -385,14 +406,12 @@ class FakeGate:
 
     def __init__(self, waiting: str | None = None) -> None:
         self.waiting = waiting
-        self.asked: list[tuple[WorkloadRef, tuple[str, ...]]] = []
+        self.asked: list[tuple[WorkloadRef, tuple[Change, ...]]] = []
 
-    def changes(self, namespace: str, stale: Any) -> tuple[str, ...]:
-        return tuple(f"{sid}@c" for sid in sorted(stale))
-
-    def wait(self, ref: WorkloadRef, changes: tuple[str, ...]) -> str | None:
+    def admit(self, ref: WorkloadRef, stale: Any) -> tuple[tuple[Change, ...], Wait | None]:
+        changes = tuple(Change.of(ref.namespace, sid, "c", shared=False) for sid in sorted(stale))
         self.asked.append((ref, changes))
-        return self.waiting
+        return changes, None if self.waiting is None else Wait(WaitReason.WAVE, self.waiting)
 
 
 def _delivering(store: Store, gate: FakeGate | None = None) -> Case:
@@ -465,7 +484,7 @@ def test_a_rollout_writes_its_record_with_the_re_stamp(mode: str) -> None:
     assert dict(record.to) == recorded_sources(rolled) and dict(record.before) == recorded_sources(
         before
     )
-    assert record.changes == ("configmap/cfg@c",)  # the change, as the gate names it
+    assert [str(c) for c in record.changes] == ["team-a/configmap/cfg@c"]  # as the gate names it
     assert record.template  # what the template is once written: later edits tell
     if mode == "snapshot":
         [(new, was)] = record.refs.items()
@@ -483,7 +502,8 @@ def test_a_rollout_that_must_wait_writes_nothing_and_makes_no_copy() -> None:
     store.put(configmap("cfg", {"a": "2", "b": "x"}))
     decision = case.decide(obj)
     assert decision.ops == [] and decision.skip is SkipReason.WAITING
-    assert "wave 1" in decision.waiting and case.copies.calls == []
+    assert decision.waiting is not None and "wave 1" in decision.waiting.why
+    assert case.copies.calls == []
 
 
 @pytest.mark.parametrize("mode", ["checksum", "snapshot"])
@@ -492,7 +512,7 @@ def test_a_rollout_is_followed_until_every_updated_pod_is_ready(mode: str) -> No
     going = case.decide(_status(rolled, ready=False))
     assert going.ops == [] and going.poll is not None and going.progress is not None
     done = case.decide(_status(rolled, ready=True))
-    assert done.progress is not None and done.progress.state == "complete" and done.ended is None
+    assert done.progress is not None and done.progress.state == "complete"
     assert _record_of(_written(rolled, done)).state == "complete"
     assert not touches_template("Deployment", done.ops)
 
@@ -543,3 +563,65 @@ def test_a_forged_rollout_record_is_not_followed() -> None:
     rolled["metadata"]["annotations"][ANN_ROLLOUT] = text.replace('"rolling"', '"failed"')
     decision = case.decide(_status(rolled, ready=False, deadline=True))
     assert decision.progress is None and decision.ops == []  # no record: nothing to follow
+
+
+# --- safe delivery under what people and tools do -------------------------------------------
+
+
+def _rolled_back(before: JSONObject, rolled: JSONObject) -> JSONObject:
+    """`kubectl rollout undo`: the template of the revision before, the record kept (the
+    webhook keeps it when the undo puts the old ReplicaSet's annotations back)."""
+    undone = copy.deepcopy(rolled)
+    undone["spec"]["template"] = copy.deepcopy(before["spec"]["template"])
+    return undone
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_a_persons_rollback_of_a_rollout_in_progress_is_their_verdict(mode: str) -> None:
+    case, before, rolled = _rolled(mode)
+    undone = _status(_rolled_back(before, rolled), ready=True)  # the old pods: all Ready
+    if mode == "snapshot":  # admission records the kept rollback
+        undone["metadata"]["annotations"][ANN_OBSERVED] = dumps_mapping(recorded_sources(rolled))
+    verdict = case.decide(undone)
+    assert verdict.ended is not None and verdict.ended.record.action == "rolled-back-by-person"
+    assert not touches_template("Deployment", verdict.ops)  # their template is kept
+    judged = _written(undone, verdict)
+    record = _record_of(judged)
+    assert record.state == "failed" and "rolled back by a person" in record.signal
+    assert json.loads(judged["metadata"]["annotations"][ANN_REJECTED]) == {
+        "configmap/cfg": recorded_sources(rolled)["configmap/cfg"]
+    }
+    # and it stays as they left it: not rolled to that content again
+    assert case.decide(judged).skip is SkipReason.CURRENT
+
+
+def test_a_rollout_that_completes_is_no_rollback() -> None:
+    case, _, rolled = _rolled("snapshot")
+    done = case.decide(_status(rolled, ready=True))
+    assert done.ended is not None and done.ended.record.state == "complete"
+
+
+def test_a_workload_scaled_to_zero_while_rolling_leaves() -> None:
+    case, _, rolled = _rolled("checksum")
+    zero = _status(rolled, ready=True)
+    zero["spec"]["replicas"] = 0
+    left = case.decide(zero)
+    assert left.ended is not None and _record_of(_written(zero, left)).state == "left"
+
+
+def test_an_undo_after_a_quick_fix_lands_on_content_that_completed() -> None:
+    """v2 rolling (not judged yet), v3 pushed: v3 fails and is undone to v1's copy, not v2's."""
+    case, v1, at_v2 = _rolled("snapshot")
+    v1_ref = v1["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+    case.store.put(configmap("cfg", {"a": "3", "b": "x"}))
+    rolling_v2 = _status(at_v2, ready=False)
+    decision = case.decide(rolling_v2)  # superseded: v3 rolls at once
+    assert decision.rollout is not None and touches_template("Deployment", decision.ops)
+    at_v3 = _written(rolling_v2, decision)
+    assert dict(decision.rollout.before) == recorded_sources(v1)
+    failed = case.decide(_status(at_v3, ready=False, deadline=True))
+    assert failed.ended is not None and failed.ended.record.action == "undo"
+    undone = _written(at_v3, failed)
+    ref = undone["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+    assert ref == v1_ref
+    assert recorded_sources(undone) == recorded_sources(v1)

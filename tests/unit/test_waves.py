@@ -18,13 +18,23 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.config import Settings
-from webhook.controller.index import WorkloadIndex, WorkloadRef, entry_from_object
+from webhook.controller.index import WorkloadIndex
 from webhook.controller.waves import Gate
-from webhook.core.constants import ANN_ROLLOUT, ANN_WAVE
-from webhook.core.delivery import RolloutRecord, identity_of
+from webhook.core.constants import ANN_ROLLOUT, ANN_SHARED, ANN_WAVE
+from webhook.core.current import WorkloadRef, entry_from_object
+from webhook.core.delivery import (
+    Action,
+    Change,
+    RolloutRecord,
+    State,
+    Wait,
+    WaitReason,
+    identity,
+)
 from webhook.core.model import SourceId, SourceKind
 
 CFG = SourceId(SourceKind.CONFIGMAP, "cfg")
+UNAVAILABLE = {"conditions": [{"type": "Available", "status": "False"}]}
 
 
 def _setup(
@@ -33,10 +43,15 @@ def _setup(
     waves: str = "1,10%,100%",
     cap: int = 0,
     scope: set[str] | None = None,
+    shared: bool = False,
+    broken: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[Gate, WorkloadIndex, dict[str, Store], dict[WorkloadRef, Any]]:
-    """Workloads consuming `cfg` in each namespace, stamped; then `cfg` changes everywhere
-    to the same content."""
-    stores = {ns: Store([configmap("cfg", {"a": "1"}, namespace=ns)]) for ns in names}
+    """Workloads consuming `cfg` in each namespace, stamped (those named in `broken` not
+    available); then `cfg` changes everywhere to the same content (`shared`: marked so)."""
+    notes = {ANN_SHARED: "true"} if shared else None
+    stores = {
+        ns: Store([configmap("cfg", {"a": "1"}, namespace=ns, annotations=notes)]) for ns in names
+    }
     index = WorkloadIndex()
     objs: dict[WorkloadRef, Any] = {}
     for ns, workloads in names.items():
@@ -45,22 +60,39 @@ def _setup(
                 "Deployment", pod_spec(container(env=[env_cm("cfg", "a")])), name=name, namespace=ns
             )
             obj = apply(obj, plan(obj, stores[ns]))
+            if name in broken:
+                obj["status"] = UNAVAILABLE
             entry = entry_from_object(obj, "checksum", hkey=HKEY)
             index.put(entry)
             objs[entry.ref] = obj
     for ns, store in stores.items():
-        store.put(configmap("cfg", {"a": "2"}, namespace=ns))
+        store.put(configmap("cfg", {"a": "2"}, namespace=ns, annotations=notes))
     settings = Settings(rollout_waves=waves, max_rolling=cap)
     in_scope = (lambda ns: True) if scope is None else scope.__contains__
     return Gate(index, StoreCache(stores), HKEY, settings, in_scope=in_scope), index, stores, objs
 
 
-def _record(index: WorkloadIndex, obj: Any, ref: WorkloadRef, change: str, state: str) -> None:
-    record = RolloutRecord(state, to={}, before={}, since=0.0, changes=(change,))
+def _record(
+    index: WorkloadIndex,
+    obj: Any,
+    ref: WorkloadRef,
+    change: Change,
+    state: State,
+    *,
+    healthy: bool = True,
+    action: Action | None = None,
+) -> None:
+    record = RolloutRecord(
+        state, to={}, before={}, since=0.0, changes=(change,), healthy=healthy, action=action
+    )
     obj["metadata"].setdefault("annotations", {})[ANN_ROLLOUT] = record.encode(
-        HKEY, identity_of(ref.kind, ref.namespace, ref.name)
+        HKEY, identity(ref.kind, ref.namespace, ref.name)
     )
     index.put(entry_from_object(obj, "checksum", hkey=HKEY))
+
+
+def _why(wait: Wait | None) -> str:
+    return wait.why if wait is not None else ""
 
 
 def test_the_first_wave_goes_alone_and_the_next_when_it_completed() -> None:
@@ -70,25 +102,76 @@ def test_the_first_wave_goes_alone_and_the_next_when_it_completed() -> None:
     assert [len(w) for w in plan_] == [1, 2, 9]
     first, second, third = plan_
     assert gate.wait(first[0], [change]) is None
-    assert "wave 1 is complete (0 of 1" in (gate.wait(second[0], [change]) or "")
-    _record(index, objs[first[0]], first[0], change, "rolling")
+    waiting = gate.wait(second[0], [change])
+    assert waiting is not None and waiting.reason is WaitReason.WAVE
+    assert "wave 1 is complete (0 of 1" in waiting.why
+    _record(index, objs[first[0]], first[0], change, State.ROLLING)
     assert gate.wait(second[0], [change]) is not None
-    _record(index, objs[first[0]], first[0], change, "complete")
+    _record(index, objs[first[0]], first[0], change, State.COMPLETE)
     assert gate.wait(second[0], [change]) is None
-    assert "wave 2 is complete (0 of 2" in (gate.wait(third[0], [change]) or "")
+    assert "wave 2 is complete (0 of 2" in _why(gate.wait(third[0], [change]))
 
 
 def test_a_failure_stops_every_later_wave() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(5)]})
     [change] = gate.changes("team-a", [CFG])
     first, *later = gate.plan(change)
-    _record(index, objs[first[0]], first[0], change, "failed")
+    _record(index, objs[first[0]], first[0], change, State.FAILED, action=Action.HOLD)
     for wave in later:
-        assert "failed" in (gate.wait(wave[0], [change]) or "")
+        waiting = gate.wait(wave[0], [change])
+        assert waiting is not None and waiting.reason is WaitReason.STOPPED
 
 
-def test_the_same_content_in_several_namespaces_is_one_change_spread_across_them() -> None:
-    gate, *_ = _setup({ns: ["a", "b", "c"] for ns in ("dev", "stage", "prod")})
+def test_a_persons_rollback_of_the_canary_stops_every_later_wave() -> None:
+    gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(5)]})
+    [change] = gate.changes("team-a", [CFG])
+    first, *later = gate.plan(change)
+    _record(index, objs[first[0]], first[0], change, State.FAILED, action=Action.PERSON)
+    assert all(_why(gate.wait(wave[0], [change])).endswith("not rolled") for wave in later)
+
+
+def test_a_canary_scaled_to_zero_or_deleted_proves_nothing_the_next_one_vouches() -> None:
+    gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(12)]})
+    [change] = gate.changes("team-a", [CFG])
+    canary = gate.plan(change)[0][0]
+    _record(index, objs[canary], canary, change, State.LEFT)  # scaled to zero while rolling
+    first, second, _ = gate.plan(change)
+    assert canary not in first and gate.wait(first[0], [change]) is None
+    assert gate.wait(second[0], [change]) is not None  # the new canary has proved nothing yet
+    index.remove(first[0])  # ... and it is deleted
+    new_first, new_second, _ = gate.plan(change)
+    assert first[0] not in new_first and gate.wait(new_second[0], [change]) is not None
+    _record(index, objs[new_first[0]], new_first[0], change, State.COMPLETE)
+    assert gate.wait(new_second[0], [change]) is None
+
+
+def test_a_workload_broken_before_the_change_is_no_canary_and_stops_nothing() -> None:
+    names = [f"w{i}" for i in range(6)]
+    gate, index, _, objs = _setup({"team-a": names}, broken={"w0", "w1", "w2"})
+    [change] = gate.changes("team-a", [CFG])
+    first, second, last = gate.plan(change)
+    broken = {WorkloadRef("Deployment", "team-a", n) for n in ("w0", "w1", "w2")}
+    assert not broken & {*first, *second} and broken <= set(last)
+    # healthy ones go first; a broken one's failure (it was broken before) stops nothing
+    for ref in broken:
+        _record(index, objs[ref], ref, change, State.FAILED, healthy=False, action=Action.HOLD)
+    _record(index, objs[first[0]], first[0], change, State.COMPLETE)
+    assert gate.wait(second[0], [change]) is None
+
+
+def test_a_change_is_its_namespaces_own_unless_its_source_is_shared() -> None:
+    names = {ns: ["a", "b", "c"] for ns in ("dev", "stage", "prod")}
+    gate, index, _, objs = _setup(names)
+    changes = {gate.changes(ns, [CFG]) for ns in ("dev", "stage", "prod")}
+    assert len(changes) == 3  # the same content, three tenants: three changes
+    [dev] = gate.changes("dev", [CFG])
+    assert {r.namespace for wave in gate.plan(dev) for r in wave} == {"dev"}
+    first = gate.plan(dev)[0][0]
+    _record(index, objs[first], first, dev, State.FAILED, action=Action.HOLD)
+    [prod] = gate.changes("prod", [CFG])
+    assert gate.wait(gate.plan(prod)[0][0], [prod]) is None  # dev's failure stops nothing here
+
+    gate, *_ = _setup(names, shared=True)
     changes = {gate.changes(ns, [CFG]) for ns in ("dev", "stage", "prod")}
     assert len(changes) == 1
     [[change]] = changes
@@ -97,10 +180,10 @@ def test_the_same_content_in_several_namespaces_is_one_change_spread_across_them
 
 
 def test_workloads_configpin_does_not_act_for_hold_no_wave() -> None:
-    gate, *_ = _setup({"team-a": ["w0", "w1"], "elsewhere": ["x0", "x1", "x2"]}, scope={"team-a"})
+    names = {"team-a": ["w0", "w1"], "elsewhere": ["x0", "x1", "x2"]}
+    gate, *_ = _setup(names, scope={"team-a"}, shared=True)
     [change] = gate.changes("team-a", [CFG])
-    members = gate.members(change)
-    assert {r.namespace for r in members} == {"team-a"}
+    assert {r.namespace for r in gate.order(change)} == {"team-a"}
 
 
 def test_the_wave_annotation_goes_first() -> None:
@@ -117,5 +200,31 @@ def test_waves_off_roll_every_workload_at_once_under_the_cap() -> None:
     [change] = gate.changes("team-a", [CFG])
     refs = list(objs)
     assert all(gate.wait(r, [change]) is None for r in refs)
-    _record(index, objs[refs[0]], refs[0], change, "rolling")
-    assert "--max-rolling 1" in (gate.wait(refs[1], [change]) or "")
+    _record(index, objs[refs[0]], refs[0], change, State.ROLLING)
+    waiting = gate.wait(refs[1], [change])
+    assert waiting is not None and waiting.reason is WaitReason.CAP
+    assert "--max-rolling 1" in waiting.why
+
+
+def test_the_cap_counts_a_namespaces_own_rollouts_that_hold_a_place() -> None:
+    names = {"team-a": ["w0", "w1", "w2"], "team-b": ["x0"]}
+    gate, index, stores, objs = _setup(names, waves="off", cap=1)
+    [change] = gate.changes("team-a", [CFG])
+    w0, w1, w2 = (WorkloadRef("Deployment", "team-a", n) for n in ("w0", "w1", "w2"))
+    _record(index, objs[w0], w0, change, State.ROLLING)
+    assert gate.wait(w1, [change]) is not None
+    x0 = WorkloadRef("Deployment", "team-b", "x0")
+    [other] = gate.changes("team-b", [CFG])
+    assert gate.wait(x0, [other]) is None  # another tenant never waits for team-a's
+    # a paused Deployment's rollout holds no place
+    objs[w0]["spec"]["paused"] = True
+    index.put(entry_from_object(objs[w0], "checksum", hkey=HKEY))
+    assert gate.wait(w1, [change]) is None
+    del objs[w0]["spec"]["paused"]
+    index.put(entry_from_object(objs[w0], "checksum", hkey=HKEY))
+    assert gate.wait(w1, [change]) is not None
+    # a newer change of its source supersedes it: its place is free at once
+    stores["team-a"].put(configmap("cfg", {"a": "3"}, namespace="team-a"))
+    [newer] = gate.changes("team-a", [CFG])
+    assert gate.superseded(index.get(w0))  # type: ignore[arg-type]
+    assert gate.wait(w1, [newer]) is None and gate.wait(w2, [newer]) is None

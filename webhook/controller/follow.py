@@ -4,54 +4,54 @@ When configpin re-stamps a workload it writes, in the same write, a rollout reco
 workload (webhook.core.delivery.RolloutRecord): what it rolled to and from, when, the previous
 references. While that record says `rolling`, the controller looks at the workload again
 (on its watch events, and every few seconds for deadlines and restarts) until its status says
-complete, or a failure signal fires. Then, per `configpin.io/on-failure`:
+complete, a failure signal fires, it is scaled to zero (it left: it proves nothing), or a
+person takes its template back off the content rolled to (`kubectl rollout undo`, a GitOps
+revert): that is a verdict, kept as the person left it. On a failure, per
+`configpin.io/on-failure`:
 
 - undo (snapshot mode's default): the template's references and configpin's record go back
-  to the revision before (its copies), when nothing else in the template changed since;
+  to the last content that completed there (its copies), when nothing else in the template
+  changed since;
 - hold (checksum mode's default): nothing more is started for that change;
 - none: only said.
 
-Every failure records the content on the workload as rejected (`configpin.io/rejected`, never
-rolled to again; none: not recorded), ends the record as failed (later waves of that change
-stop), and is said in a Warning Event and `configpin_rollout_failures_total{action}`.
+Every failure but `none` records the content on the workload as rejected
+(`configpin.io/rejected`, never rolled to again), ends the record as failed (later waves of
+that change stop), and is said in a Warning Event and `configpin_rollout_failures_total{action}`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from webhook.controller.index import WorkloadRef
 from webhook.core import digest
-from webhook.core.constants import (
-    ANN_OBSERVED,
-    ANN_REJECTED,
-    ANN_ROLLOUT,
-    ON_FAILURE_HOLD,
-    ON_FAILURE_NONE,
-    ON_FAILURE_UNDO,
-)
+from webhook.core.constants import ANN_OBSERVED, ANN_REJECTED, ANN_ROLLOUT
+from webhook.core.current import WorkloadRef
 from webhook.core.delivery import (
-    COMPLETE,
-    FAILED,
-    ROLLING,
+    Action,
     Progress,
     RolloutRecord,
+    State,
     assess,
     on_failure_policy,
     poll_after,
+    proven,
     record_ops,
     rejected_text,
-    template_fingerprint,
     undo_ops,
     workload_identity,
 )
 from webhook.core.kinds import WorkloadKind
-from webhook.core.model import JSONObject, PatchOp, Plan, SourceId
-from webhook.core.refs import find_sites, get_path
+from webhook.core.model import JSONObject, PatchOp, SourceId
 
 log = logging.getLogger(__name__)
+
+PERSON_SIGNAL = (
+    "rolled back by a person: its pod template no longer names the content configpin rolled "
+    "to (kubectl rollout undo, a GitOps revert)"
+)
 
 
 @dataclass(frozen=True)
@@ -59,44 +59,9 @@ class Ended:
     """How a followed rollout ended, for the Event and the metric."""
 
     record: RolloutRecord  # as written: state, signal, action
-    policy: str  # what the workload asked for (undo, hold, none)
+    policy: Action | None = None  # (failed) what the workload asked for (undo, hold, none)
     not_undone: str = ""  # why an undo was not made (then it holds)
     keys: Mapping[str, tuple[str, ...]] | None = None  # the keys the change changed, by source
-
-
-def rolled_record(
-    obj: JSONObject,
-    after: JSONObject,
-    kind: WorkloadKind,
-    plan: Plan,
-    before: Mapping[str, str],
-    changes: Iterable[str],
-    now: float,
-) -> RolloutRecord:
-    """The record of a rollout configpin is about to write (`after`: `obj` as its re-stamp
-    leaves it): what it rolls to and from, the references it replaces (snapshot mode), and a
-    fingerprint of the template as it will be stored. Kinds whose pods are not replaced (a
-    ReplicaSet, a CronJob) have nothing to follow: their record is complete at once."""
-    template = get_path(after, kind.template) if kind.template else after
-    refs: dict[str, str] = {}
-    made = {req.snapshot_name: req.source.name for req in plan.snapshots}
-    old_spec, new_spec = get_path(obj, kind.spec_path), get_path(after, kind.spec_path)
-    old_sites = {
-        s.path: s.source for s in find_sites(old_spec if isinstance(old_spec, dict) else {})
-    }
-    for site in find_sites(new_spec if isinstance(new_spec, dict) else {}):
-        was = old_sites.get(site.path)
-        if was is not None and was != site.source and site.source.name in made:
-            refs[str(site.source)] = f"{made[site.source.name]}/{was.name}"
-    return RolloutRecord(
-        ROLLING if kind.rollout is not None else COMPLETE,
-        to=dict(plan.sources),
-        before=dict(before),
-        since=now,
-        changes=tuple(changes),
-        refs=refs,
-        template=template_fingerprint(template),
-    )
 
 
 class Follower:
@@ -129,10 +94,46 @@ class Follower:
     ) -> tuple[Progress, float]:
         """How its rollout is going, and how soon to look again while it goes on."""
         pods = self.pods(ref, obj) if kind.rollout is not None else []
-        return assess(kind, obj, pods, record, now), poll_after(kind, obj, record, now)
+        return assess(kind, obj, pods, record, now), poll_after(kind, obj, pods, record, now)
 
-    def complete(self, obj: JSONObject, record: RolloutRecord) -> list[PatchOp]:
-        return record_ops(obj, {ANN_ROLLOUT: self.record_text(obj, record.ended(COMPLETE))})
+    def complete(self, obj: JSONObject, record: RolloutRecord) -> tuple[list[PatchOp], Ended]:
+        """Its updated pods are all Ready: the content works there (so it is no longer
+        rejected there, where a re-apply rolled it back to content a rollout once failed)."""
+        ended = record.ended(State.COMPLETE)
+        values: dict[str, str | None] = {ANN_ROLLOUT: self.record_text(obj, ended)}
+        kept = proven(obj, record)
+        if kept is not None:
+            values[ANN_REJECTED] = digest.canonical_mapping(kept) if kept else None
+        return record_ops(obj, values), Ended(ended)
+
+    def left(self, obj: JSONObject, record: RolloutRecord) -> tuple[list[PatchOp], Ended]:
+        """Scaled to zero while rolling: it proves nothing, and leaves the change's waves."""
+        ended = record.ended(State.LEFT)
+        return record_ops(obj, {ANN_ROLLOUT: self.record_text(obj, ended)}), Ended(ended)
+
+    def _keys(self, ref: WorkloadRef, record: RolloutRecord) -> Mapping[str, tuple[str, ...]]:
+        keys = {}
+        for key in record.changed_sources():
+            try:
+                sid = SourceId.parse(key)
+            except ValueError:
+                continue
+            found = self.changed_keys(ref.namespace, sid)
+            if found is not None:
+                keys[key] = tuple(sorted(found))
+        return keys
+
+    def rolled_back(
+        self, ref: WorkloadRef, obj: JSONObject, record: RolloutRecord
+    ) -> tuple[list[PatchOp], Ended]:
+        """A person took the template back off the content rolled to: the change failed
+        there. Their template is kept as it is; the content is rejected there."""
+        ended = record.ended(State.FAILED, signal=PERSON_SIGNAL, action=Action.PERSON)
+        ops = record_ops(
+            obj,
+            {ANN_ROLLOUT: self.record_text(obj, ended), ANN_REJECTED: rejected_text(obj, record)},
+        )
+        return ops, Ended(ended, Action.PERSON, keys=self._keys(ref, record) or None)
 
     def failed(
         self,
@@ -147,34 +148,24 @@ class Follower:
         policy, warning = on_failure_policy(obj, mode)
         if warning:
             log.warning("%s: %s", ref, warning)
-        keys = {}
-        for key in record.changed_sources():
-            try:
-                sid = SourceId.parse(key)
-            except ValueError:
-                continue
-            found = self.changed_keys(ref.namespace, sid)
-            if found is not None:
-                keys[key] = tuple(sorted(found))
         action, not_undone = policy, ""
         ops: list[PatchOp] = []
-        nskey = digest.namespace_key(self.hkey, ref.namespace)
-        if policy == ON_FAILURE_UNDO:
+        if policy is Action.UNDO:
             ns = ref.namespace
             ops, why = undo_ops(
                 kind,
                 obj,
                 record,
-                nskey,
+                digest.namespace_key(self.hkey, ns),
                 lambda key, name: self.is_copy(ns, SourceId.parse(key), name),
             )
             if why is not None:
-                action, not_undone, ops = ON_FAILURE_HOLD, why, []
-        ended = record.ended(FAILED, signal=signal, action=action)
+                action, not_undone, ops = Action.HOLD, why, []
+        ended = record.ended(State.FAILED, signal=signal, action=action)
         annotations: dict[str, str | None] = {ANN_ROLLOUT: self.record_text(obj, ended)}
-        if action != ON_FAILURE_NONE:
+        if action.rejects:
             annotations[ANN_REJECTED] = rejected_text(obj, record)
-        if action == ON_FAILURE_UNDO:
+        if action is Action.UNDO:
             annotations[ANN_OBSERVED] = digest.canonical_mapping(dict(record.before))
         ops += record_ops(obj, annotations)
-        return ops, Ended(ended, policy, not_undone, keys or None)
+        return ops, Ended(ended, policy, not_undone, self._keys(ref, record) or None)

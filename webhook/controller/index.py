@@ -1,450 +1,17 @@
-"""The reverse index (source -> workloads) and the test of whether a workload is current.
-
-Per workload the index keeps only what the controller decides with: its key, what it
-consumes of which source (the keys, and whether it is required), and the digests it
-recorded (`configpin.io/observed`, else the template's `configpin.io/sources`). A
-workload's whole object is read again, fresh, only when it must be patched.
-
-`stale_sources` mirrors `plan_object`'s rules, so that the index and the planner agree on
-what "current" means: a source needs action when the digest of what the workload consumes
-of it now differs from the digest the workload recorded for it.
+"""The reverse index of workloads (source -> workloads), as the informers keep it: entries
+(webhook.core.current.WorkloadEntry) by workload, by the sources they consume, and the
+rollouts in flight by namespace. What makes a workload current is decided in
+webhook.core.current; this holds the entries, thread-safe.
 """
 
 from __future__ import annotations
 
-import copy
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
-import orjson
-
-from webhook.core import digest
-from webhook.core.constants import (
-    ANN_OBSERVED,
-    ANN_REFRESHED,
-    ANN_REJECTED,
-    ANN_ROLLED_AT,
-    ANN_ROLLOUT,
-    ANN_SOURCES,
-    ANN_WAVE,
-    LABEL_SNAPSHOT,
-    MODE_CHECKSUM,
-    MODE_OFF,
-    ON_CHANGE_REFRESH,
-)
-from webhook.core.delivery import ROLLING, RolloutRecord, rejected, rollout_record, wave_of
-from webhook.core.kinds import template_paths, workload_kind, workload_ref
-from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
-from webhook.core.owners import left_to_owner
-from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
-from webhook.core.reasons import SkipReason
-from webhook.core.refs import consumption, find_sites, get_path
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class WorkloadRef:
-    kind: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Consumed:
-    source: SourceId
-    keys: frozenset[str] | None  # None: every key
-    required: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutState:
-    """What the index keeps of a workload's rollout record (the rest is read with the object):
-    how it stands and which change(s) it belongs to. Shared by every workload of a change."""
-
-    state: str
-    changes: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """What safe delivery keeps of a workload (webhook.core.delivery), compactly."""
-
-    rollout: RolloutState | None
-    rejected: tuple[tuple[str, str], ...] | None
-    wave: int
-
-
-_STATES_MAX: Final = 4096
-_states: dict[tuple[str, tuple[str, ...]], RolloutState] = {}
-
-
-def _rollout_state(record: RolloutRecord | None) -> RolloutState | None:
-    """One RolloutState per (state, changes), bounded like `_how`."""
-    if record is None:
-        return None
-    key = (record.state, record.changes)
-    found = _states.get(key)
-    if found is None:
-        if len(_states) >= _STATES_MAX:
-            _states.clear()
-        found = _states.setdefault(key, RolloutState(sys.intern(record.state), record.changes))
-    return found
-
-
-_DIGEST_SIZE: Final = 32  # a source digest (sha256 hex in the annotations) as raw bytes
-_NONE: Final = bytes(_DIGEST_SIZE)
-_KINDS: Final = {k.value: k for k in SourceKind}
-# (keys, required) pairs, shared by every consumption that reads the same keys the same way;
-# bounded (a flood of distinct key sets only stops the sharing, never grows it past this).
-_HOWS_MAX: Final = 4096
-_hows: dict[tuple[frozenset[str] | None, bool], tuple[frozenset[str] | None, bool]] = {}
-
-
-def _how(keys: frozenset[str] | None, required: bool) -> tuple[frozenset[str] | None, bool]:
-    key = (keys, required)
-    found = _hows.get(key)
-    if found is None:
-        if len(_hows) >= _HOWS_MAX:
-            _hows.clear()
-        if keys is not None:
-            key = (frozenset(sys.intern(k) for k in keys), required)
-        found = _hows.setdefault(key, key)
-    return found
-
-
-def _source_id(text: str) -> SourceId:
-    kind, _, name = text.partition("/")
-    return SourceId(_KINDS[kind], name)
-
-
-def _packed(value: str) -> bytes | None:
-    """The raw bytes of a digest as the annotations write it (64 lowercase hex), else None."""
-    if len(value) != 2 * _DIGEST_SIZE:
-        return None
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        return None
-    return raw if raw != _NONE and raw.hex() == value else None
-
-
-class WorkloadEntry:
-    """What the controller keeps of one workload, compactly: tens of thousands are held.
-
-    `uses` alternates the text of each consumed source (`configmap/<name>`, the key of the
-    records) with its (keys, required) pair, shared between workloads; `digests` packs, in
-    the same order, the raw digest recorded for each consumed source (zeros: none, or one
-    that `extra` holds); `extra` holds the recorded pairs that do not fit there (a snapshot's
-    source, a source no longer consumed, a value that is not a digest). `consumes` and
-    `recorded` give them back as the planner's types."""
-
-    __slots__ = (
-        "delivery",
-        "digests",
-        "extra",
-        "pods",
-        "ref",
-        "refreshed",
-        "restamp_rv",
-        "rolled_at",
-        "stamped",
-        "uses",
-    )
-
-    def __init__(
-        self,
-        ref: WorkloadRef,
-        consumes: Iterable[Consumed],
-        recorded: Mapping[str, str],
-        rolled_at: float | None = None,
-        stamped: bool = True,  # it carries a record (admitted by configpin, or a baseline), even {}
-        # on-change: refresh (as honoured: not in snapshot mode) and the record of what its
-        # pods were last refreshed to; `pods` fingerprints its status, which moves as pods
-        # come and go (a scale-up, a replaced pod), so that a new pod is brought to the
-        # refreshed content.
-        refreshed: Mapping[str, str] | None = None,
-        pods: int = 0,
-        # The resourceVersion it was indexed at, where a change can be re-stamped from this
-        # entry alone (`plan.restamp_from_consumption`: checksum mode, on-change roll, its
-        # record on its template: no `configpin.io/observed`); None: the controller reads the
-        # object first. Not part of what the entry says (equality): a status update changes
-        # only this.
-        restamp_rv: str | int | None = None,
-        # Safe delivery, where there is anything to say (most workloads: None): the rollout
-        # configpin follows or last followed, the content it rejected, its wave.
-        delivery: Delivery | None = None,
-    ) -> None:
-        uses: list[object] = []
-        packed: list[bytes] = []
-        left = dict(recorded)
-        for c in consumes:
-            text = str(c.source)
-            uses += (text, _how(c.keys, c.required))
-            raw = _packed(left[text]) if text in left else None
-            if raw is not None:
-                del left[text]
-            packed.append(raw or _NONE)
-        self.ref = ref
-        self.uses: tuple[Any, ...] = tuple(uses)
-        self.digests = b"".join(packed)
-        self.extra: tuple[tuple[str, str], ...] | None = tuple(left.items()) or None
-        self.rolled_at = rolled_at
-        self.stamped = stamped
-        self.refreshed = refreshed
-        self.pods = pods
-        self.restamp_rv = restamp_rv
-        self.delivery = delivery
-
-    def _fields(self) -> tuple[object, ...]:
-        return (
-            self.ref,
-            self.uses,
-            self.digests,
-            self.extra,
-            self.rolled_at,
-            self.stamped,
-            self.refreshed,
-            self.pods,
-            self.delivery,
-        )
-
-    def at_version(self, restamp_rv: str | int | None) -> WorkloadEntry:
-        """The same entry, indexed at another resourceVersion (entries are never changed in
-        place: readers on other threads hold them)."""
-        entry = copy.copy(self)
-        entry.restamp_rv = restamp_rv
-        return entry
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, WorkloadEntry):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return (
-            f"WorkloadEntry({self.ref!r}, consumes={self.consumes!r}, "
-            f"recorded={self.recorded!r}, rolled_at={self.rolled_at!r}, "
-            f"stamped={self.stamped!r}, refreshed={self.refreshed!r}, pods={self.pods!r}, "
-            f"restamp_rv={self.restamp_rv!r}, delivery={self.delivery!r})"
-        )
-
-    @property
-    def rollout(self) -> RolloutState | None:
-        return self.delivery.rollout if self.delivery is not None else None
-
-    @property
-    def rejected(self) -> Mapping[str, str]:
-        found = self.delivery.rejected if self.delivery is not None else None
-        return dict(found) if found else {}
-
-    @property
-    def wave(self) -> int:
-        return self.delivery.wave if self.delivery is not None else 0
-
-    @property
-    def consumes(self) -> tuple[Consumed, ...]:
-        uses = self.uses
-        return tuple(Consumed(_source_id(uses[i]), *uses[i + 1]) for i in range(0, len(uses), 2))
-
-    @property
-    def recorded(self) -> dict[str, str]:
-        """ "configmap/<name>" -> the digest it was last brought up to date with."""
-        out = {}
-        uses, digests, size = self.uses, self.digests, _DIGEST_SIZE
-        for j in range(len(digests) // size):
-            raw = digests[j * size : (j + 1) * size]
-            if raw != _NONE:
-                out[uses[2 * j]] = raw.hex()
-        if self.extra:
-            out.update(self.extra)
-        return out
-
-    def recorded_for(self, text: str) -> str | None:
-        """The digest recorded for one source (`configmap/<name>`), if any."""
-        uses, size = self.uses, _DIGEST_SIZE
-        for i in range(0, len(uses), 2):
-            if uses[i] == text:
-                raw = self.digests[i // 2 * size : (i // 2 + 1) * size]
-                if raw != _NONE:
-                    return raw.hex()
-                break
-        for key, value in self.extra or ():
-            if key == text:
-                return value
-        return None
-
-    def index_texts(self) -> set[str]:
-        """The sources whose change concerns this workload, as `configmap/<name>`: those it
-        names, and those it recorded (a template pointing at a snapshot records the
-        snapshot's source)."""
-        texts = set(self.uses[::2])
-        for key, _ in self.extra or ():
-            kind, slash, _name = key.partition("/")
-            if slash and kind in _KINDS:
-                texts.add(key)
-        return texts
-
-    def index_keys(self) -> set[SourceId]:
-        return {_source_id(t) for t in self.index_texts()}
-
-
-def _annotations(meta: Any) -> Mapping[str, Any]:
-    value = meta.get("annotations") if isinstance(meta, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
-def entry_from_object(
-    obj: JSONObject, default_mode: str, max_sources: int = MAX_SOURCES, hkey: bytes | None = None
-) -> WorkloadEntry | SkipReason:
-    """The index entry of a workload, or why the controller leaves it alone."""
-    kind = str(obj.get("kind", ""))
-    known = workload_kind(kind)
-    if known is None or not known.rolls:
-        # Pods and Jobs: their templates are immutable (a Job keeps the config it was
-        # created with; its CronJob's jobTemplate is re-stamped)
-        return SkipReason.NOT_HANDLED if known is None else SkipReason.FIXED_TEMPLATE
-    paths = template_paths(kind)
-    assert paths is not None
-    meta = obj.get("metadata") or {}
-    if (meta.get("labels") or {}).get(LABEL_SNAPSHOT) == "true":
-        return SkipReason.OWN_COPY
-    if left_to_owner(obj) is not None:
-        return SkipReason.OWNED
-    if workload_ref(obj) is not None:
-        return SkipReason.WORKLOAD_REF  # a Rollout's workloadRef: its Deployment is indexed
-    mode, _ = effective_mode(obj, default_mode)
-    if mode == MODE_OFF:
-        return SkipReason.MODE_OFF
-    pod_spec = get_path(obj, paths[1])
-    if not isinstance(pod_spec, dict):
-        return SkipReason.NO_POD_SPEC
-    consumes = [
-        Consumed(sid, c.keys, c.required) for sid, c in consumption(find_sites(pod_spec)).items()
-    ]
-    if not consumes:
-        return SkipReason.NO_SOURCES
-    if len(consumes) > max_sources:
-        return SkipReason.TOO_MANY_SOURCES  # admission left it unpinned too
-    recorded = parse_mapping(_annotations(meta).get(ANN_OBSERVED))
-    if recorded is None:
-        recorded = parse_mapping(_annotations(get_path(obj, paths[0])).get(ANN_SOURCES))
-    stamped = recorded is not None
-    recorded = recorded or {}
-    ref = WorkloadRef(kind, sys.intern(str(meta.get("namespace", ""))), str(meta.get("name", "")))
-    rolled_at = parse_time(_annotations(meta).get(ANN_ROLLED_AT))
-    refreshed = None
-    pods = 0
-    refreshes = on_change_policy(obj, mode)[0] == ON_CHANGE_REFRESH
-    if refreshes:
-        refreshed = parse_mapping(_annotations(meta).get(ANN_REFRESHED))
-        if refreshed is not None:
-            pods = hash(orjson.dumps(obj.get("status"), option=orjson.OPT_SORT_KEYS))
-    restamp_rv = None
-    if mode == MODE_CHECKSUM and not refreshes and ANN_OBSERVED not in _annotations(meta):
-        restamp_rv = _compact_version(meta.get("resourceVersion"))
-    delivery = None
-    own = _annotations(meta)
-    if ANN_ROLLOUT in own or ANN_REJECTED in own or ANN_WAVE in own:
-        record = rollout_record(hkey, obj) if hkey is not None else None
-        refused = tuple(sorted(rejected(obj).items())) or None
-        delivery = Delivery(_rollout_state(record), refused, wave_of(obj))
-    return WorkloadEntry(
-        ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv, delivery
-    )
-
-
-def _compact_version(value: Any) -> str | int | None:
-    """A resourceVersion as kept in the index: opaque text, held as an int where it reads back
-    as the same text (etcd's are: half the memory of the string)."""
-    if not isinstance(value, str) or not value:
-        return None
-    if value.isascii() and value.isdigit() and str(int(value)) == value:
-        return int(value)
-    return value
-
-
-def parse_time(text: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time (a creationTimestamp, rolled-at)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def format_time(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def appeared(entry: WorkloadEntry, stale: Iterable[SourceId]) -> set[SourceId]:
-    """Of `stale`, the sources the workload requires by their own name but never recorded
-    although configpin admitted it: they did not exist then (a warning said so), so no pod
-    of it could start before they did. (A workload that carries no record at all was
-    admitted while configpin was unreachable: nothing can be told of it.)"""
-    if not entry.stamped:
-        return set()
-    recorded = entry.recorded
-    required = {c.source for c in entry.consumes if c.required}
-    return {sid for sid in stale if sid in required and str(sid) not in recorded}
-
-
-Lookup = Callable[[SourceId], SourceRecord | None]
-
-
-def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[SourceId]:
-    """The sources whose current consumed digest differs from the one the workload recorded.
-
-    Left out, as `plan_object` leaves them unrecorded: a required source that does not exist
-    (rolling would only make pods that cannot start), an ignored one, and the source of a
-    snapshot when that source is gone. An optional source that does not exist is "absent".
-    A template pointing at a snapshot is compared through the snapshot's source: a rollback
-    to an older snapshot is current as long as the source is what the workload observed.
-    """
-    stale: set[SourceId] = set()
-    rejected = entry.rejected
-    root, hkey = hkey, digest.namespace_key(hkey, entry.ref.namespace)
-    uses, digests, size = entry.uses, entry.digests, _DIGEST_SIZE
-    for i in range(0, len(uses), 2):
-        text = uses[i]
-        keys, required = uses[i + 1]
-        key = _source_id(text)
-        record = lookup(key)
-        if record is not None and record.snapshot_of is not None:
-            key = SourceId(record.kind, record.snapshot_of)
-            record = lookup(key)
-            if record is None:
-                continue
-            recorded = entry.recorded_for(str(key))
-        else:
-            raw = digests[i // 2 * size : (i // 2 + 1) * size]
-            recorded = raw.hex() if raw != _NONE else entry.recorded_for(text)
-        if record is None:
-            if required:
-                continue
-            current = digest.ABSENT
-        elif record.ignored:
-            continue
-        else:
-            current = digest.source_digest(hkey, record, keys)
-        if recorded == current or (rejected and rejected.get(str(key)) == current):
-            continue  # current, or content a rollout of it failed with: never rolled to again
-        if record is not None and recorded == digest.source_digest(root, record, keys):
-            # Recorded by a version whose digests were not bound to the namespace, for the
-            # content there is now: current. Upgrading rolls nothing; the next change
-            # records the new digest.
-            continue
-        stale.add(key)
-    return stale
-
+from webhook.core.current import WorkloadEntry, WorkloadRef
+from webhook.core.model import SourceId
 
 _T = TypeVar("_T")
 
@@ -488,8 +55,9 @@ class WorkloadIndex:
         # "configmap/<name>" -> the namespace, or the namespaces, where something consumes a
         # source of that name
         self._namespaces: dict[str, str | set[str]] = {}
-        # workloads with a config rollout in flight (safe delivery's --max-rolling)
-        self._rolling: set[WorkloadRef] = set()
+        # namespace -> the workloads there with a config rollout configpin follows
+        # (safe delivery's --max-rolling counts these, less the paused and superseded)
+        self._rolling: dict[str, set[WorkloadRef]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -509,8 +77,8 @@ class WorkloadIndex:
             self._entries[entry.ref] = entry
             ref = entry.ref
             by_text = self._by_source.setdefault(ref.namespace, {})
-            if (record := entry.rollout) is not None and record.state == ROLLING:
-                self._rolling.add(ref)
+            if entry.rolling:
+                self._rolling.setdefault(ref.namespace, set()).add(ref)
             for text in entry.index_texts():
                 _add(self._namespaces, text, ref.namespace)
                 _add(by_text, text, ref)
@@ -525,7 +93,11 @@ class WorkloadIndex:
 
     def _unlink(self, entry: WorkloadEntry) -> None:
         ref = entry.ref
-        self._rolling.discard(ref)
+        rolling = self._rolling.get(ref.namespace)
+        if rolling is not None:
+            rolling.discard(ref)
+            if not rolling:
+                del self._rolling[ref.namespace]
         by_text = self._by_source.get(ref.namespace)
         if by_text is None:
             return
@@ -556,10 +128,11 @@ class WorkloadIndex:
             return []
         return [found] if isinstance(found, str) else sorted(found)
 
-    def rolling(self) -> int:
-        """Workloads with a config rollout in flight."""
+    def rolling(self, namespace: str) -> list[WorkloadEntry]:
+        """The workloads of a namespace whose config rollout configpin follows."""
         with self._lock:
-            return len(self._rolling)
+            refs = self._rolling.get(namespace, ())
+            return [self._entries[r] for r in refs]
 
     def consumers(self, namespace: str, sid: SourceId) -> list[WorkloadEntry]:
         with self._lock:

@@ -5,14 +5,18 @@
   its rollouts counts from now);
 - `Refreshed`: its running pods were told to sync their volumes, its template left alone;
 - `Skipped`: nothing was written, or only its record (`SkipReason.RECORD_ONLY`), and why;
-- `Settled`: the rollout configpin followed on it ended: complete, or failed and acted upon;
-- `RetryAfter`: it must be looked at again (after `seconds`, or the runner's backoff).
+- `Settled`: the rollout configpin followed on it ended: complete, left, or failed and acted
+  upon;
+- `Poll`: the rollout it follows goes on: look again after `seconds` (no failure);
+- `RetryAfter`: it failed and must be looked at again (after `seconds`, or the runner's
+  backoff; after the runner's limit, given up).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook.core.delivery import Action, State
 from webhook.core.model import SourceId
 from webhook.core.plan import RollInstead
 from webhook.core.reasons import SkipReason
@@ -36,8 +40,13 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    state: str  # complete, failed
-    action: str = ""  # (failed) undo, hold, none
+    state: State  # complete, left, failed
+    action: Action | None = None  # (failed) what came of it
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    seconds: float  # the rollout it follows goes on: look again after this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +54,6 @@ class RetryAfter:
     why: str
     seconds: float | None = None  # None: the runner's backoff by the failures so far
     rolled: bool = False  # it rolled all the same (then stored another record than planned)
-    counts: bool = True  # a failure (backoff grows; after the limit, given up)
 
 
-Outcome = Rolled | Refreshed | Skipped | Settled | RetryAfter
+Outcome = Rolled | Refreshed | Skipped | Settled | Poll | RetryAfter

@@ -202,7 +202,3 @@ class RolloutQueue(Generic[K, S]):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()

@@ -1,31 +1,58 @@
 """One workload brought up to date: read fresh (or planned from the index alone), decided
-(webhook.controller.restamp), written by a guarded PATCH, then checked against what the API
-server stored. What it came to is a typed outcome (webhook.controller.outcome), said in
+(webhook.controller.restamp), what the decision needs done first done (its snapshot copies
+made, its running pods refreshed), written by a guarded PATCH, then checked against what the
+API server stored. What it came to is a typed outcome (webhook.controller.outcome), said in
 metrics, logs and Events (webhook.controller.report) on the way."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from webhook.controller.index import Lookup, WorkloadEntry, WorkloadIndex, WorkloadRef
-from webhook.controller.outcome import Outcome, Refreshed, RetryAfter, Rolled, Settled, Skipped
+from webhook.controller.index import WorkloadIndex
+from webhook.controller.outcome import (
+    Outcome,
+    Poll,
+    Refreshed,
+    RetryAfter,
+    Rolled,
+    Settled,
+    Skipped,
+)
 from webhook.controller.report import Reporter
 from webhook.controller.restamp import Decision, Restamper, touches_template
 from webhook.core.constants import ANN_SOURCES
-from webhook.core.delivery import COMPLETE, FAILED
-from webhook.core.kinds import template_paths
-from webhook.core.model import JSONObject, SourceId, SourceRecord
-from webhook.core.plan import parse_mapping
-from webhook.core.reasons import SkipReason
+from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef
+from webhook.core.delivery import Action, State
+from webhook.core.kinds import WorkloadKind, template_paths
+from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId, SourceRecord
+from webhook.core.plan import RollInstead, dumps_mapping, parse_mapping
+from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.refs import get_path
 from webhook.kube.cache import SourceCache
-from webhook.kube.errors import Conflict, NotFound
+from webhook.kube.errors import Conflict, Forbidden, NotFound
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import MERGE_PATCH
 from webhook.kube.workloads import Served, update_workload
 from webhook.metrics import Metrics
 from webhook.sources import Miss
+
+log = logging.getLogger(__name__)
+
+
+class PodRefresher(Protocol):
+    """A workload's running pods (webhook.controller.refresh)."""
+
+    def refresh(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
+        """Tell its pods that lag `target` to sync; returns how many. Raises Forbidden."""
+        ...
+
+    def catch_up(self, ref: WorkloadRef, obj: JSONObject, read: Lookup) -> None:
+        """Bring pods created since its last refresh to that refresh."""
+        ...
 
 
 def peek_in(cache: SourceCache, namespace: str) -> Lookup:
@@ -68,6 +95,8 @@ class Reconciler:
         report: Reporter,
         metrics: Metrics,
         *,
+        pods: PodRefresher,
+        snapshots: SnapshotEnsurer | None,
         kinds: Mapping[str, Served],
         in_scope: Callable[[str], bool],
         is_leader: Callable[[], bool],
@@ -76,6 +105,8 @@ class Reconciler:
         """`on_moved(entry, before)`: a workload as written, indexed (its rollout may have
         started or ended: who waits for it looks again)."""
         self.on_moved = on_moved
+        self.pods = pods
+        self.snapshots = snapshots
         self.limited = limited
         self.cache = cache
         self.index = index
@@ -121,33 +152,33 @@ class Reconciler:
             landed = self._restamp_from_index(entry, kind)
             if landed is not None:
                 return self._landed(ref, landed, changed, first_seen, None)
-        created: list[JSONObject] = []  # copies made for it (snapshot mode), said once done
-        peek, read = peek_in(self.cache, ref.namespace), read_in(self.cache, ref.namespace)
+        work = Prelude(
+            self.restamper,
+            self.pods,
+            self.snapshots,
+            ref,
+            kind.entry,
+            peek_in(self.cache, ref.namespace),
+            read_in(self.cache, ref.namespace),
+        )
         result = update_workload(
             self.limited,
             kind.path(ref.namespace, ref.name),
-            lambda obj: self.restamper.decide(
-                ref,
-                obj,
-                peek=peek,
-                read=read,
-                kind=kind.entry,
-                on_created=created.append,
-                follow_only=follow_only,
-            ),
+            lambda obj: work.decide(obj, follow_only=follow_only),
             on_conflict=self.metrics.conflicts.inc,
+            prepare=work.prepare,
             before_write=before_write,
         )
-        if created and result.read is not None:
-            self.report.copies_created(result.read, created)
+        if work.created and result.read is not None:
+            self.report.copies_created(result.read, work.created)
         decision, written = result.decision, result.written
         if result.gone or decision is None:
             return self._skipped(SkipReason.GONE)
         if written is None:
             if decision.poll is not None:  # the rollout it follows goes on
-                return RetryAfter("following its rollout", seconds=decision.poll, counts=False)
-            if decision.waiting and result.read is not None:
-                self.report.waiting(ref, result.read, decision.waiting)
+                return Poll(decision.poll)
+            if decision.waiting is not None and result.read is not None:
+                self.report.waiting(ref, result.read, decision.waiting.why)
             return self._skipped(decision.skip or SkipReason.UNCHANGED)
         written.setdefault("kind", ref.kind)
         if decision.progress is not None:  # the rollout it followed ended
@@ -166,15 +197,23 @@ class Reconciler:
         entry = self.restamper.entry(written)
         if isinstance(entry, WorkloadEntry):
             self.on_moved(entry, self.index.put(entry))
-        if decision.ended is None:
+        ended = decision.ended
+        assert ended is not None
+        state = ended.record.state
+        if state is State.COMPLETE:
             self.report.rollout_complete(ref, written)
-            return Settled(COMPLETE)
-        self.report.rollout_failed(ref, written, decision.ended)
-        action = decision.ended.record.action
+            return Settled(state)
+        if state is State.LEFT:
+            self.report.rollout_left(ref, written)
+            return Settled(state)
+        if ended.record.action is Action.PERSON:
+            self.report.rolled_back_by_person(ref, written, ended)
+        else:
+            self.report.rollout_failed(ref, written, ended)
         if not isinstance(entry, WorkloadEntry) or entry.recorded != dict(decision.intended):
             self.metrics.skipped.labels(SkipReason.NOT_STORED.label).inc()
             return RetryAfter("the API server stored another record than planned")
-        return Settled(FAILED, action)
+        return Settled(state, ended.record.action)
 
     def _restamp_from_index(self, entry: WorkloadEntry, kind: Served) -> _Landed | None:
         """A plain re-stamp planned from the index and written without reading the object
@@ -247,3 +286,72 @@ class Reconciler:
             self.metrics.skipped.labels(SkipReason.NOT_STORED.label).inc()
             return RetryAfter("the API server stored another record than planned", rolled=rolled)
         return outcome
+
+
+class Prelude:
+    """What one reconcile does before its write, once per distinct need however often a
+    conflict makes it decide again: the snapshot copies made to exist, the running pods
+    refreshed (a refusal, 403, makes it decide again: it rolls instead), the pods created
+    since a refresh brought to it."""
+
+    def __init__(
+        self,
+        restamper: Restamper,
+        pods: PodRefresher,
+        snapshots: SnapshotEnsurer | None,
+        ref: WorkloadRef,
+        kind: WorkloadKind,
+        peek: Lookup,
+        read: Lookup,
+    ) -> None:
+        self.restamper = restamper
+        self.pods = pods
+        self.snapshots = snapshots
+        self.ref = ref
+        self.kind = kind
+        self.peek, self.read = peek, read
+        self.created: list[JSONObject] = []  # copies made for it, said once it is written
+        self.refused: RollInstead | None = None
+        self._copies: set[str] = set()
+        self._refreshed: dict[str, int] = {}
+        self._caught_up = False
+
+    def decide(self, obj: JSONObject, *, follow_only: bool = False) -> Decision:
+        return self.restamper.decide(
+            self.ref,
+            obj,
+            peek=self.peek,
+            read=self.read,
+            kind=self.kind,
+            follow_only=follow_only,
+            refused=self.refused,
+        )
+
+    def prepare(self, obj: JSONObject, decision: Decision) -> Decision:
+        ref = self.ref
+        if decision.catch_up and not self._caught_up:
+            self._caught_up = True
+            self.pods.catch_up(ref, obj, self.read)
+        if decision.refresh is not None:
+            key = dumps_mapping(decision.refresh)
+            if key not in self._refreshed:
+                try:
+                    self._refreshed[key] = self.pods.refresh(ref, obj, decision.refresh)
+                except Forbidden as e:
+                    self.refused = RollInstead(
+                        Fallback.FORBIDDEN,
+                        f"configpin may not patch its pods ({e}); grant it or turn "
+                        "on-change: refresh off",
+                    )
+                    return self.prepare(obj, self.decide(obj))
+            decision = dataclasses.replace(decision, refreshed=self._refreshed[key])
+        todo = [c for c in decision.copies if c.snapshot_name not in self._copies]
+        if todo:
+            if self.snapshots is None:  # (the restamper was told: it never asks then)
+                return Decision.leave(SkipReason.NO_SNAPSHOTS)
+            for warning in self.snapshots.ensure(
+                ref.namespace, todo, dry_run=False, on_created=self.created.append
+            ):
+                log.warning("%s: %s", ref, warning)
+            self._copies.update(c.snapshot_name for c in todo)
+        return decision

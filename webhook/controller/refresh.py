@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from webhook.config import Settings
-from webhook.controller.index import Lookup, WorkloadRef
 from webhook.controller.restamp import plan_update
 from webhook.core.constants import ANN_REFRESHED, ANN_SOURCES, ON_CHANGE_REFRESH
+from webhook.core.current import Lookup, WorkloadRef
 from webhook.core.kinds import template_paths
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.plan import dumps_mapping, parse_mapping

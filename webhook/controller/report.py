@@ -10,14 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from webhook.controller.follow import Ended
-from webhook.controller.index import WorkloadRef
-from webhook.core.constants import (
-    ANN_OWNED,
-    ANN_REJECTED,
-    ON_FAILURE_HOLD,
-    ON_FAILURE_UNDO,
-    OWNED_PIN,
-)
+from webhook.core.constants import ANN_OWNED, ANN_REJECTED, OWNED_PIN
+from webhook.core.current import WorkloadRef
+from webhook.core.delivery import Action, RolloutRecord
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.owners import controller_of
 from webhook.core.plan import RollInstead
@@ -175,22 +170,51 @@ class Reporter:
                 "the config rollout configpin started is complete: every updated pod is Ready",
             )
 
-    def rollout_failed(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
-        record = ended.record
-        self.metrics.rollout_failures.labels(record.action).inc()
+    def rollout_left(self, ref: WorkloadRef, obj: JSONObject) -> None:
+        log.info("%s: scaled to zero while its config rollout was in progress: it left", ref)
+        if self.events is not None:
+            self.events.normal(
+                obj,
+                "ConfigRolloutLeft",
+                "Rollout",
+                "scaled to zero while its config rollout was in progress: it proves nothing "
+                "about the change and leaves its waves (another workload vouches for it)",
+            )
+
+    @staticmethod
+    def _changed(record: RolloutRecord, ended: Ended) -> str:
         what = []
         for key in record.changed_sources():
             keys = (ended.keys or {}).get(key)
             which = f" (keys {', '.join(keys)})" if keys else ""
             old, new = record.before.get(key, "none"), record.to[key]
             what.append(f"{key}{which} {old[:12]} -> {new[:12]}")
-        change = "; ".join(what) or "its config"
-        if record.action == ON_FAILURE_UNDO:
+        return "; ".join(what) or "its config"
+
+    def rolled_back_by_person(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
+        record = ended.record
+        self.metrics.rollout_failures.labels(Action.PERSON.value).inc()
+        note = (
+            f"rolled back by a person while configpin was rolling {self._changed(record, ended)}: "
+            "their template is kept as they left it, that content is rejected for this workload "
+            f"({ANN_REJECTED}), and the later waves of this change are stopped; its next change "
+            "rolls as usual"
+        )
+        log.warning("%s: %s", ref, note)
+        if self.events is not None:
+            self.events.warning(obj, "ConfigRolledBackByPerson", "Rollout", note)
+
+    def rollout_failed(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
+        record = ended.record
+        action = record.action or Action.NONE
+        self.metrics.rollout_failures.labels(action.value).inc()
+        change = self._changed(record, ended)
+        if action is Action.UNDO:
             done = (
-                "rolled back to the previous copies; that content is rejected for this workload "
-                f"({ANN_REJECTED}): its next change rolls as usual"
+                "rolled back to the copies of the last content that completed; that content "
+                f"is rejected for this workload ({ANN_REJECTED}): its next change rolls as usual"
             )
-        elif record.action == ON_FAILURE_HOLD:
+        elif action is Action.HOLD:
             done = (
                 "held: nothing more is started for this change (changed in place, it cannot be "
                 f"brought back), recorded in {ANN_REJECTED}; fix or revert the source (its next "
@@ -200,11 +224,13 @@ class Reporter:
                 done = f"not undone ({ended.not_undone}); {done}"
         else:
             done = "no action (configpin.io/on-failure: none)"
+        if not record.healthy:
+            done += "; it was not healthy before the change, so the change goes on elsewhere"
         note = f"the config rollout failed: {record.signal}. Changed: {change}. {done}"
         log.warning("%s: %s", ref, note)
         if self.events is None:
             return
-        if record.action == ON_FAILURE_UNDO:
+        if action is Action.UNDO:
             self.events.warning(obj, "ConfigRolledBack", "Rollout", note)
         else:
             self.events.warning(obj, "ConfigRolloutFailed", "Rollout", note)

@@ -1,17 +1,22 @@
 """The re-stamp decision: given a workload as just read, what to write and what it means.
 
-    current? ── yes ──► leave it (pods created since a refresh are brought to that refresh)
+    rolling, and its template taken back off the content rolled to ──► a person's verdict
+        │
+    current? ── yes ──► follow its rollout, if one is in progress; else leave it (pods
+        │                created since a refresh are brought to that refresh)
         │ no: some consumed source differs from what it recorded
     plan it as admission does (plan_object, told which sources changed)
         ├─ not pinned (a skip reason), or nothing to write ──► leave it
         ├─ found unstamped, older than the catch-up window ──► its record only: a baseline
         ├─ a required source that appeared (checksum mode) ──► its record only
         ├─ on-change: refresh, reachable through whole-volume mounts ──► refresh its pods
+        ├─ a wave or the cap says not yet ──► wait
         └─ otherwise ──► roll: copies made first (snapshot mode), the template re-stamped
 
-Dependencies come in explicitly (the settings, the sources, the snapshot writer, the pods,
-leadership, the clock): the decision builds no thread and no client, and tests drive it case
-by case. The write (guarded by the resourceVersion read, retried on 409) is the caller's.
+The decision writes nothing: it says what it wants (the copies that must exist, the pods to
+refresh, the patch), and the reconciler does the writes. Dependencies come in explicitly (the
+settings, leadership, the clock): it builds no thread and no client, and tests drive it case
+by case.
 """
 
 from __future__ import annotations
@@ -21,47 +26,43 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from webhook.config import Settings
-from webhook.controller.follow import Ended, Follower, rolled_record
-from webhook.controller.index import (
+from webhook.controller.follow import Ended, Follower
+from webhook.controller.waves import Gate
+from webhook.core.constants import ANN_ON_CHANGE, ANN_ROLLOUT, MODE_SNAPSHOT, ON_CHANGE_REFRESH
+from webhook.core.current import (
     Lookup,
     WorkloadEntry,
     WorkloadRef,
     appeared,
     entry_from_object,
-    format_time,
-    parse_time,
     stale_sources,
 )
-from webhook.controller.waves import Gate
-from webhook.core.constants import (
-    ANN_ON_CHANGE,
-    ANN_ROLLOUT,
-    ANN_SOURCES,
-    MODE_SNAPSHOT,
-    ON_CHANGE_REFRESH,
-    ON_FAILURE_UNDO,
-)
 from webhook.core.delivery import (
-    COMPLETE,
-    ROLLING,
+    Action,
+    Change,
     Progress,
     RolloutRecord,
-    identity_of,
+    Standing,
+    State,
+    Wait,
+    identity,
     record_ops,
+    rolled_back,
     rollout_record,
+    standing,
+    started,
+    template_sources,
 )
 from webhook.core.kinds import WorkloadKind, template_paths
-from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotEnsurer, SourceId
+from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotRequest, SourceId
 from webhook.core.names import pointer
 from webhook.core.plan import (
     RollInstead,
     dumps_mapping,
     effective_mode,
     observed_ops,
-    parse_mapping,
     plan_object,
     refreshed_ops,
     restamp_from_consumption,
@@ -69,49 +70,39 @@ from webhook.core.plan import (
     rolled_at_ops,
 )
 from webhook.core.reasons import Fallback, SkipReason
-from webhook.core.refs import Consumption, get_path
-from webhook.kube.errors import Forbidden
+from webhook.core.refs import Consumption
+from webhook.core.times import format_time, parse_time
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What to write on a workload as read (`ops`), or why nothing (`skip`), and what that
-    write means once stored."""
+    """What to write on a workload as read (`ops`), or why nothing (`skip`), what must be
+    done first, and what that write means once stored."""
 
     ops: list[PatchOp]
     skip: SkipReason | None = None
     intended: Mapping[str, str] = field(default_factory=dict)  # the record it writes
-    refreshed: int | None = None  # pods told to sync (refreshed instead of rolled)
+    # before the write: the copies that must exist (snapshot mode), the digests to refresh
+    # the running pods to (then `ops` records that refresh), pods created since a refresh to
+    # bring to it
+    copies: tuple[SnapshotRequest, ...] = ()
+    refresh: Mapping[str, str] | None = None
+    catch_up: bool = False
+    refreshed: int | None = None  # (filled by the reconciler) pods told to sync
     instead: RollInstead | None = None  # why an on-change: refresh workload rolls
     note: str = ""  # why its record alone is written
     # safe delivery (webhook.controller.follow, .waves)
     rollout: RolloutRecord | None = None  # the rollout this write starts
     progress: Progress | None = None  # how the rollout it follows is going
     poll: float | None = None  # still going: look again after this long
-    ended: Ended | None = None  # the rollout it followed failed: what came of it
-    waiting: str = ""  # why it does not roll yet (a wave, the cap)
+    ended: Ended | None = None  # the rollout it followed ended: what came of it
+    waiting: Wait | None = None  # why it does not roll yet (a wave, the cap)
 
     @classmethod
     def leave(cls, reason: SkipReason) -> Decision:
         return cls([], reason)
-
-    @property
-    def record_only(self) -> bool:
-        return bool(self.note)
-
-
-class PodRefresher(Protocol):
-    """A workload's running pods (webhook.controller.refresh)."""
-
-    def refresh(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
-        """Tell its pods that lag `target` to sync; returns how many. Raises Forbidden."""
-        ...
-
-    def catch_up(self, ref: WorkloadRef, obj: JSONObject, read: Lookup) -> None:
-        """Bring pods created since its last refresh to that refresh."""
-        ...
 
 
 def touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
@@ -174,19 +165,18 @@ class Restamper:
         hkey: bytes,
         settings: Settings,
         *,
-        snapshots: SnapshotEnsurer | None,
-        pods: PodRefresher,
+        copies: bool,
         is_leader: Callable[[], bool],
         follower: Follower | None = None,
         gate: Gate | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        """`follower`, `gate`: safe delivery (None: rollouts are started and not followed,
-        every workload at once)."""
+        """`copies`: snapshot copies can be written (the reconciler has the writer);
+        `follower`, `gate`: safe delivery (None: rollouts are started and not followed, every
+        workload at once)."""
         self.hkey = hkey
         self.settings = settings
-        self.snapshots = snapshots
-        self.pods = pods
+        self.copies = copies
         self.is_leader = is_leader
         self.follower = follower
         self.gate = gate
@@ -194,6 +184,11 @@ class Restamper:
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
         return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
+
+    def _admit(
+        self, ref: WorkloadRef, stale: Collection[SourceId]
+    ) -> tuple[tuple[Change, ...], Wait | None]:
+        return self.gate.admit(ref, stale) if self.gate is not None else ((), None)
 
     def decide(
         self,
@@ -203,28 +198,30 @@ class Restamper:
         peek: Lookup,
         read: Lookup,
         kind: WorkloadKind,
-        on_created: Callable[[JSONObject], None] | None = None,
         follow_only: bool = False,
+        refused: RollInstead | None = None,
     ) -> Decision:
         """`peek`: the sources as this replica holds them (memory only, what staleness is
         judged by); `read`: the same, reading through where memory has nothing; `kind`: its
-        entry in the table of kinds; `on_created`: each snapshot copy made for it."""
+        entry in the table of kinds; `follow_only`: only look at the rollout configpin follows
+        there; `refused`: its pods may not be refreshed (it rolls instead)."""
         settings = self.settings
         obj.setdefault("kind", ref.kind)
         entry = self.entry(obj)
         if isinstance(entry, SkipReason):
             return Decision.leave(entry)
+        record = rollout_record(self.hkey, obj) if self.follower is not None else None
+        following = record if record is not None and entry.rolling else None
+        if following is not None and rolled_back(kind, obj, following):
+            return self._verdict(ref, obj, entry, following)
         stale = stale_sources(entry, peek, self.hkey)
-        state = entry.rollout
-        if not stale and state is not None and state.state == ROLLING and self.follower:
-            record = rollout_record(self.hkey, obj)
-            if record is not None:
-                return self._follow(ref, obj, kind, record)
+        if following is not None and not stale:
+            return self._follow(ref, obj, kind, following)
         if follow_only:  # nothing in progress to look at (or a change to roll: not here)
             return Decision.leave(SkipReason.CURRENT)
         if not stale:
             if entry.refreshed is not None and settings.refresh_pods:
-                self.pods.catch_up(ref, obj, read)
+                return Decision([], SkipReason.CURRENT, catch_up=True)
             return Decision.leave(SkipReason.CURRENT)
         plan = plan_update(obj, ref, self.hkey, settings, read, refresh=stale)
         if plan.skipped is not None:
@@ -253,38 +250,24 @@ class Restamper:
                     "pod refresh is turned off on this configpin (--refresh-pods=false)",
                 )
             if instead is None:
-                try:
-                    pods = self.pods.refresh(ref, obj, plan.observed)
-                except Forbidden as e:
-                    instead = RollInstead(
-                        Fallback.FORBIDDEN,
-                        f"configpin may not patch its pods ({e}); grant it or turn "
-                        "on-change: refresh off",
-                    )
-                else:
-                    ops = refreshed_ops(obj, dumps_mapping(plan.observed))
-                    return Decision(ops, intended=plan.observed, refreshed=pods)
-        changes: tuple[str, ...] = ()
-        if self.gate is not None:
-            changes = self.gate.changes(ref.namespace, stale)
-            waiting = self.gate.wait(ref, changes)
-            if waiting is not None:
-                return Decision([], SkipReason.WAITING, waiting=waiting)
-        if plan.snapshots:
-            if self.snapshots is None:
-                log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
-                return Decision.leave(SkipReason.NO_SNAPSHOTS)
-            for warning in self.snapshots.ensure(
-                ref.namespace, plan.snapshots, dry_run=False, on_created=on_created
-            ):
-                log.warning("%s: %s", ref, warning)
+                instead = refused
+            if instead is None:
+                ops = refreshed_ops(obj, dumps_mapping(plan.observed))
+                return Decision(ops, intended=plan.observed, refresh=plan.observed)
+        changes, waiting = self._admit(ref, stale)
+        if waiting is not None:
+            return Decision([], SkipReason.WAITING, waiting=waiting)
+        if plan.snapshots and not self.copies:
+            log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
+            return Decision.leave(SkipReason.NO_SNAPSHOTS)
         if not self.is_leader():
             return Decision.leave(SkipReason.NOT_LEADER)
         for warning in plan.warnings:
             log.warning("%s: %s", ref, warning)
         ops = list(plan.patch)
+        copies = tuple(plan.snapshots)
         if not touches_template(ref.kind, ops):
-            return Decision(ops, intended=plan.observed, instead=instead)
+            return Decision(ops, intended=plan.observed, instead=instead, copies=copies)
         now = self.wall()
         ops += rolled_at_ops(obj, format_time(now))
         rollout = None
@@ -293,28 +276,54 @@ class Restamper:
             import jsonpatch  # noqa: PLC0415
 
             after = jsonpatch.apply_patch(copy.deepcopy(obj), ops)
-            template = get_path(obj, kind.meta_path)
-            before = parse_mapping(((template or {}).get("annotations") or {}).get(ANN_SOURCES))
-            rollout = rolled_record(obj, after, kind, plan, before or entry.recorded, changes, now)
+            rollout = started(
+                kind,
+                obj,
+                after,
+                to=plan.sources,
+                before=template_sources(kind, obj) or entry.recorded,
+                changes=changes,
+                now=now,
+                healthy=standing(kind, obj) is Standing.HEALTHY,
+                made={req.snapshot_name: req.source.name for req in plan.snapshots},
+                previous=record,
+            )
             ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
-        return Decision(ops, intended=plan.observed, instead=instead, rollout=rollout)
+        return Decision(
+            ops, intended=plan.observed, instead=instead, rollout=rollout, copies=copies
+        )
+
+    def _verdict(
+        self, ref: WorkloadRef, obj: JSONObject, entry: WorkloadEntry, record: RolloutRecord
+    ) -> Decision:
+        """A person took the template back off the content configpin was rolling to: that
+        change failed here. Their template stays as they left it."""
+        assert self.follower is not None
+        if not self.is_leader():
+            return Decision.leave(SkipReason.NOT_LEADER)
+        ops, ended = self.follower.rolled_back(ref, obj, record)
+        progress = Progress(State.FAILED, ended.record.signal)
+        return Decision(ops, intended=entry.recorded, progress=progress, ended=ended)
 
     def _follow(
         self, ref: WorkloadRef, obj: JSONObject, kind: WorkloadKind, record: RolloutRecord
     ) -> Decision:
-        """The rollout configpin started goes on, completed or failed."""
+        """The rollout configpin started goes on, completed, left or failed."""
         assert self.follower is not None
         progress, poll = self.follower.progress(ref, obj, kind, record, self.wall())
-        if progress.state == ROLLING:
+        if progress.state is State.ROLLING:
             return Decision([], SkipReason.CURRENT, progress=progress, poll=poll)
         if not self.is_leader():
             return Decision.leave(SkipReason.NOT_LEADER)
-        if progress.state == COMPLETE:
-            ops = self.follower.complete(obj, record)
-            return Decision(ops, intended=record.to, progress=progress)
+        if progress.state is State.COMPLETE:
+            ops, ended = self.follower.complete(obj, record)
+            return Decision(ops, intended=record.to, progress=progress, ended=ended)
+        if progress.state is State.LEFT:
+            ops, ended = self.follower.left(obj, record)
+            return Decision(ops, intended=record.to, progress=progress, ended=ended)
         mode = effective_mode(obj, self.settings.mode)[0]
         ops, ended = self.follower.failed(ref, obj, kind, record, mode, progress.signal)
-        undone = ended.record.action == ON_FAILURE_UNDO
+        undone = ended.record.action is Action.UNDO
         intended = record.before if undone else record.to
         return Decision(ops, intended=intended, progress=progress, ended=ended)
 
@@ -334,18 +343,17 @@ class Restamper:
     ) -> IndexRestamp | None:
         """A plain re-stamp (checksum mode, on-change roll, its record on its template, every
         stale source a change of content) planned from the index entry alone; None when it
-        needs the object read first (or waits: the read says so)."""
+        needs the object read first (or waits: the read says so). (Checksum mode has nothing
+        to undo: the record's starting point is the template's.)"""
         ref, rv = entry.ref, entry.restamp_rv
         if rv is None or not entry.stamped:
             return None
         stale = stale_sources(entry, peek, self.hkey)
         if not stale or appeared(entry, stale):
             return None
-        changes: tuple[str, ...] = ()
-        if self.gate is not None:
-            changes = self.gate.changes(ref.namespace, stale)
-            if self.gate.wait(ref, changes) is not None:
-                return None
+        changes, waiting = self._admit(ref, stale)
+        if waiting is not None:
+            return None
         restamp = restamp_from_consumption(
             ref.kind,
             [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
@@ -362,14 +370,17 @@ class Restamper:
             log.warning("%s: %s", ref, warning)
         patch = restamp.merge_patch
         if self.follower is not None:
-            rollout = RolloutRecord(
-                ROLLING if kind.rollout is not None else COMPLETE,
+            rollout = started(
+                kind,
+                None,
+                None,
                 to=restamp.observed,
                 before=entry.recorded,
-                since=now,
                 changes=changes,
+                now=now,
+                healthy=entry.standing is Standing.HEALTHY,
             )
-            text = rollout.encode(self.hkey, identity_of(ref.kind, ref.namespace, ref.name))
+            text = rollout.encode(self.hkey, identity(ref.kind, ref.namespace, ref.name))
             meta = patch.setdefault("metadata", {})
             meta.setdefault("annotations", {})[ANN_ROLLOUT] = text
         return IndexRestamp(patch, restamp.observed)

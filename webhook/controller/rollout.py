@@ -30,14 +30,7 @@ from prometheus_client import Gauge
 
 from webhook.config import Settings
 from webhook.controller.follow import Follower
-from webhook.controller.index import (
-    Lookup,
-    WorkloadEntry,
-    WorkloadIndex,
-    WorkloadRef,
-    format_time,
-    stale_sources,
-)
+from webhook.controller.index import WorkloadIndex
 from webhook.controller.leader import Elector, elector, new_identity
 from webhook.controller.outcome import Outcome, Skipped
 from webhook.controller.queue import Pending, RolloutQueue
@@ -49,9 +42,10 @@ from webhook.controller.runner import Runner
 from webhook.controller.stale import Staleness
 from webhook.controller.watches import WorkloadWatches
 from webhook.controller.waves import Gate, Waiting
-from webhook.core.delivery import ROLLING
+from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef, stale_sources
 from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId
 from webhook.core.reasons import SkipReason
+from webhook.core.times import format_time
 from webhook.kube.cache import SourceCache
 from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
@@ -139,8 +133,7 @@ class RolloutController:
         self.restamper = Restamper(
             hkey,
             settings,
-            snapshots=snapshots,
-            pods=self.pods,
+            copies=snapshots is not None,
             is_leader=self.is_leader,
             follower=Follower(
                 hkey, pods=self.pods.running, is_copy=is_copy, changed_keys=cache.changed_keys
@@ -154,6 +147,8 @@ class RolloutController:
             self.restamper,
             self.report,
             metrics,
+            pods=self.pods,
+            snapshots=snapshots,
             kinds=self.watches.kinds,
             in_scope=self.namespaces.__contains__,
             is_leader=self.is_leader,
@@ -342,13 +337,19 @@ class RolloutController:
         if not self.acting() or entry.ref.namespace not in self.namespaces:
             return False
         stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
+        brief = entry.rollout
+        if brief is not None and entry.rolling:
+            # A rollout it started: how is it going? Stale only for the content it rolls to
+            # (no newer change of those sources) is its template taken back by a person,
+            # judged there, not a change to roll.
+            self.follows.queue.add(entry.ref, ())
+            if stale <= {c.source for c in brief.changes} and not self.gate.superseded(entry):
+                stale = set()
         if not stale:
             self.metrics.skipped.labels(SkipReason.CURRENT.label).inc()
             self.staleness.current(entry.ref)
-            record = entry.rollout
-            if record is not None and record.state == ROLLING:
-                self.follows.queue.add(entry.ref, ())  # a rollout it started: how is it going?
-            elif pods_moved and entry.refreshed is not None and self.settings.refresh_pods:
+            refreshed = entry.refreshed is not None and self.settings.refresh_pods
+            if pods_moved and refreshed and not entry.rolling:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
@@ -387,11 +388,21 @@ class RolloutController:
         now = self.clock()
         for entry in consumers:
             self.check(entry, seen=now)
+        if any(e.rolling for e in consumers):
+            # their rollouts are superseded: the places they held are free at once
+            self._look_again(self.waiting.freed())
 
     def rollout_moved(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> None:
         """A workload's rollout ended (completed, failed): the workloads waiting for one (a
         later wave, the cap on rollouts in flight) are looked at again."""
-        for ref in self.waiting.ended(entry, before):
+        self._look_again(self.waiting.ended(entry, before))
+
+    def workload_removed(self, entry: WorkloadEntry) -> None:
+        """A workload was deleted: whatever waited for its rollout looks again."""
+        self._look_again(self.waiting.ended(None, entry))
+
+    def _look_again(self, refs: list[WorkloadRef]) -> None:
+        for ref in refs:
             found = self.index.get(ref)
             if found is not None:
                 self.check(found)

@@ -2,9 +2,10 @@
 everything when leadership starts and every resync period, all only while leading.
 
 What to do with one key is the reconciler's business (`reconcile(key, pending) -> outcome`);
-the runner only reads the outcome: `RetryAfter` puts the key back (after its delay, or the
-backoff for the failures so far, and gives up past the limit: the next change or resync tries
-again), `Rolled` starts the key's minimum interval; anything else is done. An exception is a
+the runner only reads the outcome: `Poll` puts the key back after its delay (no failure),
+`RetryAfter` puts it back after its delay or the backoff for the failures so far, and gives up
+past the limit (the next change or resync tries again), `Rolled` starts the key's minimum
+interval; anything else is done. An exception is a
 failure like `RetryAfter`. The rollout controller and the snapshot adopter both run on it.
 
 Leadership is read from `is_leading()`: the housekeeping thread notices it start (then
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from webhook.controller.outcome import RetryAfter, Rolled
+from webhook.controller.outcome import Poll, RetryAfter, Rolled
 from webhook.controller.queue import Pending, RolloutQueue
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,10 @@ class Runner(Generic[K, S]):
                 except Exception as e:
                     log.debug("%s: %s failed", self.name, key, exc_info=True)
                     outcome = RetryAfter(str(e) or type(e).__name__)
-                if isinstance(outcome, RetryAfter):
+                if isinstance(outcome, Poll):
+                    seen, delay = pending.first_seen, outcome.seconds
+                    self.queue.add(key, pending.sources, seen=seen, delay=delay)
+                elif isinstance(outcome, RetryAfter):
                     rolled = outcome.rolled
                     self._retry(key, pending, outcome)
                 else:
@@ -163,10 +167,6 @@ class Runner(Generic[K, S]):
                 self.queue.done(key, rolled=rolled)
 
     def _retry(self, key: K, pending: Pending[S], outcome: RetryAfter) -> None:
-        if not outcome.counts:
-            delay = outcome.seconds if outcome.seconds is not None else self.backoff(1)
-            self.queue.add(key, pending.sources, seen=pending.first_seen, delay=delay)
-            return
         with self._failures_lock:
             n = self._failures.get(key, 0) + 1
             given_up = self.retry_limit is not None and n > self.retry_limit

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from webhook.controller.index import WorkloadRef
+from webhook.core.current import WorkloadRef
 from webhook.metrics import Metrics
 
 STALE_EVERY: Final = 5.0  # seconds between two counts of the stale workloads

@@ -8,8 +8,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from webhook.controller.index import WorkloadEntry, WorkloadRef
-from webhook.core.delivery import ROLLING
+from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.kinds import custom_kinds
 from webhook.core.model import JSONObject
 from webhook.core.owners import operator_owned
@@ -64,8 +63,11 @@ class KindHandler:
         ref = WorkloadRef(self.kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
         entry = None if kind == "DELETED" else self._entry(obj)
         if entry is None:
-            if c.index.remove(ref) is not None and kind == "DELETED":
-                c.queue.forget(ref)
+            gone = c.index.remove(ref)
+            if gone is not None:
+                if kind == "DELETED":
+                    c.queue.forget(ref)
+                c.workload_removed(gone)
             return
         old = c.index.put(entry)
         if old != entry:
@@ -74,7 +76,7 @@ class KindHandler:
                 c.rollout_moved(entry, old)
             except Exception:  # the watch must go on
                 log.exception("checking %s failed", entry.ref)
-        elif entry.rollout is not None and entry.rollout.state == ROLLING:
+        elif entry.rolling:
             c.check(entry)  # its status moved: how is the rollout going?
 
 

@@ -1,16 +1,24 @@
 """Which stale workloads may roll now: the waves of each change, and the cap on rollouts in
 flight (`--rollout-waves`, `--max-rolling`).
 
-A change is one source's new content (webhook.core.delivery.change_of). Its members are the
+A change is one source's new content in one namespace (webhook.core.delivery.Change), or in
+every namespace whose source of that name is marked `configpin.io/shared`. Its members are the
 workloads it reaches: those that rolled for it (their rollout record names it, whatever came
-of it) and those still stale for it. They are ordered and cut into waves the same way on every
-replica, from what the workloads say (their records, their `configpin.io/wave`), so a new
-leader carries on where the last one was: a wave may start when every member of the waves
-before it completed its rollout, never after a member failed.
+of it) and those still stale for it. They are ordered the same way on every replica, from
+what the workloads say (their records, their `configpin.io/wave`), and cut into waves over
+those that can vouch for the change (healthy with pods before it); the others join the last
+wave. So a new leader carries on where the last one was: a wave may start when every member
+of the waves before it that vouches has completed its rollout, never after one failed or was
+rolled back by a person. A member scaled to zero, deleted or broken before the change proves
+nothing either way.
 
-The membership of a change is worked out once (from the index and the source cache, in
+The cap counts, per namespace (a tenant's rollouts never wait for another's), the rollouts
+configpin follows there, less those that hold no place: paused, or superseded by a newer
+change of their source (which rolls at once).
+
+The order of a change's members is worked out once (from the index and the source cache, in
 memory) and kept until the next resync or leadership, so that rolling a thousand workloads
-does not work it out a thousand times.
+does not work it out a thousand times; who vouches is read live.
 """
 
 from __future__ import annotations
@@ -20,14 +28,24 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from webhook.config import Settings
-from webhook.controller.index import WorkloadEntry, WorkloadIndex, WorkloadRef, stale_sources
+from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
-from webhook.core.delivery import COMPLETE, FAILED, ROLLING, Member, change_of, wave_plan
-from webhook.core.model import SourceId, SourceKind, SourceRecord
+from webhook.core.current import WorkloadEntry, WorkloadRef, stale_sources
+from webhook.core.delivery import (
+    Change,
+    Member,
+    Standing,
+    State,
+    Wait,
+    WaitReason,
+    cut_waves,
+    wave_order,
+)
+from webhook.core.model import SourceId, SourceRecord
 from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
 
-_PLANS_MAX: Final = 4096
+_ORDERS_MAX: Final = 4096
 
 
 class Gate:
@@ -49,131 +67,181 @@ class Gate:
         self.steps = settings.waves()
         self.cap = settings.max_rolling
         self._lock = threading.Lock()
-        self._plans: dict[str, list[list[WorkloadRef]]] = {}
+        self._orders: dict[Change, list[WorkloadRef]] = {}
 
     def forget(self) -> None:
         """Work every change's membership out again (a resync, a new leadership)."""
         with self._lock:
-            self._plans.clear()
+            self._orders.clear()
 
     # --- what a change is
     def _peek(self, namespace: str, sid: SourceId) -> SourceRecord | None:
         found = self.cache.peek(namespace, sid)
         return None if isinstance(found, Miss) else found
 
-    def change(self, namespace: str, sid: SourceId) -> str | None:
-        """The change a stale source of `namespace` is at (None: it does not exist)."""
+    def change(self, namespace: str, sid: SourceId) -> Change | None:
+        """The change a source of `namespace` is at (None: it does not exist)."""
         record = self._peek(namespace, sid)
         if record is None:
             return None
-        return change_of(sid, digest.source_digest(self.hkey, record))
+        content = digest.source_digest(self.hkey, record)
+        return Change.of(namespace, sid, content, shared=record.shared)
 
-    def changes(self, namespace: str, stale: Iterable[SourceId]) -> tuple[str, ...]:
+    def changes(self, namespace: str, stale: Iterable[SourceId]) -> tuple[Change, ...]:
         found = (self.change(namespace, sid) for sid in sorted(stale))
         return tuple(c for c in found if c is not None)
 
-    # --- its members and waves
-    def _member(self, entry: WorkloadEntry, change: str, sid: SourceId) -> bool:
-        record = entry.rollout
-        if record is not None and change in record.changes:
-            return True
+    def superseded(self, entry: WorkloadEntry) -> bool:
+        """Its rollout rolled to content a source has moved on from since: a newer change
+        rolls it, and the old rollout holds nothing up."""
+        brief = entry.rollout
         ns = entry.ref.namespace
+        return brief is not None and any(self.change(ns, c.source) != c for c in brief.changes)
+
+    # --- its members and waves
+    def _member(self, entry: WorkloadEntry, change: Change) -> bool:
+        brief = entry.rollout
+        if brief is not None and change in brief.changes:
+            return True
+        ns, sid = entry.ref.namespace, change.source
         if self.change(ns, sid) != change:
             return False
-        lookup = lambda s: self._peek(ns, s)  # noqa: E731
-        return sid in stale_sources(entry, lookup, self.hkey)
+        return sid in stale_sources(entry, lambda s: self._peek(ns, s), self.hkey)
 
-    def plan(self, change: str, refresh: bool = False) -> list[list[WorkloadRef]]:
+    def order(self, change: Change, refresh: bool = False) -> list[WorkloadRef]:
+        """The members of a change, in the order they roll."""
         with self._lock:
-            found = self._plans.get(change)
+            found = self._orders.get(change)
         if found is not None and not refresh:
             return found
-        text, _, _content = change.partition("@")
-        kind, _, name = text.partition("/")
-        sid = SourceId(SourceKind(kind), name)
+        sid = change.source
+        namespaces = self.index.namespaces_of(sid) if change.shared else [change.namespace]
         members = []
-        for ns in self.index.namespaces_of(sid):
+        for ns in namespaces:
             if not self.in_scope(ns):
                 continue
             for entry in self.index.consumers(ns, sid):
-                if self._member(entry, change, sid):
+                if self._member(entry, change):
                     ref = entry.ref
                     members.append(Member(entry.wave, ns, ref.kind, ref.name))
-        plan = [
-            [WorkloadRef(m.kind, m.namespace, m.name) for m in wave]
-            for wave in wave_plan(members, self.steps)
-        ]
+        ordered = [WorkloadRef(m.kind, m.namespace, m.name) for m in wave_order(members)]
         with self._lock:
-            if len(self._plans) >= _PLANS_MAX:
-                self._plans.clear()
-            self._plans[change] = plan
-        return plan
+            if len(self._orders) >= _ORDERS_MAX:
+                self._orders.clear()
+            self._orders[change] = ordered
+        return ordered
 
-    def members(self, change: str) -> list[WorkloadRef]:
-        return [ref for wave in self.plan(change) for ref in wave]
-
-    # --- the gate
-    def _state(self, ref: WorkloadRef, change: str) -> str | None:
+    def vouches(self, ref: WorkloadRef, change: Change) -> bool:
+        """Whether `ref` can prove or disprove the change: it was healthy with pods before it
+        (as its record says once it rolled), and still exists with pods."""
         entry = self.index.get(ref)
         if entry is None:
-            return COMPLETE  # gone: nothing to wait for
-        record = entry.rollout
-        if record is None or change not in record.changes:
-            return None
-        return record.state
+            return False  # deleted: it proves nothing
+        brief = entry.rollout
+        if brief is not None and change in brief.changes:
+            return brief.healthy and brief.state is not State.LEFT
+        return entry.standing is Standing.HEALTHY
 
-    def wait(self, ref: WorkloadRef, changes: Iterable[str]) -> str | None:
-        """Why `ref` may not roll to these changes now (None: it may)."""
-        if self.cap and self.index.rolling() >= self.cap:
-            return (
-                f"{self.index.rolling()} config rollouts are in flight, the most configpin "
-                f"starts at once (--max-rolling {self.cap})"
-            )
+    def plan(self, change: Change, refresh: bool = False) -> list[list[WorkloadRef]]:
+        return cut_waves(self.order(change, refresh), lambda r: self.vouches(r, change), self.steps)
+
+    def _state(self, ref: WorkloadRef, change: Change) -> State | None:
+        entry = self.index.get(ref)
+        brief = entry.rollout if entry is not None else None
+        if brief is None or change not in brief.changes:
+            return None
+        return brief.state
+
+    def in_flight(self, namespace: str, but: WorkloadRef | None = None) -> int:
+        """The config rollouts in flight in a namespace that hold a place (--max-rolling)."""
+        return sum(
+            1
+            for entry in self.index.rolling(namespace)
+            if entry.ref != but and not entry.paused and not self.superseded(entry)
+        )
+
+    # --- the gate
+    def admit(
+        self, ref: WorkloadRef, stale: Iterable[SourceId]
+    ) -> tuple[tuple[Change, ...], Wait | None]:
+        """The changes a stale workload would roll to, and why it may not now (None: it may)."""
+        changes = self.changes(ref.namespace, stale)
+        return changes, self.wait(ref, changes)
+
+    def wait(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
+        if self.cap:
+            busy = self.in_flight(ref.namespace, but=ref)
+            if busy >= self.cap:
+                return Wait(
+                    WaitReason.CAP,
+                    f"{busy} config rollouts are in flight in namespace {ref.namespace}, the "
+                    f"most configpin starts at once in one namespace (--max-rolling {self.cap})",
+                )
         if self.steps is None:
             return None
         for change in changes:
             plan = self.plan(change)
             at = next((i for i, wave in enumerate(plan) if ref in wave), None)
             if at is None:
-                plan = self.plan(change, refresh=True)  # stale since the plan was made
+                plan = self.plan(change, refresh=True)  # stale since the order was made
                 at = next((i for i, wave in enumerate(plan) if ref in wave), len(plan))
             for i, wave in enumerate(plan):
-                states = [self._state(r, change) for r in wave]
-                if FAILED in states:
-                    failed = wave[states.index(FAILED)]
-                    return (
+                vouching = [r for r in wave if self.vouches(r, change)]
+                states = [self._state(r, change) for r in vouching]
+                if State.FAILED in states:
+                    failed = vouching[states.index(State.FAILED)]
+                    return Wait(
+                        WaitReason.STOPPED,
                         f"the rollout of {failed} to {change} failed (wave {i + 1} of "
-                        f"{len(plan)}): the waves after it are not rolled"
+                        f"{len(plan)}): the waves after it are not rolled",
                     )
                 if i >= at:
                     break
-                done = states.count(COMPLETE)
-                if done < len(wave):
-                    return (
+                done = states.count(State.COMPLETE)
+                if done < len(vouching):
+                    return Wait(
+                        WaitReason.WAVE,
                         f"{change} rolls in waves: wave {at + 1} of {len(plan)} starts when "
-                        f"wave {i + 1} is complete ({done} of {len(wave)} rollouts)"
+                        f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
                     )
         return None
 
 
 class Waiting:
     """The stale workloads whose rollout waits (a later wave, the cap on rollouts in flight),
-    to look at again when a rollout ends, however its end reached the index."""
+    to look at again when a rollout ends or stops holding a place, however that reached the
+    index."""
 
     def __init__(self) -> None:
         self._refs: set[WorkloadRef] = set()
         self._lock = threading.Lock()
         self.moves = 0  # rollouts that ended, so far
 
-    def ended(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> list[WorkloadRef]:
-        """The workloads to look at again now that `entry` was put in the index over
-        `before`: every one waiting if its rollout ended with this, none otherwise."""
-        record, was = entry.rollout, before.rollout if before is not None else None
-        if record is None or record.state == ROLLING or (was is not None and was == record):
+    def ended(self, entry: WorkloadEntry | None, before: WorkloadEntry | None) -> list[WorkloadRef]:
+        """The workloads to look at again now that `entry` was put in the index over `before`
+        (None: removed): every one waiting if a rollout ended or freed its place with this
+        (it completed, failed, left; was paused; was deleted), none otherwise."""
+        was = before.rollout if before is not None else None
+        if entry is None:
+            moved = was is not None
+        else:
+            now = entry.rollout
+            moved = (now is not None and not entry.rolling and now != was) or (
+                before is not None and entry.paused != before.paused
+            )
+        if not moved:
             return []
         with self._lock:
             self.moves += 1
-            return list(self._refs - {entry.ref})
+            mine = entry.ref if entry is not None else None
+            return [r for r in self._refs if r != mine]
+
+    def freed(self) -> list[WorkloadRef]:
+        """Every workload waiting, to look at again: places were freed otherwise (rollouts
+        superseded by a newer change)."""
+        with self._lock:
+            self.moves += 1
+            return list(self._refs)
 
     def looked_at(self, ref: WorkloadRef, *, waits: bool, moves_before: int) -> bool:
         """`ref` was looked at (from when `moves` was `moves_before`), and waits or not; True

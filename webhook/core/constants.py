@@ -1,4 +1,5 @@
-"""Names from the product contract (shared/SPEC.md). Change them nowhere else."""
+"""The names users see: annotations, labels, modes (the tables of docs/annotations.md, which
+tests/unit/test_docs.py holds to these). Change them nowhere else."""
 
 from typing import Final
 
@@ -60,11 +61,8 @@ ANN_REFRESHED: Final = "configpin.io/refreshed"
 # Safe delivery. On a workload's own metadata, set by its owner:
 #   what configpin does when a rollout it started fails: undo (snapshot mode's default: back
 #   to the previous copies), hold (checksum mode's: start nothing more for that change), none
+#   (webhook.core.delivery.Action)
 ANN_ON_FAILURE: Final = "configpin.io/on-failure"
-ON_FAILURE_UNDO: Final = "undo"
-ON_FAILURE_HOLD: Final = "hold"
-ON_FAILURE_NONE: Final = "none"
-ON_FAILURE_POLICIES: Final = (ON_FAILURE_UNDO, ON_FAILURE_HOLD, ON_FAILURE_NONE)
 #   seconds its updated pods have to be Ready (kinds without a progress deadline of their own)
 ANN_PROGRESS_DEADLINE: Final = "configpin.io/progress-deadline"
 #   its place in the waves of a change consumed by several workloads (an integer, lower first)
@@ -74,3 +72,8 @@ ANN_WAVE: Final = "configpin.io/wave"
 ANN_ROLLOUT: Final = "configpin.io/rollout"
 #   content a rollout failed with (per-source digests): never rolled to again
 ANN_REJECTED: Final = "configpin.io/rejected"
+# On a ConfigMap or Secret, set by its owner: "true" makes its changes one change across every
+# namespace where a source of that name is so marked and holds the same content (a platform
+# ConfigMap copied into each team's namespace): one set of waves for all of them. Otherwise a
+# change is its namespace's own: a rollout in one namespace never waits for another's.
+ANN_SHARED: Final = "configpin.io/shared"

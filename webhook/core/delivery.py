@@ -6,14 +6,16 @@ Pure: every decision is made from objects as read (a workload, its pods) and the
 - The rollout record (`configpin.io/rollout`, on the workload's own metadata) is what
   configpin waits for: the per-source digests it rolled to and from, the reference names the
   template had before (snapshot mode: the previous copies), when, which change(s) it belongs
-  to, and a fingerprint of the pod template as configpin wrote it. It is signed with the digest
-  key over the workload's identity, so a record a tenant writes is not believed.
+  to, whether the workload was healthy before, and a fingerprint of the pod template as
+  configpin wrote it. It is signed with the digest key over the workload's identity, so a
+  record a tenant writes is not believed. `started` is the one place a record is made.
 - `assess` tells from the workload's status (and its pods) whether that rollout is complete,
-  still going, or failed, and by which signal.
-- `undo_ops` writes the template's references and configpin's record back to the revision
-  before the change, touching nothing else, and only when nothing else changed since.
-- `wave_plan` orders the workloads a change reaches (configpin.io/wave first, then spread
-  across namespaces, stable) and cuts them into waves (`--rollout-waves`).
+  still going, failed (and by which signal) or left (scaled to zero: it proves nothing);
+  `rolled_back` whether someone else took the template back off the content rolled to.
+- `undo_ops` writes the template's references and configpin's record back to the last content
+  that completed there, touching nothing else, and only when nothing else changed since.
+- `cut_waves` cuts the workloads a change reaches into waves (`--rollout-waves`), over those
+  that can vouch for it (healthy before, with pods): the others join the last wave.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import hmac
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from enum import StrEnum
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -37,25 +40,106 @@ from webhook.core.constants import (
     ANN_SOURCES,
     ANN_WAVE,
     MODE_SNAPSHOT,
-    ON_FAILURE_HOLD,
-    ON_FAILURE_POLICIES,
-    ON_FAILURE_UNDO,
 )
-from webhook.core.kinds import WorkloadKind
-from webhook.core.model import JSONObject, PatchOp, SourceId
+from webhook.core.kinds import RolloutStyle, WorkloadKind
+from webhook.core.model import JSONObject, PatchOp, SourceId, SourceKind
 from webhook.core.names import pointer
 from webhook.core.refs import find_sites, get_path
+from webhook.core.times import parse_time
 
 DEFAULT_PROGRESS_DEADLINE: Final = 600.0  # the Deployment default (progressDeadlineSeconds)
 _MAX_PROGRESS_DEADLINE: Final = 7 * 24 * 3600.0
 RESTART_LIMIT: Final = 3  # an updated pod's container restarted this often: the rollout failed
 _WAVE_BOUND: Final = 1_000_000
-
-ROLLING: Final = "rolling"
-COMPLETE: Final = "complete"
-FAILED: Final = "failed"
+_CLOCK_SKEW: Final = 1.0  # seconds between configpin's clock and the API server's, tolerated
 
 _RECORD_DOMAIN: Final = b"configpin/rollout/v1"
+
+
+class State(StrEnum):
+    """How a config rollout configpin started stands (the record's `state`)."""
+
+    ROLLING = "rolling"  # followed: its updated pods are not all Ready yet
+    COMPLETE = "complete"  # every updated pod Ready with the new content
+    FAILED = "failed"  # a failure signal, or a person rolled it back
+    LEFT = "left"  # scaled to zero while rolling: it proves nothing about the change
+
+
+class Action(StrEnum):
+    """What a failed rollout led to: the policy the workload asked for
+    (`configpin.io/on-failure`: undo, hold, none), or a person's own rollback, kept."""
+
+    UNDO = "undo"
+    HOLD = "hold"
+    NONE = "none"
+    PERSON = "rolled-back-by-person"
+
+    @property
+    def rejects(self) -> bool:
+        """The content is recorded as rejected on the workload (never rolled to again)."""
+        return self is not Action.NONE
+
+
+ON_FAILURE: Final[tuple[Action, ...]] = (Action.UNDO, Action.HOLD, Action.NONE)
+
+
+class Standing(StrEnum):
+    """How a workload stood before a change: only a healthy one with pods can vouch for it."""
+
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"  # not available, or failing already
+    EMPTY = "empty"  # no pods (scaled to zero): nothing to prove anything with
+
+
+class WaitReason(StrEnum):
+    """Why a stale workload does not roll yet (the wave gate's answer)."""
+
+    CAP = "cap"  # its namespace has --max-rolling rollouts in flight
+    WAVE = "wave"  # an earlier wave of the change is not complete
+    STOPPED = "stopped"  # an earlier wave of the change failed: the waves after it never start
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    reason: WaitReason
+    why: str  # in a person's words
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Change:
+    """One change: a source's new content (`content`: a prefix of its digest under the digest
+    key itself, so equal content anywhere is the same). A change is its namespace's own;
+    `namespace` "" is a change shared across every namespace whose source of that name is
+    marked `configpin.io/shared` and holds that content."""
+
+    namespace: str
+    source: SourceId
+    content: str
+
+    def __str__(self) -> str:
+        text = f"{self.source}@{self.content}"
+        return f"{self.namespace}/{text}" if self.namespace else text
+
+    @property
+    def shared(self) -> bool:
+        return not self.namespace
+
+    @classmethod
+    def of(cls, namespace: str, sid: SourceId, content: str, *, shared: bool) -> Change:
+        return cls("" if shared else namespace, sid, content[:20])
+
+    @classmethod
+    def parse(cls, text: str) -> Change | None:
+        head, at, content = text.rpartition("@")
+        parts = head.split("/")
+        if not at or len(parts) not in (2, 3) or not content:
+            return None
+        namespace = parts[0] if len(parts) == 3 else ""
+        try:
+            kind = SourceKind(parts[-2])
+        except ValueError:
+            return None
+        return cls(namespace, SourceId(kind, parts[-1]), content)
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -67,26 +151,28 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 # --- the workload's own settings -----------------------------------------------------------
 
 
-def on_failure_policy(obj: Mapping[str, Any], mode: str) -> tuple[str, str | None]:
+def on_failure_policy(obj: Mapping[str, Any], mode: str) -> tuple[Action, str | None]:
     """What a failed rollout of this workload leads to, and a warning when its annotation asks
     for what it cannot have (an unknown policy; undo in checksum mode, where the content was
     changed in place and cannot be brought back): those hold."""
-    default = ON_FAILURE_UNDO if mode == MODE_SNAPSHOT else ON_FAILURE_HOLD
+    default = Action.UNDO if mode == MODE_SNAPSHOT else Action.HOLD
     value = _annotations(obj).get(ANN_ON_FAILURE)
     if value is None:
         return default, None
-    if value not in ON_FAILURE_POLICIES:
+    if value not in ON_FAILURE:
         return default, f"{ANN_ON_FAILURE}: unknown policy {str(value)[:64]!r}: {default}"
-    if value == ON_FAILURE_UNDO and mode != MODE_SNAPSHOT:
-        return ON_FAILURE_HOLD, (
+    action = Action(value)
+    if action is Action.UNDO and mode != MODE_SNAPSHOT:
+        return Action.HOLD, (
             f"{ANN_ON_FAILURE}: undo needs snapshot mode (checksum mode changes content in "
             "place, which cannot be brought back): it holds"
         )
-    return str(value), None
+    return action, None
 
 
 def progress_deadline(obj: Mapping[str, Any]) -> float:
-    """Seconds the updated pods of a kind without a deadline of its own have to be Ready."""
+    """Seconds the updated pods of a kind without a deadline of its own may go without one of
+    them becoming Ready."""
     value = _annotations(obj).get(ANN_PROGRESS_DEADLINE)
     try:
         seconds = float(value) if isinstance(value, str) else DEFAULT_PROGRESS_DEADLINE
@@ -114,29 +200,31 @@ def wave_of(obj: Mapping[str, Any]) -> int:
 class RolloutRecord:
     """A config rollout configpin started on a workload, and how it went."""
 
-    state: str  # rolling, complete, failed
+    state: State
     to: Mapping[str, str]  # the per-source digests rolled to
-    before: Mapping[str, str]  # ... and from
+    before: Mapping[str, str]  # ... and from: the last content that completed there
     since: float  # when it started (seconds since the epoch)
-    changes: tuple[str, ...] = ()  # the change(s) it belongs to (`change_of`)
+    changes: tuple[Change, ...] = ()  # the change(s) it belongs to
     # what the template's references named before, by what they name now (snapshot mode):
-    # "configmap/<new copy>" -> "<source>/<previous name>"
+    # "configmap/<new copy>" -> "<source>/<previous name>" (the last copy that completed)
     refs: Mapping[str, str] = field(default_factory=dict)
     template: str = ""  # fingerprint of the pod template as configpin wrote it
     signal: str = ""  # (failed) what failed, in a person's words
-    action: str = ""  # (failed) what configpin did about it: undo, hold, none
+    action: Action | None = None  # (failed) what came of it
+    healthy: bool = True  # healthy with pods before the change: it vouches for it, or not
 
     def _body(self) -> dict[str, Any]:
         return {
-            "state": self.state,
+            "state": self.state.value,
             "to": dict(self.to),
             "before": dict(self.before),
             "since": self.since,
-            "changes": list(self.changes),
+            "changes": [str(c) for c in self.changes],
             "refs": dict(self.refs),
             "template": self.template,
             "signal": self.signal,
-            "action": self.action,
+            "action": self.action.value if self.action is not None else "",
+            "healthy": self.healthy,
         }
 
     def encode(self, hkey: bytes, identity: str) -> str:
@@ -160,21 +248,26 @@ class RolloutRecord:
         if not isinstance(sig, str) or not hmac.compare_digest(sig, _sign(hkey, identity, body)):
             return None
         try:
+            changes = tuple(Change.parse(str(c)) for c in body["changes"])
+            action = str(body["action"])
             return cls(
-                state=str(body["state"]),
+                state=State(body["state"]),
                 to=_str_map(body["to"]),
                 before=_str_map(body["before"]),
                 since=float(body["since"]),
-                changes=tuple(str(c) for c in body["changes"]),
+                changes=tuple(c for c in changes if c is not None),
                 refs=_str_map(body["refs"]),
                 template=str(body["template"]),
                 signal=str(body["signal"]),
-                action=str(body["action"]),
+                action=Action(action) if action else None,
+                healthy=body.get("healthy", True) is not False,  # (records before it: healthy)
             )
         except (KeyError, TypeError, ValueError):
             return None
 
-    def ended(self, state: str, *, signal: str = "", action: str = "") -> RolloutRecord:
+    def ended(
+        self, state: State, *, signal: str = "", action: Action | None = None
+    ) -> RolloutRecord:
         return RolloutRecord(
             state,
             self.to,
@@ -185,11 +278,20 @@ class RolloutRecord:
             self.template,
             signal,
             action,
+            self.healthy,
         )
 
     def changed_sources(self) -> list[str]:
         """The sources whose digest the rollout changed (`configmap/<name>`)."""
         return sorted(k for k, v in self.to.items() if self.before.get(k) != v)
+
+    @property
+    def unproven(self) -> bool:
+        """The content it rolled to never completed on the workload, and the template still
+        points at it (superseded while rolling, scaled to zero, failed and held or left)."""
+        return self.state in (State.ROLLING, State.LEFT) or (
+            self.state is State.FAILED and self.action in (Action.HOLD, Action.NONE)
+        )
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -205,15 +307,15 @@ def _sign(hkey: bytes, identity: str, body: Mapping[str, Any]) -> str:
     return hmac.digest(hkey, msg, "sha256").hex()
 
 
-def workload_identity(obj: Mapping[str, Any]) -> str:
+def identity(kind: str, namespace: str, name: str) -> str:
     """What a rollout record is signed over: the workload's kind, namespace and name (a record
     copied onto another workload is not believed)."""
-    meta = obj.get("metadata") or {}
-    return "/".join(str(x) for x in (obj.get("kind"), meta.get("namespace"), meta.get("name")))
-
-
-def identity_of(kind: str, namespace: str, name: str) -> str:
     return f"{kind}/{namespace}/{name}"
+
+
+def workload_identity(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return identity(str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
 
 
 def rollout_record(hkey: bytes, obj: Mapping[str, Any]) -> RolloutRecord | None:
@@ -232,11 +334,83 @@ def template_fingerprint(template: Any) -> str:
     return hashlib.sha256(orjson.dumps(template, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
-def change_of(sid: SourceId, content: str) -> str:
-    """The name of one change: a source by its kind and name, and its new content, keyed
-    without the namespace (`content`: the source's digest under the digest key itself), so
-    that the same content reaching workloads in several namespaces is one change."""
-    return f"{sid}@{content[:20]}"
+def template_sources(kind: WorkloadKind, obj: Mapping[str, Any]) -> dict[str, str] | None:
+    """The record on the workload's pod template (`configpin.io/sources`): what its pods run."""
+    meta = get_path(obj, kind.meta_path)
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return digest_mapping(annotations.get(ANN_SOURCES) if isinstance(annotations, dict) else None)
+
+
+def rolled_back(kind: WorkloadKind, obj: Mapping[str, Any], record: RolloutRecord) -> bool:
+    """Whether the pod template no longer names the content `record` rolled to, for a source
+    the rollout changed: someone else took it back (`kubectl rollout undo`, a GitOps revert).
+    configpin itself never does so without ending the record in the same write."""
+    names = template_sources(kind, obj) or {}
+    return any(names.get(k) != record.to[k] for k in record.changed_sources())
+
+
+def started(
+    kind: WorkloadKind,
+    obj: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    *,
+    to: Mapping[str, str],
+    before: Mapping[str, str],
+    changes: Iterable[Change],
+    now: float,
+    healthy: bool,
+    made: Mapping[str, str] | None = None,
+    previous: RolloutRecord | None = None,
+) -> RolloutRecord:
+    """The record of a rollout configpin is about to write: the one place one is made.
+
+    `obj`: the workload as read, `after`: as the write leaves it (both None when the re-stamp
+    is planned from the index alone: then nothing can be undone, which checksum mode never
+    does); `before`: the digests its template recorded; `made`: the snapshot copies the
+    write points at, by name, and their sources' names; `previous`: the record it carries.
+
+    What it rolls from is the last content that completed there: a rollout that never did
+    (superseded while rolling, held, left) passes its own starting point on, so that an undo
+    never lands on content that never worked. Kinds whose pods are not replaced (a
+    ReplicaSet, a CronJob) have nothing to follow: their record is complete at once."""
+    start = dict(before)
+    inherited: Mapping[str, str] = {}
+    # (a person's rollback of it leaves the template on good content: nothing to pass on)
+    if previous is not None and previous.unproven and not rolled_back(kind, obj or {}, previous):
+        for key in previous.changed_sources():
+            if to.get(key) == before.get(key):
+                continue  # not rolled again by this rollout: its references stay
+            if key in previous.before:
+                start[key] = previous.before[key]
+            else:
+                start.pop(key, None)
+        inherited = previous.refs
+    refs: dict[str, str] = {}
+    template = ""
+    if obj is not None and after is not None:
+        copies = made or {}
+        old_spec, new_spec = get_path(obj, kind.spec_path), get_path(after, kind.spec_path)
+        old_sites = {
+            s.path: s.source for s in find_sites(old_spec if isinstance(old_spec, dict) else {})
+        }
+        for site in find_sites(new_spec if isinstance(new_spec, dict) else {}):
+            was = old_sites.get(site.path)
+            if was is not None and was != site.source and site.source.name in copies:
+                refs[str(site.source)] = inherited.get(
+                    str(was), f"{copies[site.source.name]}/{was.name}"
+                )
+        found = get_path(after, kind.template) if kind.template else after
+        template = template_fingerprint(found)
+    return RolloutRecord(
+        State.ROLLING if kind.rollout is not None else State.COMPLETE,
+        to=dict(to),
+        before=start,
+        since=now,
+        changes=tuple(changes),
+        refs=refs,
+        template=template,
+        healthy=healthy,
+    )
 
 
 # --- following a rollout -------------------------------------------------------------------
@@ -244,7 +418,7 @@ def change_of(sid: SourceId, content: str) -> str:
 
 @dataclass(frozen=True)
 class Progress:
-    state: str  # rolling, complete, failed
+    state: State
     signal: str = ""  # (failed) the signal, in a person's words
 
 
@@ -258,23 +432,34 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _complete(how: str, obj: Mapping[str, Any]) -> bool | None:
+def _wanted(how: RolloutStyle, obj: Mapping[str, Any]) -> int | None:
+    """How many pods the workload asks for (None: not told yet)."""
+    if how is RolloutStyle.DAEMONSET:
+        status = obj.get("status") or {}
+        if not _status_caught_up(obj):
+            return None
+        return _int(status.get("desiredNumberScheduled"))
+    replicas = (obj.get("spec") or {}).get("replicas", 1)
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+
+
+def _complete(how: RolloutStyle, obj: Mapping[str, Any]) -> bool | None:
     """Whether the workload's own status says its rolling update is complete (every updated
     pod Ready, none of the old left); None: it has no rolling update configpin can follow."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     strategy = (spec.get("updateStrategy") or {}).get("type")
-    if how != "deployment" and strategy == "OnDelete":
+    if how is not RolloutStyle.DEPLOYMENT and strategy == "OnDelete":
         return None  # its pods change only when someone deletes them
     if not _status_caught_up(obj):
         return False
-    if how == "deployment":
+    if how is RolloutStyle.DEPLOYMENT:
         want = _int(spec.get("replicas", 1))
         return (
             _int(status.get("updatedReplicas")) >= want
             and _int(status.get("replicas")) <= want
             and _int(status.get("readyReplicas")) >= want
         )
-    if how == "statefulset":
+    if how is RolloutStyle.STATEFULSET:
         want = _int(spec.get("replicas", 1))
         rolling = (spec.get("updateStrategy") or {}).get("rollingUpdate") or {}
         partition = min(_int(rolling.get("partition")), want)
@@ -282,13 +467,17 @@ def _complete(how: str, obj: Mapping[str, Any]) -> bool | None:
             _int(status.get("updatedReplicas")) >= want - partition
             and _int(status.get("readyReplicas")) >= want
         )
-    if how == "daemonset":
-        want = _int(status.get("desiredNumberScheduled"))
-        return (
-            _int(status.get("updatedNumberScheduled")) >= want
-            and _int(status.get("numberReady")) >= want
-        )
-    return None
+    want = _int(status.get("desiredNumberScheduled"))
+    return (
+        _int(status.get("updatedNumberScheduled")) >= want
+        and _int(status.get("numberReady")) >= want
+    )
+
+
+def _conditions(obj: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, dict):
+            yield cond
 
 
 def _deadline_exceeded(obj: Mapping[str, Any]) -> str | None:
@@ -296,10 +485,9 @@ def _deadline_exceeded(obj: Mapping[str, Any]) -> str | None:
     generation it has now."""
     if not _status_caught_up(obj):
         return None
-    for cond in (obj.get("status") or {}).get("conditions") or ():
+    for cond in _conditions(obj):
         if (
-            isinstance(cond, dict)
-            and cond.get("type") == "Progressing"
+            cond.get("type") == "Progressing"
             and cond.get("status") == "False"
             and cond.get("reason") == "ProgressDeadlineExceeded"
         ):
@@ -309,12 +497,46 @@ def _deadline_exceeded(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _restarted(pods: Iterable[Mapping[str, Any]], record: RolloutRecord) -> str | None:
-    """An updated pod (it carries the record rolled to) whose container restarted
-    RESTART_LIMIT times or more: the new content keeps it from running."""
-    for pod in pods:
-        sources = digest_mapping(_annotations(pod).get(ANN_SOURCES))
-        if sources != dict(record.to):
+def standing(kind: WorkloadKind, obj: Mapping[str, Any]) -> Standing:
+    """How the workload stands now, by its own status: a change it is not healthy for (not
+    available, failing already) or has no pods for cannot be proved or disproved on it."""
+    how = kind.rollout
+    if how is None:
+        return Standing.HEALTHY  # its pods are not replaced: nothing to follow or vouch with
+    if _wanted(how, obj) == 0:
+        return Standing.EMPTY
+    if how is RolloutStyle.DEPLOYMENT:
+        for cond in _conditions(obj):
+            kind_of, status = cond.get("type"), cond.get("status")
+            if (kind_of == "Available" and status == "False") or (
+                kind_of == "Progressing"
+                and status == "False"
+                and cond.get("reason") == "ProgressDeadlineExceeded"
+            ):
+                return Standing.UNHEALTHY
+        return Standing.HEALTHY
+    if not _status_caught_up(obj):
+        return Standing.HEALTHY  # not told yet
+    status = obj.get("status") or {}
+    if how is RolloutStyle.STATEFULSET:
+        want = _wanted(how, obj) or 0
+        return Standing.UNHEALTHY if _int(status.get("readyReplicas")) < want else Standing.HEALTHY
+    unavailable = _int(status.get("numberUnavailable"))
+    return Standing.UNHEALTHY if unavailable > 0 else Standing.HEALTHY
+
+
+def _updated(pods: Iterable[Mapping[str, Any]], record: RolloutRecord) -> list[Mapping[str, Any]]:
+    """The pods that run what the rollout rolled to (they carry its record)."""
+    return [p for p in pods if digest_mapping(_annotations(p).get(ANN_SOURCES)) == dict(record.to)]
+
+
+def _restarted(updated: Iterable[Mapping[str, Any]], record: RolloutRecord) -> str | None:
+    """An updated pod started by this rollout whose container restarted RESTART_LIMIT times
+    or more: the new content keeps it from running. (An updated pod older than the rollout, of
+    a revision rolled back to, restarted before: those restarts are not this rollout's.)"""
+    for pod in updated:
+        created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+        if created is None or created < math.floor(record.since) - _CLOCK_SKEW:
             continue
         status = pod.get("status") or {}
         for key in ("initContainerStatuses", "containerStatuses"):
@@ -326,6 +548,20 @@ def _restarted(pods: Iterable[Mapping[str, Any]], record: RolloutRecord) -> str 
                         f"{_int(cs.get('restartCount'))} times"
                     )
     return None
+
+
+def last_progress(updated: Iterable[Mapping[str, Any]], record: RolloutRecord) -> float:
+    """When the rollout last made progress: its start, or the latest time an updated pod
+    became Ready."""
+    latest = record.since
+    for pod in updated:
+        for cond in (pod.get("status") or {}).get("conditions") or ():
+            ready = isinstance(cond, dict) and cond.get("type") == "Ready"
+            if ready and cond.get("status") == "True":
+                when = parse_time(cond.get("lastTransitionTime"))
+                if when is not None and when > latest:
+                    latest = when
+    return latest
 
 
 def digest_mapping_any(text: Any) -> dict[str, Any]:
@@ -358,34 +594,46 @@ def assess(
     record: RolloutRecord,
     now: float,
 ) -> Progress:
-    """How the rollout `record` names is going on `obj` (as read now), its `pods` listed."""
+    """How the rollout `record` names is going on `obj` (as read now), its `pods` listed.
+
+    Signals are about this rollout: restarts count from its start, and for kinds without a
+    deadline of their own the deadline is time without progress (no updated pod became
+    Ready), as a Deployment's is. A workload scaled to zero proves nothing either way: it
+    left."""
     how = kind.rollout
+    if how is not None and _wanted(how, obj) == 0:
+        return Progress(State.LEFT)
     done = _complete(how, obj) if how is not None else None
     if done is None or done:
-        return Progress(COMPLETE)
-    restarted = _restarted(pods, record)
+        return Progress(State.COMPLETE)
+    updated = _updated(pods, record)
+    restarted = _restarted(updated, record)
     if restarted is not None:
-        return Progress(FAILED, restarted)
-    if how == "deployment":
+        return Progress(State.FAILED, restarted)
+    if how is RolloutStyle.DEPLOYMENT:
         exceeded = _deadline_exceeded(obj)
         if exceeded is not None:
-            return Progress(FAILED, exceeded)
-        return Progress(ROLLING)
+            return Progress(State.FAILED, exceeded)
+        return Progress(State.ROLLING)
     deadline = progress_deadline(obj)
-    if now - record.since > deadline:
+    if now - last_progress(updated, record) > deadline:
         return Progress(
-            FAILED,
-            f"its updated pods were not all Ready within {deadline:g} s ({ANN_PROGRESS_DEADLINE})",
+            State.FAILED,
+            f"none of its updated pods became Ready for {deadline:g} s ({ANN_PROGRESS_DEADLINE})",
         )
-    return Progress(ROLLING)
+    return Progress(State.ROLLING)
 
 
 def poll_after(
-    kind: WorkloadKind, obj: Mapping[str, Any], record: RolloutRecord, now: float
+    kind: WorkloadKind,
+    obj: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    record: RolloutRecord,
+    now: float,
 ) -> float:
     """How soon to look again at a rollout still going (its pods' restarts, a deadline)."""
-    if kind.rollout != "deployment":
-        left = record.since + progress_deadline(obj) - now
+    if kind.rollout is not RolloutStyle.DEPLOYMENT:
+        left = last_progress(_updated(pods, record), record) + progress_deadline(obj) - now
         if 0 < left < 5.0:
             return max(0.5, left + 0.1)
     return 5.0
@@ -401,11 +649,13 @@ def undo_ops(
     nskey: bytes,
     is_copy: Callable[[str, str], bool],
 ) -> tuple[list[PatchOp], str | None]:
-    """Ops that point the template back at the references it had before the rollout (the
-    previous copies) and write configpin's record back to what it was; or why not: the
-    template changed since configpin wrote it (an image, a command: not configpin's to take
-    back), or a previous copy is not a copy configpin made of that source (`is_copy(source
-    key, name)`)."""
+    """Ops that point the template back at the references of the last content that completed
+    (the previous copies) and write configpin's record back to it; or why not: no copy to go
+    back to, the template changed since configpin wrote it (an image, a command: not
+    configpin's to take back), or a previous copy is not a copy configpin made of that source
+    (`is_copy(source key, name)`)."""
+    if not record.refs:
+        return [], "it kept no copy of the content before it to go back to"
     template = get_path(obj, kind.template) if kind.template else obj
     if not record.template or template_fingerprint(template) != record.template:
         return [], "its pod template changed since configpin's re-stamp (not only its config)"
@@ -464,6 +714,14 @@ def rejected_text(obj: Mapping[str, Any], record: RolloutRecord) -> str:
     out = rejected(obj)
     out.update((k, record.to[k]) for k in record.changed_sources())
     return digest.canonical_mapping(out)
+
+
+def proven(obj: Mapping[str, Any], record: RolloutRecord) -> dict[str, str] | None:
+    """The workload's rejected content less what this completed rollout showed to work there
+    (a re-apply rolled it back to that content, and it completed); None: nothing proved."""
+    out = rejected(obj)
+    kept = {k: v for k, v in out.items() if record.to.get(k) != v}
+    return None if len(kept) == len(out) else kept
 
 
 # --- waves ---------------------------------------------------------------------------------
@@ -552,13 +810,32 @@ def wave_order(members: Iterable[Member]) -> list[Member]:
     return out
 
 
-def wave_plan(members: Iterable[Member], steps: Sequence[WaveStep] | None) -> list[list[Member]]:
-    ordered = wave_order(members)
+_M = TypeVar("_M")
+
+
+def cut_waves(
+    ordered: Sequence[_M], vouches: Callable[[_M], bool], steps: Sequence[WaveStep] | None
+) -> list[list[_M]]:
+    """The waves of a change, its members in order: cut over those that can vouch for it
+    (healthy with pods before it), the others joining the last wave (never a canary, and what
+    comes of them holds no one up)."""
     if steps is None:
-        return [ordered] if ordered else []
-    plan: list[list[Member]] = []
+        return [list(ordered)] if ordered else []
+    counted = [m for m in ordered if vouches(m)]
+    others = [m for m in ordered if not vouches(m)]
+    plan: list[list[_M]] = []
     at = 0
-    for size in wave_sizes(len(ordered), steps):
-        plan.append(ordered[at : at + size])
+    for size in wave_sizes(len(counted), steps):
+        plan.append(counted[at : at + size])
         at += size
+    if others:
+        if plan:
+            plan[-1] = plan[-1] + others
+        else:
+            plan.append(others)
     return plan
+
+
+def wave_plan(members: Iterable[Member], steps: Sequence[WaveStep] | None) -> list[list[Member]]:
+    """The waves of members that all vouch for the change."""
+    return cut_waves(wave_order(members), lambda _m: True, steps)

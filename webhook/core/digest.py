@@ -36,6 +36,7 @@ import orjson
 
 from webhook.core.constants import (
     ANN_IGNORE,
+    ANN_SHARED,
     ANN_SIGNATURE,
     ANN_SOURCE,
     LABEL_SNAPSHOT,
@@ -222,6 +223,7 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         snapshot_of=proven_source(hkey, kind, obj, digests),
         uid=meta.get("uid"),
         resource_version=meta.get("resourceVersion"),
+        shared=annotations.get(ANN_SHARED) == "true",
     )
 
 

@@ -18,6 +18,14 @@ from typing import Any, Final
 Path = tuple[str | int, ...]
 
 
+class RolloutStyle(StrEnum):
+    """How a kind's status says a rolling update of its pods went (webhook.core.delivery)."""
+
+    DEPLOYMENT = "deployment"
+    STATEFULSET = "statefulset"
+    DAEMONSET = "daemonset"
+
+
 class CopyOwner(StrEnum):
     """How an object of a kind owns the snapshot copies its pod template points at."""
 
@@ -43,7 +51,7 @@ class WorkloadKind:
     copies: CopyOwner = CopyOwner.NEVER
     # how its status says a rolling update went (webhook.core.delivery), where re-stamping its
     # template replaces its pods; None: nothing to follow (its pods are not replaced)
-    rollout: str | None = None
+    rollout: RolloutStyle | None = None
     short_names: tuple[str, ...] = ()  # as kubectl knows them (`configpin status`)
     custom: bool = False  # configured by the operator, not built in
 
@@ -158,7 +166,7 @@ BUILTIN_KINDS: Final[tuple[WorkloadKind, ...]] = (
         refreshable=True,
         revisions="ReplicaSet",
         pods_via="ReplicaSet",
-        rollout="deployment",
+        rollout=RolloutStyle.DEPLOYMENT,
         short_names=("deploy",),
     ),
     WorkloadKind(
@@ -170,7 +178,7 @@ BUILTIN_KINDS: Final[tuple[WorkloadKind, ...]] = (
         rolls=True,
         refreshable=True,
         revisions="ControllerRevision",
-        rollout="statefulset",
+        rollout=RolloutStyle.STATEFULSET,
         short_names=("sts",),
     ),
     WorkloadKind(
@@ -182,7 +190,7 @@ BUILTIN_KINDS: Final[tuple[WorkloadKind, ...]] = (
         rolls=True,
         refreshable=True,
         revisions="ControllerRevision",
-        rollout="daemonset",
+        rollout=RolloutStyle.DAEMONSET,
         short_names=("ds",),
     ),
     WorkloadKind(

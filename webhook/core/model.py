@@ -58,6 +58,7 @@ class SourceRecord:
     snapshot_of: str | None = None
     uid: str | None = None
     resource_version: str | None = None
+    shared: bool = False  # configpin.io/shared: its changes are one across namespaces
     # Source digests already computed for this record, by (digest key, consumed keys). The
     # record is immutable, so they stay true; admission asks the same question every time.
     memo: dict[tuple[bytes, frozenset[str] | None], str] = field(
@@ -80,6 +81,7 @@ class SourceRecord:
             self.snapshot_of,
             self.uid,
             self.resource_version,
+            self.shared,
         )
 
 

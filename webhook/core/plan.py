@@ -19,7 +19,9 @@ from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_ON_CHANGE,
     ANN_REFRESHED,
+    ANN_REJECTED,
     ANN_ROLLED_AT,
+    ANN_ROLLOUT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
     MODE_CHECKSUM,
@@ -31,7 +33,26 @@ from webhook.core.constants import (
     ON_CHANGE_ROLL,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
-from webhook.core.kinds import POD, Path, fixed_template, kind_matches, template_paths, workload_ref
+from webhook.core.delivery import (
+    Change,
+    RolloutRecord,
+    Standing,
+    State,
+    identity,
+    rejected,
+    standing,
+    started,
+    workload_identity,
+)
+from webhook.core.kinds import (
+    POD,
+    Path,
+    fixed_template,
+    kind_matches,
+    template_paths,
+    workload_kind,
+    workload_ref,
+)
 from webhook.core.model import (
     JSONObject,
     PatchOp,
@@ -138,6 +159,9 @@ def recorded_observed(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> 
     return {}
 
 
+_NOTHING: Final[Mapping[str, str]] = {}
+
+
 class _Builder:
     """The plan being built (a plain class: one per admission, and a dataclass's default
     factories cost the compiled core a call each)."""
@@ -151,6 +175,19 @@ class _Builder:
         self.sources: dict[str, str] = {}
         self.observed: dict[str, str] = {}
         self.missing_required = False
+        # An UPDATE of a workload (safe delivery; empty otherwise): the template's own record
+        # to keep where a person took it back off a rollout in progress (checksum mode), the
+        # content rejected there, where its references pointed before, the changes it rolls
+        # back to rejected content (`_plan_live`).
+        self.kept: Mapping[str, str] = _NOTHING
+        self.rejected: Mapping[str, str] = _NOTHING
+        self.old_spec: dict[str, Any] | None = None
+        self.old_sources: Mapping[str, str] = _NOTHING
+        self.previous: Mapping[str, str] = _NOTHING
+        self.lookup: Lookup | None = None
+        self.root = b""
+        self.namespace = ""
+        self.to_rejected: list[Change] = []
 
     def point_at(self, cons: Consumption, name: str) -> None:
         for site in cons.sites:
@@ -218,14 +255,17 @@ def _without_record(template: Any) -> Any:
     return out
 
 
-def _kept_record(obj: JSONObject, old: JSONObject, meta_path: Path, mode: str) -> Plan | None:
+def _kept_record(
+    obj: JSONObject, old: JSONObject, meta_path: Path, mode: str, record_kept: list[PatchOp]
+) -> Plan | None:
     """An UPDATE that leaves the pod template as it was (configpin's record aside) and does
     not itself set a different record: the template keeps the record it has (restored where
     a client that replaced the object whole dropped it), stamped or not. Whether the workload
     is stale is the controller's to decide, from the cluster's state; admission stamping here
     would start a rollout nobody asked for (a label edit, a `replicas` change, the
     controller's own baseline write). None when the request changes the template, or sets a
-    record of its own (the controller re-stamping): that is planned."""
+    record of its own (the controller re-stamping): that is planned. `record_kept`: the ops
+    that keep the workload's rollout record (`_rollout_kept`)."""
     if not _same_but_record(obj, old, meta_path):
         return None
     new_ann = _annotations(get_path(obj, meta_path))
@@ -242,9 +282,127 @@ def _kept_record(obj: JSONObject, old: JSONObject, meta_path: Path, mode: str) -
     had = _annotations(old.get("metadata"))
     restore = {k: had[k] for k in _WORKLOAD_RECORD if k in had and k not in obj_ann}
     ops += _annotation_ops(("metadata",), obj.get("metadata"), restore)
+    ops += record_kept
     sources = parse_mapping(old_ann.get(ANN_SOURCES)) or {}
     observed = parse_mapping(obj_ann.get(ANN_OBSERVED, had.get(ANN_OBSERVED))) or sources
     return Plan(patch=ops, sources=sources, observed=observed, mode=mode, kept=True)
+
+
+def _rollout_kept(obj: JSONObject, old: JSONObject, root: bytes) -> list[PatchOp]:
+    """Ops that keep the rollout record the workload carries (`configpin.io/rollout`, signed
+    by configpin for it) when an UPDATE drops it, forges it or puts an older one back
+    (`kubectl rollout undo` puts the old ReplicaSet's copy of the workload's annotations back):
+    configpin's account of what it rolls must not be rewound by its subject. A record written
+    by configpin since (a later start, the same rollout moved on) goes through."""
+    had = _annotations(old.get("metadata")).get(ANN_ROLLOUT)
+    if had is None:
+        return []
+    now = _annotations(obj.get("metadata")).get(ANN_ROLLOUT)
+    if now == had:
+        return []
+    who = workload_identity(old)
+    before = RolloutRecord.decode(root, who, had)
+    if before is None:
+        return []
+    after = RolloutRecord.decode(root, who, now) if now is not None else None
+    if after is not None and after.since >= before.since:
+        return []
+    return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_ROLLOUT: had})
+
+
+def _delivery(
+    b: _Builder,
+    obj: JSONObject,
+    old: JSONObject,
+    root: bytes,
+    namespace: str,
+    mode: str,
+    existing: Mapping[str, str],
+    previous: Mapping[str, str],
+    lookup: Lookup,
+) -> None:
+    """What an UPDATE of a workload must keep of safe delivery (see `plan_object`), into `b`:
+    nothing to look at for most (no record, no rejected content: two dict lookups)."""
+    own, had = _annotations(obj.get("metadata")), _annotations(old.get("metadata"))
+    if ANN_REJECTED in own or ANN_REJECTED in had:
+        b.rejected = rejected(obj if ANN_REJECTED in own else old)
+        spec = get_path(old, b.spec_path)
+        b.old_spec = spec if isinstance(spec, dict) else None
+        meta = get_path(old, (*b.spec_path[:-1], "metadata"))
+        b.old_sources = parse_mapping(_annotations(meta).get(ANN_SOURCES)) or {}
+        b.previous, b.lookup, b.root, b.namespace = previous, lookup, root, namespace
+    if mode == MODE_SNAPSHOT or ANN_ROLLOUT not in had:
+        return
+    record = RolloutRecord.decode(root, workload_identity(old), had.get(ANN_ROLLOUT))
+    if record is None or record.state is not State.ROLLING:
+        return
+    # A person took the template back off the content configpin is rolling to (`kubectl
+    # rollout undo` restores the template's record of before): kept, for the controller to
+    # judge as their verdict, never stamped forward again over their head. (Snapshot mode
+    # keeps it anyway: its references point at the older copies.)
+    kept = {
+        k: existing[k]
+        for k in record.changed_sources()
+        if k in existing and existing[k] == record.before.get(k)
+    }
+    if kept:
+        b.kept = kept
+
+
+def _keep_last_good(b: _Builder, cons: Consumption, key: str, hkey: bytes) -> bool:
+    """Snapshot mode, the source's content rejected on this workload: point its references
+    back at the copy they named before this UPDATE (a re-apply names the source itself), when
+    that is a copy of this source with other content. True when it did."""
+    sid, lookup = cons.source, b.lookup
+    if b.old_spec is None or lookup is None:
+        return False
+    paths = {site.path for site in cons.sites}
+    for site in find_sites(b.old_spec):
+        name = site.source.name
+        if site.path not in paths or site.source.kind != sid.kind or name == sid.name:
+            continue
+        try:
+            snap = lookup(site.source)
+        except SourceUnavailable:
+            continue
+        if snap is None or snap.snapshot_of != sid.name:
+            continue
+        good = digest.source_digest(hkey, snap, cons.keys)
+        if good == b.rejected.get(key):
+            continue
+        b.sources[key] = good
+        b.observed[key] = b.previous.get(key, good)
+        b.snapshots[name] = SnapshotRequest(sid, name, digest.source_digest(hkey, snap))
+        b.point_at(cons, name)
+        b.warnings.append(
+            f"{sid}: its content now was rejected for this workload (a rollout of it failed, "
+            f"{ANN_REJECTED}): kept on {name}, the copy it ran; remove {ANN_REJECTED} from the "
+            "workload to roll to it anyway"
+        )
+        return True
+    return False
+
+
+def _followed(
+    b: _Builder, obj: JSONObject, old: JSONObject, root: bytes, namespace: str, now: float
+) -> str:
+    """The record of the rollout an UPDATE starts to content rejected on the workload (a
+    re-apply where no last good copy can be kept): followed like any other, so that its
+    failure holds it again and its completion shows the content works there after all."""
+    kind = workload_kind(str(obj.get("kind", "")))
+    assert kind is not None
+    record = started(
+        kind,
+        None,
+        None,
+        to=b.sources,
+        before=b.old_sources,
+        changes=b.to_rejected,
+        now=now,
+        healthy=standing(kind, old) is Standing.HEALTHY,
+    )
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    return record.encode(root, identity(kind.kind, namespace, name))
 
 
 def _same_but_record(obj: JSONObject, old: JSONObject, meta_path: Path) -> bool:
@@ -305,6 +463,7 @@ def plan_object(
     namespace: str | None = None,
     max_sources: int = MAX_SOURCES,
     allow_snapshots: bool = True,
+    now: float | None = None,
 ) -> Plan:
     """Decide how `obj` must change so that it pins and records the sources it consumes.
 
@@ -315,6 +474,12 @@ def plan_object(
 
     `refresh` (controller): sources whose change the workload must now follow even where its
     template points at a snapshot of older content (a rollback is kept otherwise).
+
+    An UPDATE of a workload keeps safe delivery's facts (`_delivery`): the rollout record it
+    carries (a client that drops it or puts an older one back, as `kubectl rollout undo` does
+    with the old ReplicaSet's annotations, does not rewind it), a person's rollback of a
+    rollout in progress, and content rejected there (kept on the last good copy in snapshot
+    mode; otherwise the rollout it causes is followed: a record is written, `now` its start).
     """
     kind = str(obj.get("kind", ""))
     paths = template_paths(kind)
@@ -349,22 +514,27 @@ def plan_object(
     meta_path, spec_path = paths
     if namespace is None:
         namespace = str(meta.get("namespace") or "default")
-    hkey = digest.namespace_key(hkey, namespace)
+    root, hkey = hkey, digest.namespace_key(hkey, namespace)
     pod_spec = get_path(obj, spec_path)
     if not isinstance(pod_spec, dict):
         return Plan(warnings=warnings, mode=mode, skipped=SkipReason.NO_POD_SPEC)
 
-    if operation == "UPDATE" and old is not None and not refresh:
-        kept = _kept_record(obj, old, meta_path, mode)
-        if kept is not None:
-            if warnings or on_change != ON_CHANGE_ROLL:
-                return kept.said(warnings, on_change)
-            return kept
+    record_kept: list[PatchOp] = []
+    if operation == "UPDATE" and old is not None and kind != POD:
+        record_kept = _rollout_kept(obj, old, root)
+        if not refresh:
+            kept = _kept_record(obj, old, meta_path, mode, record_kept)
+            if kept is not None:
+                if warnings or on_change != ON_CHANGE_ROLL:
+                    return kept.said(warnings, on_change)
+                return kept
 
     template_meta = get_path(obj, meta_path)
     existing = parse_mapping(_annotations(template_meta).get(ANN_SOURCES)) or {}
     previous = recorded_observed(obj, old)
     b = _Builder(spec_path=spec_path, warnings=warnings)
+    if operation == "UPDATE" and old is not None and kind != POD:
+        _delivery(b, obj, old, root, namespace, mode, existing, previous, lookup)
 
     consumed = consumption(find_sites(pod_spec))
     if len(consumed) > max_sources:
@@ -377,6 +547,10 @@ def plan_object(
     template_record, workload_record = _records(b, hkey)
     b.patch.extend(_annotation_ops(meta_path, template_meta, template_record))
     if kind != POD:
+        if b.to_rejected and old is not None and now is not None:
+            workload_record[ANN_ROLLOUT] = _followed(b, obj, old, root, namespace, now)
+        else:
+            b.patch.extend(record_kept)
         b.patch.extend(_annotation_ops(("metadata",), obj.get("metadata"), workload_record))
     return Plan(
         patch=b.patch,
@@ -547,6 +721,15 @@ def _plan_live(
             break
     value = digest.source_digest(hkey, record, cons.keys)
     key = source_key(sid)
+    if b.kept and key in b.kept:  # a person's rollback of a rollout in progress (checksum)
+        b.sources[key] = b.observed[key] = b.kept[key]
+        return
+    if b.rejected and b.rejected.get(key) == value:
+        if mode == MODE_SNAPSHOT and _keep_last_good(b, cons, key, hkey):
+            return
+        if b.old_sources.get(key) != value:  # (this write rolls it to that content)
+            content = digest.source_digest(b.root, record)
+            b.to_rejected.append(Change.of(b.namespace, sid, content, shared=record.shared))
     b.sources[key] = value
     b.observed[key] = value
     if mode != MODE_SNAPSHOT:

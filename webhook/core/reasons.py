@@ -45,12 +45,6 @@ class SkipReason(StrEnum):
         """The `reason` label of configpin_rollouts_skipped_total."""
         return _NOT_MANAGED_LABEL if self in _NOT_MANAGED else self.value
 
-    @property
-    def pinned_elsewhere(self) -> bool:
-        """Another object's template decides (its owner's, a referenced workload's): said
-        by whoever sees that object, not about this one."""
-        return self in (SkipReason.OWNED, SkipReason.WORKLOAD_REF)
-
 
 _NOT_MANAGED_LABEL: Final = "not-managed"
 _NOT_MANAGED: Final = frozenset(

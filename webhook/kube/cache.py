@@ -71,7 +71,7 @@ def _observe(fn: Callable[..., None], *args: object) -> None:
         log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
-_Extra: TypeAlias = tuple[str | None, bool, str | None] | None
+_Extra: TypeAlias = tuple[str | None, bool, str | None, bool] | None
 _Layout: TypeAlias = tuple[tuple[str, ...], _Extra]
 _ID: Final = struct.Struct("<I")
 
@@ -111,11 +111,17 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     keys, extra = layouts[_ID.unpack_from(entry)[0]]
     size, at = digest.KEY_DIGEST_SIZE, _ID.size
     kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
-    secret_type, ignored, snapshot_of = extra or (None, False, None)
+    secret_type, ignored, snapshot_of, shared = extra or (None, False, None, False)
     if kind is SourceKind.SECRET and secret_type is None:
         secret_type = "Opaque"
     return SourceRecord(
-        kind, name, kd, secret_type=secret_type, ignored=ignored, snapshot_of=snapshot_of
+        kind,
+        name,
+        kd,
+        secret_type=secret_type,
+        ignored=ignored,
+        snapshot_of=snapshot_of,
+        shared=shared,
     )
 
 
@@ -233,8 +239,13 @@ class SourceCache:
         names = tuple(sorted(rec.key_digests))
         extra = None
         default_type = "Opaque" if rec.kind is SourceKind.SECRET else None
-        if rec.secret_type != default_type or rec.ignored or rec.snapshot_of is not None:
-            extra = (rec.secret_type, rec.ignored, rec.snapshot_of)
+        if (
+            rec.secret_type != default_type
+            or rec.ignored
+            or rec.snapshot_of is not None
+            or rec.shared
+        ):
+            extra = (rec.secret_type, rec.ignored, rec.snapshot_of, rec.shared)
         number = self._layouts.number(names, extra)
         return b"".join((_ID.pack(number), *(rec.key_digests[k] for k in names)))
 

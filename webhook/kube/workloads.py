@@ -136,12 +136,16 @@ def update_workload(
     attempts: int = 5,
     backoff: float = 0.01,
     on_conflict: Callable[[], None] = lambda: None,
+    prepare: Callable[[JSONObject, D], D] | None = None,
     before_write: Callable[[JSONObject], None] | None = None,
 ) -> UpdateResult[D]:
     """Read the workload, decide, write the decision guarded by the read's resourceVersion;
     on 409 read again and decide again, at most `attempts` times.
 
-    `before_write` runs between the read and the write (tests use it to provoke a conflict).
+    `prepare(obj, decision)` does what must be done before the write (other objects made to
+    exist; it may answer another decision): once per distinct need, by its own account, since
+    a conflict decides again. `before_write` runs between the read and the write (tests use it
+    to provoke a conflict).
     A workload that is gone is skipped; other API errors propagate.
     """
     conflicts = 0
@@ -153,6 +157,8 @@ def update_workload(
         except NotFound:
             return UpdateResult(decision, obj, gone=True, conflicts=conflicts)
         decision = decide(obj)
+        if prepare is not None:
+            decision = prepare(obj, decision)
         if not decision.ops:
             return UpdateResult(decision, obj, conflicts=conflicts)
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")

@@ -300,6 +300,7 @@ class Admitter:
             namespace=namespace,
             max_sources=self.max_sources,
             allow_snapshots=self.allow_snapshots,
+            now=time.time(),
         )
         if fresh:
             self._read_fresh.inc()

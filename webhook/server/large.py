@@ -16,6 +16,7 @@ Only the decision core is imported here, so a spawned worker starts small.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -140,6 +141,7 @@ def plan(
             namespace=namespace,
             max_sources=max_sources,
             allow_snapshots=allow_snapshots,
+            now=time.time(),
         )
     except _Missing:
         return tuple(wanted)

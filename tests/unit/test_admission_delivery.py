@@ -1,0 +1,169 @@
+"""Admission keeps safe delivery's facts (webhook/core/plan.py, an UPDATE of a workload): the
+rollout record is not rewound by the workload's own writers, a person's rollback of a
+rollout in progress is not stamped forward over their head, and content rejected on a
+workload does not come back with a re-apply (kept on its last good copy in snapshot mode;
+otherwise the rollout it causes is followed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from harness.builders import ALL
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    apply,
+    configmap,
+    container,
+    env_cm,
+    plan,
+    pod_spec,
+    recorded_sources,
+    workload,
+)
+from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT
+from webhook.core.delivery import Action, RolloutRecord, State, rollout_record, workload_identity
+from webhook.core.model import JSONObject, Plan
+from webhook.core.plan import dumps_mapping, plan_object
+
+NOW = 1_800_000_000.0
+SPEC = pod_spec(container(env=[env_cm("cfg", "a")]))
+
+
+def _update(new: JSONObject, old: JSONObject, store: Store, mode: str) -> Plan:
+    return plan_object(
+        new,
+        hkey=HKEY,
+        lookup=store.lookup,
+        default_mode=mode,
+        operation="UPDATE",
+        old=old,
+        now=NOW,
+    )
+
+
+def _ref(obj: JSONObject) -> str:
+    name: str = obj["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"][
+        "configMapKeyRef"
+    ]["name"]
+    return name
+
+
+def _rolled(mode: str) -> tuple[Store, JSONObject, JSONObject, RolloutRecord]:
+    """A workload at v1, and as configpin's controller re-stamped it to v2, its rollout record
+    saying rolling."""
+    store = Store([configmap("cfg", {"a": "1"})])
+    obj = workload("Deployment", SPEC, annotations={ANN_MODE: mode})
+    first = plan(obj, store, mode=mode)
+    store.create_snapshots(first)
+    v1 = apply(obj, first)
+    store.put(configmap("cfg", {"a": "2"}))
+    second = plan(v1, store, mode=mode, refresh=ALL)
+    store.create_snapshots(second)
+    v2 = apply(v1, second)
+    record = RolloutRecord(
+        State.ROLLING,
+        to=recorded_sources(v2),
+        before=recorded_sources(v1),
+        since=NOW - 60,
+    )
+    v2["metadata"]["annotations"][ANN_ROLLOUT] = record.encode(HKEY, workload_identity(v2))
+    return store, v1, v2, record
+
+
+def _undo(v1: JSONObject, v2: JSONObject, annotations: dict[str, str]) -> JSONObject:
+    """`kubectl rollout undo`: the old template, and the old ReplicaSet's copy of the
+    workload's annotations in place of the workload's own."""
+    new = copy.deepcopy(v2)
+    new["spec"]["template"] = copy.deepcopy(v1["spec"]["template"])
+    new["metadata"]["annotations"] = annotations
+    return new
+
+
+def _annotations_after(new: JSONObject, p: Plan) -> dict[str, Any]:
+    out: dict[str, Any] = apply(new, p)["metadata"].get("annotations") or {}
+    return out
+
+
+def test_the_rollout_record_is_not_rewound_by_an_undo_or_dropped_by_a_replace() -> None:
+    store, v1, v2, record = _rolled("snapshot")
+    text = v2["metadata"]["annotations"][ANN_ROLLOUT]
+    older = RolloutRecord(State.COMPLETE, to={}, before={}, since=NOW - 3600)
+    for copied in (
+        {},  # the old ReplicaSet had none: dropped
+        {ANN_ROLLOUT: older.encode(HKEY, workload_identity(v2))},  # an older one put back
+        {ANN_ROLLOUT: text.replace('"rolling"', '"complete"')},  # forged
+    ):
+        p = _update(_undo(v1, v2, copied), v2, store, "snapshot")
+        assert _annotations_after(_undo(v1, v2, copied), p)[ANN_ROLLOUT] == text
+    # configpin's own later record goes through
+    later = record.ended(State.COMPLETE)
+    new = copy.deepcopy(v2)
+    new["metadata"]["annotations"][ANN_ROLLOUT] = later.encode(HKEY, workload_identity(v2))
+    p = _update(new, v2, store, "snapshot")
+    assert rollout_record(HKEY, apply(new, p)) == later
+
+
+def test_a_persons_rollback_in_checksum_mode_is_not_stamped_forward() -> None:
+    store, v1, v2, _ = _rolled("checksum")
+    undone = _undo(v1, v2, dict(v2["metadata"]["annotations"]))
+    p = _update(undone, v2, store, "checksum")
+    assert recorded_sources(apply(undone, p)) == recorded_sources(v1)  # as they left it
+    # without a rollout of configpin's in progress, an old record is stamped current
+    bare = copy.deepcopy(undone)
+    del bare["metadata"]["annotations"][ANN_ROLLOUT]
+    old = copy.deepcopy(v2)
+    del old["metadata"]["annotations"][ANN_ROLLOUT]
+    p = _update(bare, old, store, "checksum")
+    assert recorded_sources(apply(bare, p)) == recorded_sources(v2)
+
+
+def _rejected(v2: JSONObject) -> dict[str, str]:
+    return {"configmap/cfg": recorded_sources(v2)["configmap/cfg"]}
+
+
+def test_a_re_apply_keeps_a_snapshot_workload_on_its_last_good_copy() -> None:
+    store, v1, v2, record = _rolled("snapshot")
+    undone = copy.deepcopy(v1)  # configpin undid v2: back on v1's copy, v2 rejected
+    undone["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
+    undone["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
+        State.FAILED, signal="s", action=Action.UNDO
+    ).encode(HKEY, workload_identity(v2))
+    reapplied = copy.deepcopy(undone)  # the manifest in Git names the source itself
+    reapplied["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"][
+        "configMapKeyRef"
+    ]["name"] = "cfg"
+    p = _update(reapplied, undone, store, "snapshot")
+    stored = apply(reapplied, p)
+    assert _ref(stored) == _ref(v1) and recorded_sources(stored) == recorded_sources(v1)
+    assert any("rejected" in w and _ref(v1) in w for w in p.warnings)
+    assert [r.snapshot_name for r in p.snapshots] == [_ref(v1)]  # kept alive
+    # released (the annotation removed): the re-apply rolls to it
+    released = copy.deepcopy(reapplied)
+    del released["metadata"]["annotations"][ANN_REJECTED]
+    old = copy.deepcopy(undone)
+    del old["metadata"]["annotations"][ANN_REJECTED]
+    p = _update(released, old, store, "snapshot")
+    assert recorded_sources(apply(released, p)) == recorded_sources(v2)
+
+
+def test_a_re_apply_that_rolls_a_checksum_workload_to_rejected_content_is_followed() -> None:
+    store, v1, v2, record = _rolled("checksum")
+    held = copy.deepcopy(v1)  # held, then a person's rollout undo: the template on v1
+    held["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
+    held["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
+        State.FAILED, signal="s", action=Action.HOLD
+    ).encode(HKEY, workload_identity(v2))
+    reapplied = copy.deepcopy(held)
+    reapplied["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"  # what Git says
+    p = _update(reapplied, held, store, "checksum")
+    stored = apply(reapplied, p)
+    assert recorded_sources(stored) == recorded_sources(v2)  # it rolls to it...
+    followed = rollout_record(HKEY, stored)  # ... and that rollout is followed
+    assert followed is not None and followed.state is State.ROLLING and followed.since == NOW
+    assert dict(followed.to) == recorded_sources(v2)
+    assert dict(followed.before) == recorded_sources(v1)
+    assert [str(c.source) for c in followed.changes] == ["configmap/cfg"]
+    assert json.loads(stored["metadata"]["annotations"][ANN_REJECTED]) == _rejected(v2)
