@@ -95,6 +95,10 @@ class Delivery:
     paused: bool = False  # a paused Deployment: its rollout holds no place (--max-rolling)
 
 
+# A workload with nothing else to say than how it stands (scaled to zero, unavailable): one
+# shared Delivery each, not one per workload.
+_STANDING_ONLY: Final = {s: Delivery(None, None, 0, s) for s in Standing}
+
 _BRIEFS_MAX: Final = 4096
 _briefs: dict[tuple[State, tuple[Change, ...], bool], RolloutBrief] = {}
 
@@ -380,7 +384,7 @@ def entry_from_object(
         refused = tuple(sorted(rejected(obj).items())) or None
         delivery = Delivery(_brief(record), refused, wave_of(obj), stands, paused)
     elif stands is not Standing.HEALTHY:
-        delivery = Delivery(None, None, 0, stands)
+        delivery = _STANDING_ONLY[stands]
     return WorkloadEntry(
         ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv, delivery
     )
