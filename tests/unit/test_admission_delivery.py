@@ -167,3 +167,18 @@ def test_a_re_apply_that_rolls_a_checksum_workload_to_rejected_content_is_follow
     assert dict(followed.before) == recorded_sources(v1)
     assert [str(c.source) for c in followed.changes] == ["configmap/cfg"]
     assert json.loads(stored["metadata"]["annotations"][ANN_REJECTED]) == _rejected(v2)
+
+
+def test_rejected_content_is_kept_through_an_undo_and_released_by_removing_it_alone() -> None:
+    store, v1, v2, _ = _rolled("snapshot")
+    held = copy.deepcopy(v2)
+    held["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
+    # an undo puts back an old ReplicaSet's copy of the annotations, without it
+    undone = _undo(v1, held, {})
+    p = _update(undone, held, store, "snapshot")
+    assert json.loads(_annotations_after(undone, p)[ANN_REJECTED]) == _rejected(v2)
+    # `kubectl annotate deployment/app configpin.io/rejected-`: the template as it was
+    released = copy.deepcopy(held)
+    del released["metadata"]["annotations"][ANN_REJECTED]
+    p = _update(released, held, store, "snapshot")
+    assert ANN_REJECTED not in _annotations_after(released, p)

@@ -95,6 +95,13 @@ def _why(wait: Wait | None) -> str:
     return wait.why if wait is not None else ""
 
 
+def _may(gate: Gate, ref: WorkloadRef, change: Change) -> bool:
+    """Whether `ref` may roll now (the place reserved for it given back: it is not rolled)."""
+    waiting = gate.wait(ref, [change])
+    gate.release(ref)
+    return waiting is None
+
+
 def test_the_first_wave_goes_alone_and_the_next_when_it_completed() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(12)]})
     [change] = gate.changes("team-a", [CFG])
@@ -199,7 +206,7 @@ def test_waves_off_roll_every_workload_at_once_under_the_cap() -> None:
     gate, index, _, objs = _setup({"team-a": ["w0", "w1", "w2"]}, waves="off", cap=1)
     [change] = gate.changes("team-a", [CFG])
     refs = list(objs)
-    assert all(gate.wait(r, [change]) is None for r in refs)
+    assert all(_may(gate, r, change) for r in refs)
     _record(index, objs[refs[0]], refs[0], change, State.ROLLING)
     waiting = gate.wait(refs[1], [change])
     assert waiting is not None and waiting.reason is WaitReason.CAP
@@ -215,11 +222,11 @@ def test_the_cap_counts_a_namespaces_own_rollouts_that_hold_a_place() -> None:
     assert gate.wait(w1, [change]) is not None
     x0 = WorkloadRef("Deployment", "team-b", "x0")
     [other] = gate.changes("team-b", [CFG])
-    assert gate.wait(x0, [other]) is None  # another tenant never waits for team-a's
+    assert _may(gate, x0, other)  # another tenant never waits for team-a's
     # a paused Deployment's rollout holds no place
     objs[w0]["spec"]["paused"] = True
     index.put(entry_from_object(objs[w0], "checksum", hkey=HKEY))
-    assert gate.wait(w1, [change]) is None
+    assert _may(gate, w1, change)
     del objs[w0]["spec"]["paused"]
     index.put(entry_from_object(objs[w0], "checksum", hkey=HKEY))
     assert gate.wait(w1, [change]) is not None
@@ -227,4 +234,20 @@ def test_the_cap_counts_a_namespaces_own_rollouts_that_hold_a_place() -> None:
     stores["team-a"].put(configmap("cfg", {"a": "3"}, namespace="team-a"))
     [newer] = gate.changes("team-a", [CFG])
     assert gate.superseded(index.get(w0))  # type: ignore[arg-type]
-    assert gate.wait(w1, [newer]) is None and gate.wait(w2, [newer]) is None
+    assert _may(gate, w1, newer) and _may(gate, w2, newer)
+
+
+def test_a_place_is_reserved_until_the_rollout_is_written() -> None:
+    """Workers ask at once: the place one was given counts for the next before its write
+    reaches the index."""
+    gate, index, _, objs = _setup({"team-a": ["w0", "w1"]}, waves="off", cap=1)
+    [change] = gate.changes("team-a", [CFG])
+    w0, w1 = objs
+    assert gate.wait(w0, [change]) is None
+    assert _why(gate.wait(w1, [change])).startswith("1 config rollouts are in flight")
+    assert gate.wait(w0, [change]) is None  # its own place, asked again (a 409 decides again)
+    _record(index, objs[w0], w0, change, State.ROLLING)  # written, indexed
+    gate.release(w0)
+    assert gate.wait(w1, [change]) is not None  # the index holds it now
+    _record(index, objs[w0], w0, change, State.COMPLETE)
+    assert gate.wait(w1, [change]) is None

@@ -146,6 +146,19 @@ class Reconciler:
             return Skipped(SkipReason.NOT_LEADER)
         if not self.in_scope(ref.namespace):
             return self._skipped(SkipReason.NAMESPACE)
+        try:
+            return self._reconcile(ref, changed, first_seen, before_write, follow_only)
+        finally:
+            self.restamper.done(ref)  # (the place the gate reserved for its rollout, if any)
+
+    def _reconcile(
+        self,
+        ref: WorkloadRef,
+        changed: Iterable[SourceId],
+        first_seen: float | None,
+        before_write: Callable[[JSONObject], None] | None,
+        follow_only: bool,
+    ) -> Outcome:
         kind = self.kinds[ref.kind]
         entry = self.index.get(ref)
         if entry is not None and before_write is None and not follow_only:

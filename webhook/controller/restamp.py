@@ -185,6 +185,11 @@ class Restamper:
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
         return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
 
+    def done(self, ref: WorkloadRef) -> None:
+        """Its reconcile ended: what it wrote is in the index (a place reserved is freed)."""
+        if self.gate is not None:
+            self.gate.release(ref)
+
     def _admit(
         self, ref: WorkloadRef, stale: Collection[SourceId]
     ) -> tuple[tuple[Change, ...], Wait | None]:

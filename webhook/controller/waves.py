@@ -24,6 +24,7 @@ does not work it out a thousand times; who vouches is read live.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -46,6 +47,7 @@ from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
 
 _ORDERS_MAX: Final = 4096
+_RESERVED_FOR: Final = 60.0  # seconds a place stays reserved for a rollout being started
 
 
 class Gate:
@@ -68,6 +70,10 @@ class Gate:
         self.cap = settings.max_rolling
         self._lock = threading.Lock()
         self._orders: dict[Change, list[WorkloadRef]] = {}
+        # Places taken by rollouts being started, until their write is in the index (several
+        # workers ask at once: each must see the places the others took).
+        self._reserved: dict[WorkloadRef, float] = {}
+        self._place = threading.Lock()
 
     def forget(self) -> None:
         """Work every change's membership out again (a resync, a new leadership)."""
@@ -153,12 +159,26 @@ class Gate:
         return brief.state
 
     def in_flight(self, namespace: str, but: WorkloadRef | None = None) -> int:
-        """The config rollouts in flight in a namespace that hold a place (--max-rolling)."""
-        return sum(
-            1
+        """The config rollouts in flight in a namespace that hold a place (--max-rolling):
+        those the index says configpin follows there, and those being started."""
+        holding = {
+            entry.ref
             for entry in self.index.rolling(namespace)
             if entry.ref != but and not entry.paused and not self.superseded(entry)
-        )
+        }
+        now = time.monotonic()
+        with self._lock:
+            for ref, since in list(self._reserved.items()):
+                if now - since > _RESERVED_FOR:
+                    del self._reserved[ref]  # (its reconcile never said it was done)
+                elif ref.namespace == namespace and ref != but:
+                    holding.add(ref)
+        return len(holding)
+
+    def release(self, ref: WorkloadRef) -> None:
+        """The rollout `ref` was admitted for is written (and indexed), or not made."""
+        with self._lock:
+            self._reserved.pop(ref, None)
 
     # --- the gate
     def admit(
@@ -169,7 +189,12 @@ class Gate:
         return changes, self.wait(ref, changes)
 
     def wait(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
-        if self.cap:
+        """Why `ref` may not roll to `changes` now; None: it may, and (under a cap) a place is
+        reserved for it until `release`."""
+        waiting = self._waves(ref, changes)
+        if waiting is not None or not self.cap:
+            return waiting
+        with self._place:  # (one at a time: what is counted is what is reserved)
             busy = self.in_flight(ref.namespace, but=ref)
             if busy >= self.cap:
                 return Wait(
@@ -177,6 +202,11 @@ class Gate:
                     f"{busy} config rollouts are in flight in namespace {ref.namespace}, the "
                     f"most configpin starts at once in one namespace (--max-rolling {self.cap})",
                 )
+            with self._lock:
+                self._reserved[ref] = time.monotonic()
+        return None
+
+    def _waves(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
         if self.steps is None:
             return None
         for change in changes:

@@ -256,7 +256,7 @@ def _without_record(template: Any) -> Any:
 
 
 def _kept_record(
-    obj: JSONObject, old: JSONObject, meta_path: Path, mode: str, record_kept: list[PatchOp]
+    obj: JSONObject, old: JSONObject, meta_path: Path, mode: str, record_kept: Mapping[str, str]
 ) -> Plan | None:
     """An UPDATE that leaves the pod template as it was (configpin's record aside) and does
     not itself set a different record: the template keeps the record it has (restored where
@@ -264,8 +264,8 @@ def _kept_record(
     is stale is the controller's to decide, from the cluster's state; admission stamping here
     would start a rollout nobody asked for (a label edit, a `replicas` change, the
     controller's own baseline write). None when the request changes the template, or sets a
-    record of its own (the controller re-stamping): that is planned. `record_kept`: the ops
-    that keep the workload's rollout record (`_rollout_kept`)."""
+    record of its own (the controller re-stamping): that is planned. `record_kept`: the
+    workload's rollout record to keep (`_rollout_kept`)."""
     if not _same_but_record(obj, old, meta_path):
         return None
     new_ann = _annotations(get_path(obj, meta_path))
@@ -281,33 +281,49 @@ def _kept_record(
     obj_ann = _annotations(obj.get("metadata"))
     had = _annotations(old.get("metadata"))
     restore = {k: had[k] for k in _WORKLOAD_RECORD if k in had and k not in obj_ann}
-    ops += _annotation_ops(("metadata",), obj.get("metadata"), restore)
-    ops += record_kept
+    ops += _annotation_ops(("metadata",), obj.get("metadata"), {**restore, **record_kept})
     sources = parse_mapping(old_ann.get(ANN_SOURCES)) or {}
     observed = parse_mapping(obj_ann.get(ANN_OBSERVED, had.get(ANN_OBSERVED))) or sources
     return Plan(patch=ops, sources=sources, observed=observed, mode=mode, kept=True)
 
 
-def _rollout_kept(obj: JSONObject, old: JSONObject, root: bytes) -> list[PatchOp]:
-    """Ops that keep the rollout record the workload carries (`configpin.io/rollout`, signed
-    by configpin for it) when an UPDATE drops it, forges it or puts an older one back
-    (`kubectl rollout undo` puts the old ReplicaSet's copy of the workload's annotations back):
+def _rollout_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str]:
+    """The rollout record the workload carries (`configpin.io/rollout`, signed by configpin
+    for it), to keep when an UPDATE drops it, forges it or puts an older one back (`kubectl
+    rollout undo` puts the old ReplicaSet's copy of the workload's annotations back):
     configpin's account of what it rolls must not be rewound by its subject. A record written
-    by configpin since (a later start, the same rollout moved on) goes through."""
+    by configpin since (a later start, the same rollout moved on) goes through: {}."""
     had = _annotations(old.get("metadata")).get(ANN_ROLLOUT)
     if had is None:
-        return []
+        return {}
     now = _annotations(obj.get("metadata")).get(ANN_ROLLOUT)
     if now == had:
-        return []
+        return {}
     who = workload_identity(old)
     before = RolloutRecord.decode(root, who, had)
     if before is None:
-        return []
+        return {}
     after = RolloutRecord.decode(root, who, now) if now is not None else None
     if after is not None and after.since >= before.since:
-        return []
-    return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_ROLLOUT: had})
+        return {}
+    return {ANN_ROLLOUT: had}
+
+
+def _rejected_kept(obj: JSONObject, old: JSONObject) -> dict[str, str]:
+    """An UPDATE that changes the pod template keeps the content rejected on the workload
+    (`configpin.io/rejected`) that it drops (`kubectl rollout undo` puts an old ReplicaSet's
+    copy back; a re-apply that replaces the object whole leaves it out): what it sets is
+    added to it. Removing it by itself (`kubectl annotate ... configpin.io/rejected-`, which
+    leaves the template as it is) releases it, and never comes here."""
+    had = _annotations(old.get("metadata")).get(ANN_REJECTED)
+    if had is None:
+        return {}
+    mine = _annotations(obj.get("metadata")).get(ANN_REJECTED)
+    if mine == had:
+        return {}
+    union = {**rejected(old), **rejected(obj)}
+    text = dumps_mapping(union)
+    return {} if text == mine else {ANN_REJECTED: text}
 
 
 def _delivery(
@@ -325,7 +341,7 @@ def _delivery(
     nothing to look at for most (no record, no rejected content: two dict lookups)."""
     own, had = _annotations(obj.get("metadata")), _annotations(old.get("metadata"))
     if ANN_REJECTED in own or ANN_REJECTED in had:
-        b.rejected = rejected(obj if ANN_REJECTED in own else old)
+        b.rejected = {**rejected(old), **rejected(obj)}  # (kept: `_rejected_kept`)
         spec = get_path(old, b.spec_path)
         b.old_spec = spec if isinstance(spec, dict) else None
         meta = get_path(old, (*b.spec_path[:-1], "metadata"))
@@ -519,7 +535,7 @@ def plan_object(
     if not isinstance(pod_spec, dict):
         return Plan(warnings=warnings, mode=mode, skipped=SkipReason.NO_POD_SPEC)
 
-    record_kept: list[PatchOp] = []
+    record_kept: dict[str, str] = {}
     if operation == "UPDATE" and old is not None and kind != POD:
         record_kept = _rollout_kept(obj, old, root)
         if not refresh:
@@ -547,10 +563,12 @@ def plan_object(
     template_record, workload_record = _records(b, hkey)
     b.patch.extend(_annotation_ops(meta_path, template_meta, template_record))
     if kind != POD:
+        if old is not None:
+            workload_record.update(_rejected_kept(obj, old))
         if b.to_rejected and old is not None and now is not None:
             workload_record[ANN_ROLLOUT] = _followed(b, obj, old, root, namespace, now)
         else:
-            b.patch.extend(record_kept)
+            workload_record.update(record_kept)
         b.patch.extend(_annotation_ops(("metadata",), obj.get("metadata"), workload_record))
     return Plan(
         patch=b.patch,
