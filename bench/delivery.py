@@ -11,15 +11,21 @@ its controller through admission, as in a cluster.
    points the template back at the previous copy. Measured on one watch of the Deployment:
    from the event that carries the failure condition to the event that carries the undone
    template (the condition's own `lastUpdateTime` has one-second resolution).
-2. Waves: `--workloads` Deployments (0 replicas: a rollout is complete as soon as the
-   Deployment controller has seen it) read one ConfigMap; one change; from that change, when
-   each Deployment's template was re-stamped and when its rollout record said complete, on a
-   watch. Printed per wave: its size, when its first and last re-stamp landed, when its last
-   rollout completed, and the pause between waves. Run for the default settings
-   (`--rollout-waves 1,10%,100% --max-rolling 50`) and for waves off with no cap (every
-   workload at once: the baseline, what configpin did before safe delivery).
+2. Waves: `--workloads` Deployments of one replica read one ConfigMap; a stand-in kubelet
+   (harness.kubelet, following a watch of the pods) reports every pod Ready, so that each
+   Deployment is healthy before the change and a rollout completes when its new pod is Ready
+   and the old one gone (a workload scaled to zero, or never healthy, vouches for nothing and
+   cuts no wave). One change; from that change, when each Deployment's template was
+   re-stamped and when its rollout record said complete, on a watch. Printed per wave: its
+   size, when its first and last re-stamp landed, when its last rollout completed. Run for
+   the default settings (`--rollout-waves 1,10%,100% --max-rolling 50`) and for waves off
+   with no cap (every workload at once: what configpin did before safe delivery).
+
+`--baseline REV` runs the same, in the same control plane, with REV's configpin (`git
+archive` of its webhook package) and prints both.
 
     .venv/bin/python -m bench.delivery [--rounds 5] [--workloads 1000] [--version 1.36.2]
+        [--baseline REV]
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import control_plane_assets
+from bench.common import baseline_tree, control_plane_assets
 from harness.configpin import (
     Configpin,
     ensure_namespace,
@@ -43,6 +49,7 @@ from harness.configpin import (
     running_configpin,
 )
 from harness.controlplane import ControlPlane, running_control_plane, wait_for
+from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_MODE, ANN_ROLLOUT, ANN_SOURCES
 from webhook.core.delivery import Member, parse_waves, wave_plan
@@ -63,9 +70,17 @@ def _args(waves: str, cap: int) -> list[str]:
 
 
 @contextmanager
-def _configpin(plane: ControlPlane, work: Path, waves: str, cap: int) -> Iterator[Configpin]:
+def _configpin(
+    plane: ControlPlane, work: Path, waves: str, cap: int, repo: Path | None
+) -> Iterator[Configpin]:
+    kw: dict[str, Any] = {} if repo is None else {"repo": repo}
     with running_configpin(
-        plane, work, args=_args(waves, cap), instance=INSTANCE, webhook_name="configpin-delivery"
+        plane,
+        work,
+        args=_args(waves, cap),
+        instance=INSTANCE,
+        webhook_name="configpin-delivery",
+        **kw,
     ) as cp:
         wait_for(lambda: cp.metric("configpin_leader") == 1, what="configpin leading")
         yield cp
@@ -174,15 +189,29 @@ def undo_latency(kube: Kube, api: Any, rounds: int) -> list[float]:
     return out
 
 
+def _available(d: dict[str, Any]) -> bool:
+    status = d.get("status") or {}
+    return status.get("observedGeneration", 0) >= d["metadata"]["generation"] and any(
+        c.get("type") == "Available" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
 def schedule(kube: Kube, api: Any, workloads: int, waves: str) -> dict[str, Any]:
     names = [f"app-{i:04d}" for i in range(workloads)]
-    with instance_namespace(api, INSTANCE, "waves") as ns:
+    with (
+        instance_namespace(api, INSTANCE, "waves") as ns,
+        Kubelet(kube, ns, watch=True) as kubelet,
+    ):
+        kubelet.allow(lambda _pod: True)
         kube.create(path("configmaps", ns), configmap("shared", {"a": "0"}))
         for name in names:
             kube.create(
                 path("deployments", ns),
                 deployment(
-                    name, pod_spec(container(env=[env_key_ref("configmap", "shared", "a", "A")]))
+                    name,
+                    pod_spec(container(env=[env_key_ref("configmap", "shared", "a", "A")])),
+                    replicas=1,
                 ),
             )
         wait_for(
@@ -197,16 +226,14 @@ def schedule(kube: Kube, api: Any, workloads: int, waves: str) -> dict[str, Any]
             timeout=600,
             what="every Deployment stamped",
         )
-        # ... and seen by the Deployment controller: the change's rollouts do not queue behind
-        # the creations (it writes at --kube-api-qps, 20 by default, as in most clusters).
+        # ... and available, its pod Ready (healthy before the change), and seen by the
+        # Deployment controller: the change's rollouts do not queue behind the creations (it
+        # writes at --kube-api-qps, 20 by default, as in most clusters).
         wait_for(
-            lambda: all(
-                (d.get("status") or {}).get("observedGeneration", 0) >= d["metadata"]["generation"]
-                for d in kube.get(path("deployments", ns))["items"]
-            ),
-            timeout=900,
+            lambda: all(_available(d) for d in kube.get(path("deployments", ns))["items"]),
+            timeout=1800,
             interval=2.0,
-            what="every Deployment seen by the Deployment controller",
+            what="every Deployment available",
         )
         stamped: dict[str, float] = {}
         complete: dict[str, float] = {}
@@ -245,6 +272,7 @@ def main() -> None:
     parser.add_argument(
         "--version", default="1.36.2", help="control plane (KUBEBUILDER_ASSETS wins)"
     )
+    parser.add_argument("--baseline", help="a revision to measure the same way, beside")
     args = parser.parse_args()
     assets = control_plane_assets(args.version)
     with (
@@ -254,21 +282,43 @@ def main() -> None:
         api = plane.api_client()
         ensure_namespace(api)
         kube = Kube(connect(plane.kubeconfig))
-        print(f"control plane {args.version}; nothing runs pods here", flush=True)
-        with _configpin(plane, Path(tmp) / "a", "1,10%,100%", 50):
-            latencies = undo_latency(kube, api, args.rounds)
-            default = schedule(kube, api, args.workloads, "1,10%,100%")
-        with _configpin(plane, Path(tmp) / "b", "off", 0):
-            baseline = schedule(kube, api, args.workloads, "off")
-    print(f"\nfailure signal -> undo patch, snapshot mode ({len(latencies)} rounds):")
+        print(
+            f"control plane {args.version}; pods reported Ready by a stand-in kubelet", flush=True
+        )
+        trees: dict[str, Path | None] = {"this tree": None}
+        if args.baseline:
+            trees[args.baseline] = baseline_tree(args.baseline, Path(tmp) / "baseline")
+        results = []
+        for name, repo in trees.items():
+            print(f"\n{name}:", flush=True)
+            work = Path(tmp) / name.replace(" ", "-")
+            with _configpin(plane, work / "a", "1,10%,100%", 50, repo):
+                latencies = undo_latency(kube, api, args.rounds)
+                default = schedule(kube, api, args.workloads, "1,10%,100%")
+            with _configpin(plane, work / "b", "off", 0, repo):
+                at_once = schedule(kube, api, args.workloads, "off")
+            results.append((name, latencies, default, at_once))
+    for name, latencies, default, at_once in results:
+        _report(name, args.workloads, latencies, default, at_once)
+
+
+def _report(
+    name: str,
+    workloads: int,
+    latencies: list[float],
+    default: dict[str, Any],
+    at_once: dict[str, Any],
+) -> None:
+    print(f"\n== {name}")
+    print(f"failure signal -> undo patch, snapshot mode ({len(latencies)} rounds):")
     print(
         f"  median {1e3 * statistics.median(latencies):.0f} ms, max {1e3 * max(latencies):.0f} ms"
     )
     for result, label in (
         (default, "--rollout-waves 1,10%,100% --max-rolling 50"),
-        (baseline, "--rollout-waves off --max-rolling 0"),
+        (at_once, "--rollout-waves off --max-rolling 0"),
     ):
-        print(f"\none change, {args.workloads} Deployments (0 replicas), {label}:")
+        print(f"\none change, {workloads} Deployments (1 replica each, Ready), {label}:")
         print(f"  {'wave':>4} {'size':>5} {'first stamp':>12} {'last stamp':>11} {'complete':>9}")
         for i, row in enumerate(result["rows"], 1):
             print(
@@ -276,6 +326,7 @@ def main() -> None:
                 f"{row['complete']:>8.2f}s"
             )
         print(f"  every rollout complete after {result['all']:.2f}s")
+    print(f"  waves / at once: x{default['all'] / at_once['all']:.2f}")
 
 
 if __name__ == "__main__":

@@ -91,15 +91,28 @@ def in_namespace(namespace: str) -> Rule:
 class Kubelet:
     """Marks the allowed pods of `namespaces` Ready through `pods/status`, every 0.3 s."""
 
-    def __init__(self, kube: Kube, *namespaces: str, interval: float = 0.3) -> None:
+    def __init__(
+        self, kube: Kube, *namespaces: str, interval: float = 0.3, watch: bool = False
+    ) -> None:
+        """`watch`: list once, then follow a watch of each namespace's pods instead of
+        listing them every `interval` (for thousands of pods; `after` is not looked at
+        again on a pod nothing changes)."""
         self.kube = kube
         self.namespaces = namespaces
         self.interval = interval
+        self.watch = watch
         self.allowed: set[str] = set()  # app labels whose pods are made Ready at once
         self._rules: list[tuple[Rule, float]] = []
         self._seen: dict[str, float] = {}  # pod uid -> when this kubelet first listed it
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
+        self._threads = (
+            [
+                threading.Thread(target=self._follow, args=(ns,), name=f"kubelet-{ns}", daemon=True)
+                for ns in namespaces
+            ]
+            if watch
+            else [threading.Thread(target=self._run, name="kubelet", daemon=True)]
+        )
 
     def allow(self, *what: str | Rule, after: float = 0.0) -> None:
         """Make Ready the pods of these apps (a name: its `app` label) or those a predicate
@@ -131,6 +144,28 @@ class Kubelet:
                         listed.add(pod["metadata"]["uid"])
                         self._look_at(pod)
             self._seen = {uid: t for uid, t in self._seen.items() if uid in listed}
+
+    def _follow(self, ns: str) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(KubeError):
+                listed = self.kube.get(path("pods", ns))
+                for pod in listed.get("items") or ():
+                    self._look_at(pod)
+                rv = listed["metadata"]["resourceVersion"]
+                expired = False
+                while not expired and not self._stop.is_set():
+                    with self.kube.watch(path("pods", ns), rv, timeout_seconds=5) as stream:
+                        for event in stream:
+                            if event.get("type") == "ERROR":  # 410: list again
+                                expired = True
+                                break
+                            pod = event.get("object") or {}
+                            rv = pod.get("metadata", {}).get("resourceVersion", rv)
+                            if event.get("type") in ("ADDED", "MODIFIED"):
+                                self._look_at(pod)
+                            if self._stop.is_set():
+                                return
+            self._stop.wait(self.interval)
 
     def _look_at(self, pod: dict[str, Any]) -> None:
         meta, status = pod["metadata"], pod.get("status") or {}
@@ -175,9 +210,11 @@ class Kubelet:
             )
 
     def __enter__(self) -> Kubelet:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join(10)
