@@ -38,14 +38,13 @@ from kubernetes import client
 from harness.apps import rollout_undo
 from harness.configpin import (
     Configpin,
-    ensure_namespace,
     instance_namespace,
     leading_configpin,
-    running_configpin,
 )
 from harness.controlplane import ENABLED_LABEL, ControlPlane, wait_for
 from harness.kubelet import Kubelet, carrying, in_namespace, pod_sources, referencing
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from tests.integration.instances import replicas_fixture
 from webhook.core.constants import (
     ANN_MODE,
     ANN_PROGRESS_DEADLINE,
@@ -84,29 +83,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 # --- fixtures -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[Configpin]]:
-    """Two replicas, one Lease; the webhook (the chart's entry) calls the first."""
-    work = tmp_path_factory.mktemp("configpin-people")
-    with control_plane.api_client() as api:
-        ensure_namespace(api)
-    with (
-        running_configpin(
-            control_plane,
-            work / "a",
-            args=ARGS,
-            instance=INSTANCE,
-            webhook_name="configpin-people",
-        ) as a,
-        running_configpin(control_plane, work / "b", args=ARGS, instance=INSTANCE) as b,
-    ):
-        wait_for(
-            lambda: sum(cp.metric("configpin_leader") == 1 for cp in (a, b)) == 1,
-            what="one replica leading",
-        )
-        yield [a, b]
+replicas = replicas_fixture(INSTANCE, "people", ARGS)
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.configpin import Configpin, ensure_namespace, instance_namespace, running_configpin
+from harness.configpin import Configpin, instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from tests.integration.instances import leader, replicas_fixture
 from webhook.core.constants import (
     ANN_MODE,
     ANN_PROGRESS_DEADLINE,
@@ -48,31 +49,7 @@ ARGS = [
 DEADLINE = 5  # a Deployment's progressDeadlineSeconds here
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[Configpin]]:
-    """Two replicas, one Lease; the webhook (the chart's entry) calls the first."""
-    work = tmp_path_factory.mktemp("configpin-deliver")
-    with control_plane.api_client() as api:
-        ensure_namespace(api)
-    with (
-        running_configpin(
-            control_plane,
-            work / "a",
-            args=ARGS,
-            instance=INSTANCE,
-            webhook_name="configpin-deliver",
-        ) as a,
-        running_configpin(control_plane, work / "b", args=ARGS, instance=INSTANCE) as b,
-    ):
-        wait_for(lambda: _leader([a, b]) is not None, what="one replica leading")
-        yield [a, b]
-
-
-def _leader(pair: list[Configpin]) -> Configpin | None:
-    leading = [cp for cp in pair if cp.alive() and cp.metric("configpin_leader") == 1]
-    return leading[0] if len(leading) == 1 else None
+replicas = replicas_fixture(INSTANCE, "deliver", ARGS)
 
 
 @pytest.fixture
@@ -344,10 +321,10 @@ def test_healthy_waves_follow_in_order_across_a_leader_change(
         assert all(_state(_get(kube, ns, n)) == "complete" for n in wave1)
         assert not any(_state(_get(kube, ns, n)) for n in wave3)
         # the leader goes away in the middle of wave 2
-        leader = _leader(replicas)
-        assert leader is not None
-        leader.stop()
-        standby = next(cp for cp in replicas if cp is not leader)
+        leading = leader(replicas)
+        assert leading is not None
+        leading.stop()
+        standby = next(cp for cp in replicas if cp is not leading)
         wait_for(
             lambda: standby.metric("configpin_leader") == 1, timeout=60, what="the standby leading"
         )
