@@ -58,6 +58,9 @@ class WorkloadIndex:
         # namespace -> the workloads there with a config rollout configpin follows
         # (safe delivery's --max-rolling counts these, less the paused and superseded)
         self._rolling: dict[str, set[WorkloadRef]] = {}
+        # Moves whenever what safe delivery knows of a workload changes (its record, its
+        # standing, its being there): what the wave gate worked out before is stale then.
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,6 +75,8 @@ class WorkloadIndex:
             if old == entry:
                 self._entries[entry.ref] = entry  # the same, at a newer resourceVersion
                 return old
+            if old is None or old.delivery != entry.delivery:
+                self.generation += 1
             if old is not None:
                 self._unlink(old)
             self._entries[entry.ref] = entry
@@ -88,6 +93,7 @@ class WorkloadIndex:
         with self._lock:
             old = self._entries.pop(ref, None)
             if old is not None:
+                self.generation += 1
                 self._unlink(old)
             return old
 

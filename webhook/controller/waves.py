@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Final
 
 from webhook.config import Settings
@@ -50,6 +51,16 @@ _ORDERS_MAX: Final = 4096
 _RESERVED_FOR: Final = 60.0  # seconds a place stays reserved for a rollout being started
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """A change's waves as worked out at one generation of the index."""
+
+    generation: int
+    plan: list[list[WorkloadRef]]
+    at: dict[WorkloadRef, int]  # the wave of each member
+    vouching: list[list[WorkloadRef]]  # the members of each wave that vouch
+
+
 class Gate:
     def __init__(
         self,
@@ -70,6 +81,7 @@ class Gate:
         self.cap = settings.max_rolling
         self._lock = threading.Lock()
         self._orders: dict[Change, list[WorkloadRef]] = {}
+        self._cuts: dict[Change, _Cut] = {}
         # Places taken by rollouts being started, until their write is in the index (several
         # workers ask at once: each must see the places the others took).
         self._reserved: dict[WorkloadRef, float] = {}
@@ -79,6 +91,7 @@ class Gate:
         """Work every change's membership out again (a resync, a new leadership)."""
         with self._lock:
             self._orders.clear()
+            self._cuts.clear()
 
     # --- what a change is
     def _peek(self, namespace: str, sid: SourceId) -> SourceRecord | None:
@@ -151,6 +164,27 @@ class Gate:
     def plan(self, change: Change, refresh: bool = False) -> list[list[WorkloadRef]]:
         return cut_waves(self.order(change, refresh), lambda r: self.vouches(r, change), self.steps)
 
+    def _cut(self, change: Change, refresh: bool = False) -> _Cut:
+        """The waves of a change, worked out again only when the index moved since (a
+        thousand members asking one after another cost one pass over them, not a thousand)."""
+        generation = self.index.generation
+        with self._lock:
+            found = self._cuts.get(change)
+        if found is not None and found.generation == generation and not refresh:
+            return found
+        plan = self.plan(change, refresh)
+        cut = _Cut(
+            generation,
+            plan,
+            {ref: i for i, wave in enumerate(plan) for ref in wave},
+            [[r for r in wave if self.vouches(r, change)] for wave in plan],
+        )
+        with self._lock:
+            if len(self._cuts) >= _ORDERS_MAX:
+                self._cuts.clear()
+            self._cuts[change] = cut
+        return cut
+
     def _state(self, ref: WorkloadRef, change: Change) -> State | None:
         entry = self.index.get(ref)
         brief = entry.rollout if entry is not None else None
@@ -210,20 +244,20 @@ class Gate:
         if self.steps is None:
             return None
         for change in changes:
-            plan = self.plan(change)
-            at = next((i for i, wave in enumerate(plan) if ref in wave), None)
+            cut = self._cut(change)
+            at = cut.at.get(ref)
             if at is None:
-                plan = self.plan(change, refresh=True)  # stale since the order was made
-                at = next((i for i, wave in enumerate(plan) if ref in wave), len(plan))
-            for i, wave in enumerate(plan):
-                vouching = [r for r in wave if self.vouches(r, change)]
+                cut = self._cut(change, refresh=True)  # stale since the order was made
+                at = cut.at.get(ref, len(cut.plan))
+            waves = len(cut.plan)
+            for i, vouching in enumerate(cut.vouching):
                 states = [self._state(r, change) for r in vouching]
                 if State.FAILED in states:
                     failed = vouching[states.index(State.FAILED)]
                     return Wait(
                         WaitReason.STOPPED,
                         f"the rollout of {failed} to {change} failed (wave {i + 1} of "
-                        f"{len(plan)}): the waves after it are not rolled",
+                        f"{waves}): the waves after it are not rolled",
                     )
                 if i >= at:
                     break
@@ -231,7 +265,7 @@ class Gate:
                 if done < len(vouching):
                     return Wait(
                         WaitReason.WAVE,
-                        f"{change} rolls in waves: wave {at + 1} of {len(plan)} starts when "
+                        f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
                         f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
                     )
         return None
