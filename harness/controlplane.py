@@ -799,40 +799,46 @@ def running_control_plane(
 
 def default_webhook_rules() -> list[dict[str, Any]]:
     """The rules of the chart's webhook, as rendered for a current cluster."""
-    return copy.deepcopy(_chart_webhook("v1.36.2", ())["rules"])
+    return copy.deepcopy(_chart_webhooks("v1.36.2", ())[0]["rules"])
 
 
 _CHART_WEBHOOKS: dict[str, dict[str, Any]] = {}
 
 
-def _chart_webhook(
+def _chart_webhooks(
     kube_version: str, api_versions: Sequence[str], values: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     from harness.chart import one, render
 
     key = f"{kube_version} {len(api_versions)} {json.dumps(values or {}, sort_keys=True)}"
     if key not in _CHART_WEBHOOKS:
         objects = render(values or {}, kube_version, api_versions)
-        [hook] = one(objects, "MutatingWebhookConfiguration")["webhooks"]
-        _CHART_WEBHOOKS[key] = hook
+        _CHART_WEBHOOKS[key] = one(objects, "MutatingWebhookConfiguration")["webhooks"]
     return copy.deepcopy(_CHART_WEBHOOKS[key])
 
 
 _CAPABILITIES: dict[str, tuple[str, list[str]]] = {}
 
 
-def chart_webhook(
+def chart_webhooks(
     api_client: client.ApiClient, values: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The webhook entry of the chart's MutatingWebhookConfiguration, rendered for the
-    capabilities of the cluster behind ``api_client`` (and chart ``values``), as
-    ``helm install`` would render it."""
+) -> list[dict[str, Any]]:
+    """The webhook entries of the chart's MutatingWebhookConfiguration (workloads first, then
+    source writes), rendered for the capabilities of the cluster behind ``api_client`` (and
+    chart ``values``), as ``helm install`` would render them."""
     from harness.chart import cluster_capabilities
 
     host = api_client.configuration.host
     if host not in _CAPABILITIES:
         _CAPABILITIES[host] = cluster_capabilities(api_client)
-    return _chart_webhook(*_CAPABILITIES[host], values)
+    return _chart_webhooks(*_CAPABILITIES[host], values)
+
+
+def chart_webhook(
+    api_client: client.ApiClient, values: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The chart's webhook entry for workloads (see `chart_webhooks`)."""
+    return chart_webhooks(api_client, values)[0]
 
 
 def register_webhook(
@@ -851,35 +857,38 @@ def register_webhook(
 ) -> dict[str, Any]:
     """Create (or replace) MutatingWebhookConfiguration ``name`` sending reviews to ``url``.
 
-    The webhook is the chart's own, rendered for this cluster (rules, namespace and object
-    selectors, matchConditions where served, reinvocation, side effects), with the Service
+    The webhooks are the chart's own (workloads; source writes), rendered for this cluster
+    (rules, namespace and object selectors, matchConditions where served, reinvocation, side
+    effects), with the Service
     replaced by ``url``. ``namespace_expressions`` are added to the chart's namespace selector
     (tests keep their configpin instances apart that way); ``namespace_selector`` replaces it.
 
     Returns the body sent. The apiserver learns of the configuration through an informer, so
     it takes effect shortly after this returns (well under a second), not at once.
     """
-    hook = chart_webhook(api_client, chart_values)
-    hook["name"] = WEBHOOK_NAME
-    hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()}
-    hook["failurePolicy"] = failure_policy
-    hook["timeoutSeconds"] = timeout_seconds
-    if namespace_selector is not None:
-        hook["namespaceSelector"] = dict(namespace_selector)
-    selector = hook["namespaceSelector"]
-    selector["matchExpressions"] = [
-        *selector.get("matchExpressions", []),
-        *(dict(e) for e in namespace_expressions),
-    ]
-    if rules is not None:
-        hook["rules"] = [dict(r) for r in rules]
-    if not match_conditions:
-        hook.pop("matchConditions", None)
+    hooks = chart_webhooks(api_client, chart_values)
+    if rules is not None:  # a workloads webhook of the test's own
+        hooks = hooks[:1]
+        hooks[0]["rules"] = [dict(r) for r in rules]
+    for hook in hooks:
+        hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()}
+        hook["timeoutSeconds"] = timeout_seconds
+        if hook["name"] == WEBHOOK_NAME:  # (the source writes' policy is Ignore, always)
+            hook["failurePolicy"] = failure_policy
+        if namespace_selector is not None:
+            hook["namespaceSelector"] = dict(namespace_selector)
+        selector = hook["namespaceSelector"]
+        selector["matchExpressions"] = [
+            *selector.get("matchExpressions", []),
+            *(dict(e) for e in namespace_expressions),
+        ]
+        if not match_conditions:
+            hook.pop("matchConditions", None)
     body: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [hook],
+        "webhooks": hooks,
     }
     api = client.AdmissionregistrationV1Api(api_client)
     # Validating into the model catches a misspelt field here rather than at the apiserver.
@@ -916,6 +925,7 @@ __all__ = [
     "NodeNetwork",
     "Placement",
     "chart_webhook",
+    "chart_webhooks",
     "default_service_account_ready",
     "default_webhook_rules",
     "find_assets",

@@ -170,6 +170,33 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         status.add_arguments(st)
         _kind_arguments(st)
 
+    pl = sub.add_parser(
+        "plan",
+        help="what applying a ConfigMap or Secret would do, workload by workload (also "
+        "`kubectl configpin plan`)",
+        description="A server-side dry run of applying each ConfigMap and Secret of the files, "
+        "with your own rights: configpin's admission answers with which workloads consume the "
+        "changed keys and what each will do (roll, in which wave; refresh; nothing; hold). "
+        "Changes nothing. Exit 0: planned; 2: usage or connection error.",
+    )
+    if argv is None or "plan" in argv:
+        from webhook import changes
+
+        changes.add_arguments(pl)
+
+    ap = sub.add_parser(
+        "approve",
+        help="approve the content a ConfigMap or Secret holds now, for the waves after an "
+        "`approve` step (also `kubectl configpin approve`)",
+        description="Records your approval of the source's current content (an update of the "
+        "source: your right to update it is what is checked); a newer change needs its own. "
+        "Exit 0: approved; 1: configpin did not record it; 2: usage or connection error.",
+    )
+    if argv is None or "approve" in argv:
+        from webhook import changes
+
+        changes.add_approve_arguments(ap)
+
     sub.add_parser(
         "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
     )
@@ -378,6 +405,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from webhook import status
 
         return status.run(args)
+    if args.command == "plan":
+        from webhook import changes
+
+        return changes.run(args)
+    if args.command == "approve":
+        from webhook import changes
+
+        return changes.approve(args)
     if args.command == "keygen":
         print(new_key_text().decode())
         return 0

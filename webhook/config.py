@@ -296,7 +296,8 @@ class Settings(BaseSettings):
         description=(
             "A change consumed by several workloads rolls in waves: counts (1) and shares of "
             "the rest (10%), comma-separated; a wave starts when every rollout of the one "
-            "before is complete, and a failure stops the waves after it. off: all at once."
+            "before is complete, and a failure stops the waves after it; the waves after an "
+            "approve step wait until the change is approved (1,approve,100%). off: all at once."
         ),
     )
     max_rolling: int = Field(

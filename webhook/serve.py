@@ -32,6 +32,7 @@ from webhook.server.guard import Limits
 from webhook.server.handler import Admitter, Excluding, Scope
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
+from webhook.server.writes import SourcePreview
 from webhook.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
 
 # reportingController of configpin's Events (at most 128 characters, a domain-qualified name)
@@ -164,6 +165,7 @@ def serve(settings: Settings) -> int:
     excluded = settings.excluded_namespaces()
     scope: Scope = Excluding(excluded)
     events: EventRecorder | None = None
+    preview: SourcePreview | None = None  # what a source's change will do (the controller's)
 
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
@@ -210,6 +212,7 @@ def serve(settings: Settings) -> int:
             controller = _rollout_controller(
                 settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots, events=events
             )
+            preview = controller.preview
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
             if snapshots is not None:
                 lifetime = _snapshot_lifetime(settings, snapshots, controller, events)
@@ -222,6 +225,7 @@ def serve(settings: Settings) -> int:
         snapshots=snapshots,
         scope=scope,
         events=events,
+        preview=preview,
     )
     # The worker process for large reviews starts with the first one (~1 s once): it costs
     # ~40 MB (itself and multiprocessing's resource tracker) that most clusters never need.

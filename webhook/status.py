@@ -20,7 +20,6 @@ import argparse
 import copy
 import datetime
 import json
-import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from kubernetes import client, config
+from kubernetes import config
 
 from webhook.core.constants import (
     ANN_MODE,
@@ -58,6 +57,7 @@ from webhook.core.plan import parse_mapping
 from webhook.core.refs import RefSite, find_sites, get_path
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube, path
+from webhook.kube.user import connect_as_user
 from webhook.kube.workloads import served_prefix
 
 # What status reports on: every workload kind with a pod template of its own (not bare Pods)
@@ -97,7 +97,8 @@ class WorkloadStatus:
     name: str
     mode: str = ""
     pinned: bool = False
-    # current, stale, waiting (its rollout waits a wave or the cap), rolling (a config rollout
+    # current, stale, waiting (its rollout waits a wave or the cap), awaiting-approval (its
+    # wave comes after `approve`: the change is not approved yet), rolling (a config rollout
     # configpin follows), failed (it failed: undone, held, left, or rolled back by a person),
     # rejected (the content a failed rollout brought is kept out), missing, not-pinned, unknown
     state: str = "current"
@@ -337,14 +338,15 @@ class StatusReader:
         and why a stale workload waits (the controller's ConfigRolloutWaiting Event)."""
         record = digest_mapping_any(_annotations(obj.get("metadata")).get(ANN_ROLLOUT))
         if record:
-            st.rollout = {k: record.get(k) for k in ("state", "since", "signal", "action")}
+            st.rollout = {k: record.get(k) for k in ("state", "since", "signal", "action", "by")}
         state = record.get("state") if record else None
         if st.state == "stale" and all(s.state in ("current", "rejected") for s in st.sources):
             st.state = "rejected"
             st.reason = "content a failed rollout brought is kept out (configpin.io/rejected)"
+        by = f" (changed by {record.get('by')})" if record and record.get("by") else ""
         if state == "rolling" and st.state in ("current", "stale"):
             st.state = "rolling"
-            st.reason = "a config rollout configpin follows is in progress"
+            st.reason = f"a config rollout configpin follows is in progress{by}"
         elif state == "failed" and st.state in ("current", "rejected"):
             st.state = "failed"
             how = {
@@ -354,30 +356,41 @@ class StatusReader:
                 Action.PERSON.value: "kept as they left it; later waves stopped",
             }
             done = how.get(str(record.get("action")), "?")
-            st.reason = f"config rollout failed: {record.get('signal')} ({done})"
+            st.reason = f"config rollout failed: {record.get('signal')} ({done}){by}"
         elif state == "left" and st.state == "current":
             st.reason = "scaled to zero while its config rollout was in progress: it left the waves"
         if st.state == "stale":
-            waiting = self._waiting(obj)
-            if waiting:
-                st.state, st.reason = "waiting", waiting
+            state, note = self._waiting(obj)
+            if state:
+                st.state, st.reason = state, note
 
-    def _waiting(self, obj: dict[str, Any]) -> str:
+    def _waiting(self, obj: dict[str, Any]) -> tuple[str, str]:
+        """Why its rollout waits, as the controller last said (its Event): ("waiting" or
+        "awaiting-approval", the note); ("", "") when it said nothing."""
         meta = obj.get("metadata") or {}
-        selector = f"reason=ConfigRolloutWaiting,involvedObject.name={meta.get('name')}"
+        selector = f"involvedObject.name={meta.get('name')}"
         try:
             page = self.kube.get(
                 path("events", str(meta.get("namespace") or ""), prefix="/api/v1"),
                 fieldSelector=selector,
             )
         except KubeError:
-            return ""  # not allowed to read Events, say: the state stays "stale"
+            return "", ""  # not allowed to read Events, say: the state stays "stale"
+        states = {
+            "ConfigRolloutWaiting": "waiting",
+            "ConfigRolloutAwaitingApproval": "awaiting-approval",
+        }
         notes = sorted(
-            (str(e.get("lastTimestamp") or e.get("eventTime") or ""), str(e.get("message") or ""))
+            (
+                str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+                states[str(e.get("reason"))],
+                str(e.get("message") or ""),
+            )
             for e in page.get("items") or ()
             if (e.get("involvedObject") or {}).get("kind") == obj.get("kind")
+            and e.get("reason") in states
         )
-        return notes[-1][1] if notes else ""
+        return (notes[-1][1], notes[-1][2]) if notes else ("", "")
 
     def _admit_now(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = str(obj.get("kind"))
@@ -424,27 +437,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--workers", type=int, default=8, help="dry runs at once (default 8)")
-
-
-def _connect(args: argparse.Namespace) -> tuple[client.ApiClient, str]:
-    cfg = client.Configuration()
-    kubeconfig = args.kubeconfig or (
-        os.environ["KUBECONFIG"].split(os.pathsep)[0] if os.environ.get("KUBECONFIG") else None
-    )
-    namespace = "default"
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=cfg)
-        sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        namespace = sa_ns.read_text().strip() if sa_ns.exists() else namespace
-    else:
-        path = str(kubeconfig or Path.home() / ".kube" / "config")
-        config.load_kube_config(config_file=path, context=args.context, client_configuration=cfg)
-        _, active = config.list_kube_config_contexts(config_file=path)
-        if args.context:
-            contexts, _ = config.list_kube_config_contexts(config_file=path)
-            active = next((c for c in contexts if c["name"] == args.context), active)
-        namespace = (active or {}).get("context", {}).get("namespace") or namespace
-    return client.ApiClient(cfg), namespace
 
 
 def _age(stamp: str) -> str:
@@ -511,7 +503,7 @@ def _custom_alias(text: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        api, default_ns = _connect(args)
+        api, default_ns = connect_as_user(args.kubeconfig, args.context)
     except (config.ConfigException, OSError) as e:
         print(f"configpin status: no cluster: {e}", file=sys.stderr)
         return 2

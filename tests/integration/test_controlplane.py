@@ -84,7 +84,10 @@ def test_register_and_unregister_webhook(k8s: client.ApiClient) -> None:
     register_webhook(k8s, "smoke", "https://127.0.0.1:2/mutate", ca_pem, failure_policy="Fail")
     try:
         stored = admission.read_mutating_webhook_configuration("smoke").to_dict(serialize=True)
-        [webhook] = stored["webhooks"]
+        webhook, sources = stored["webhooks"]
+        assert sources["name"] == "sources.configpin.io"
+        assert sources["failurePolicy"] == "Ignore"  # whatever the workloads' policy
+        assert sources["clientConfig"]["url"] == "https://127.0.0.1:2/mutate"
         assert webhook["clientConfig"]["url"] == "https://127.0.0.1:2/mutate"
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "NoneOnDryRun"

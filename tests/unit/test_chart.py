@@ -664,7 +664,7 @@ def test_namespaced_role_is_scoped_by_resource_names(
 
 def test_webhook_fields(default: list[Manifest], custom: list[Manifest]) -> None:
     webhooks = one(default, "MutatingWebhookConfiguration")["webhooks"]
-    assert len(webhooks) == 1
+    assert [w["name"] for w in webhooks] == ["mutate.configpin.io", "sources.configpin.io"]
     hook = webhooks[0]
     assert hook["admissionReviewVersions"] == ["v1"]
     assert hook["sideEffects"] == "NoneOnDryRun"
@@ -680,6 +680,34 @@ def test_webhook_fields(default: list[Manifest], custom: list[Manifest]) -> None
         "path": "/mutate",
         "port": service["spec"]["ports"][0]["port"],
     }
+
+
+def test_the_source_writes_webhook_previews_and_never_stands_in_the_way(
+    default: list[Manifest], custom: list[Manifest]
+) -> None:
+    """ConfigMaps and Secrets: updates and deletions only, dry runs reach it (sideEffects
+    None), Ignore whatever the workloads' policy, the same namespaces and no copies; off with
+    webhook.sourceWrites=false."""
+    workloads, sources = one(default, "MutatingWebhookConfiguration")["webhooks"]
+    assert sources["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["configmaps", "secrets"],
+            "operations": ["UPDATE", "DELETE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert sources["sideEffects"] == "None" and sources["failurePolicy"] == "Ignore"
+    assert sources["namespaceSelector"] == workloads["namespaceSelector"]
+    assert sources["objectSelector"] == workloads["objectSelector"]
+    assert sources["clientConfig"] == workloads["clientConfig"]
+    names = [c["name"] for c in sources["matchConditions"]]
+    assert names == ["not-a-helm-release-or-a-token", "not-a-leader-election-record", "not-ignored"]
+    [custom_sources] = one(custom, "MutatingWebhookConfiguration")["webhooks"][1:]
+    assert custom_sources["failurePolicy"] == "Ignore"  # whatever webhook.failurePolicy says
+    off = one(render({"webhook": {"sourceWrites": False}}), "MutatingWebhookConfiguration")
+    assert [w["name"] for w in off["webhooks"]] == ["mutate.configpin.io"]
 
 
 def test_webhook_choices_are_explained() -> None:

@@ -17,6 +17,7 @@ from webhook.core.constants import (
     ANN_ON_FAILURE,
     ANN_PROGRESS_DEADLINE,
     ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
     ANN_SOURCES,
     ANN_WAVE,
 )
@@ -28,6 +29,8 @@ from webhook.core.delivery import (
     Standing,
     State,
     WaveStep,
+    approval_from,
+    asks_approval,
     assess,
     cut_waves,
     on_failure_policy,
@@ -505,6 +508,7 @@ def test_undo_never_points_at_what_is_not_a_copy_configpin_made() -> None:
     [
         ("1,10%,100%", (WaveStep(count=1), WaveStep(fraction=0.1), WaveStep(fraction=1.0))),
         (" 2 , 50% ", (WaveStep(count=2), WaveStep(fraction=0.5))),
+        ("1,approve,100%", (WaveStep(count=1), WaveStep(approve=True), WaveStep(fraction=1.0))),
         ("off", None),
     ],
 )
@@ -512,10 +516,22 @@ def test_waves_parse(text: str, steps: tuple[WaveStep, ...] | None) -> None:
     assert parse_waves(text) == steps
 
 
-@pytest.mark.parametrize("text", ["", "0", "1,,2", "150%", "-1", "ten"])
+@pytest.mark.parametrize(
+    "text", ["", "0", "1,,2", "150%", "-1", "ten", "approve", "1,approve,approve,100%"]
+)
 def test_bad_waves_are_refused_with_the_form(text: str) -> None:
     with pytest.raises(ValueError, match=r"1,10%,100%"):
         parse_waves(text)
+
+
+def test_an_approve_step_makes_no_wave_and_gates_the_waves_after_it() -> None:
+    steps = parse_waves("1,10%,approve,100%")
+    assert steps is not None
+    assert wave_sizes(20, steps) == [1, 2, 17]
+    assert approval_from(steps) == 2  # the third wave (from 0) waits
+    assert approval_from(parse_waves("1,10%,100%")) is None
+    assert asks_approval({"metadata": {"annotations": {ANN_ROLLOUT_WAVES: " Approve "}}})
+    assert not asks_approval({"metadata": {"annotations": {ANN_ROLLOUT_WAVES: "1,100%"}}})
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,15 @@ from tests.unit.conftest import (
 from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.waves import Gate
-from webhook.core.constants import ANN_ROLLOUT, ANN_SHARED, ANN_WAVE
+from webhook.core import digest
+from webhook.core.audit import APPROVED, ChangedBy
+from webhook.core.constants import (
+    ANN_APPROVED,
+    ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
+    ANN_SHARED,
+    ANN_WAVE,
+)
 from webhook.core.current import WorkloadRef, entry_from_object
 from webhook.core.delivery import (
     Action,
@@ -251,3 +259,63 @@ def test_a_place_is_reserved_until_the_rollout_is_written() -> None:
     assert gate.wait(w1, [change]) is not None  # the index holds it now
     _record(index, objs[w0], w0, change, State.COMPLETE)
     assert gate.wait(w1, [change]) is None
+
+
+def _approve(store: Store, namespace: str, who: str = "rm") -> None:
+    """`configpin approve configmap/cfg`: the signed record admission writes, on the source
+    as it is now."""
+    obj = store.objects[CFG]
+    content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, obj))[:20]
+    text = ChangedBy(who, 0.0, content).encode(HKEY, namespace, CFG, domain=APPROVED)
+    obj["metadata"].setdefault("annotations", {})[ANN_APPROVED] = text
+    store.put(obj)
+
+
+def test_the_waves_after_approve_wait_for_the_changes_approval() -> None:
+    gate, index, stores, objs = _setup(
+        {"team-a": [f"w{i}" for i in range(5)]}, waves="1,approve,100%"
+    )
+    [change] = gate.changes("team-a", [CFG])
+    first, second = gate.plan(change)
+    assert len(first) == 1 and len(second) == 4
+    assert _may(gate, first[0], change)  # the canary needs no approval
+    _record(index, objs[first[0]], first[0], change, State.COMPLETE)
+    waiting = gate.wait(second[0], [change])
+    assert waiting is not None and waiting.reason is WaitReason.APPROVAL
+    assert "kubectl configpin approve configmap/cfg -n team-a" in waiting.why
+    _approve(stores["team-a"], "team-a")
+    assert all(_may(gate, ref, change) for ref in second)
+    # a newer change: the approval names other content, so it needs its own
+    stores["team-a"].put(configmap("cfg", {"a": "3"}, namespace="team-a"))
+    [newer] = gate.changes("team-a", [CFG])
+    assert newer != change
+    _record(index, objs[first[0]], first[0], newer, State.COMPLETE)
+    waiting = gate.wait(second[0], [newer])
+    assert waiting is not None and waiting.reason is WaitReason.APPROVAL
+
+
+def test_a_workload_that_asks_for_approval_waits_for_it_in_any_wave() -> None:
+    gate, index, stores, objs = _setup({"team-a": ["w0"]}, waves="off")
+    [ref] = objs
+    objs[ref]["metadata"].setdefault("annotations", {})[ANN_ROLLOUT_WAVES] = "approve"
+    index.put(entry_from_object(objs[ref], "checksum", hkey=HKEY))
+    [change] = gate.changes("team-a", [CFG])
+    waiting = gate.wait(ref, [change])
+    assert waiting is not None and waiting.reason is WaitReason.APPROVAL
+    _approve(stores["team-a"], "team-a")
+    assert _may(gate, ref, change)
+
+
+def test_an_approval_copied_from_another_namespace_approves_nothing() -> None:
+    """Namespace b's approval of the same content, copied by a tenant onto a's source."""
+    gate, index, stores, objs = _setup({"a": ["w0", "w1"], "b": ["x0"]}, waves="1,approve,100%")
+    [change] = gate.changes("a", [CFG])
+    first, second = gate.plan(change)
+    _record(index, objs[first[0]], first[0], change, State.COMPLETE)
+    _approve(stores["b"], "b")
+    copied = stores["b"].objects[CFG]["metadata"]["annotations"][ANN_APPROVED]
+    stores["a"].objects[CFG]["metadata"].setdefault("annotations", {})[ANN_APPROVED] = copied
+    waiting = gate.wait(second[0], [change])
+    assert waiting is not None and waiting.reason is WaitReason.APPROVAL
+    _approve(stores["a"], "a")
+    assert _may(gate, second[0], change)

@@ -78,6 +78,7 @@ class _Landed:
     rolled: bool  # its pod template changed
     touched_template: bool  # the write asked for a template change
     intended: dict[str, str]  # the record planned
+    by: str = ""  # who made the change it rolls to
 
 
 def _template(obj: JSONObject | None) -> object:
@@ -191,7 +192,7 @@ class Reconciler:
             if decision.poll is not None:  # the rollout it follows goes on
                 return Poll(decision.poll)
             if decision.waiting is not None and result.read is not None:
-                self.report.waiting(ref, result.read, decision.waiting.why)
+                self.report.waiting(ref, result.read, decision.waiting)
             return self._skipped(decision.skip or SkipReason.UNCHANGED)
         written.setdefault("kind", ref.kind)
         if decision.progress is not None:  # the rollout it followed ended
@@ -254,7 +255,7 @@ class Reconciler:
         stored = get_path(written, kind.entry.meta_path)
         annotations = (stored.get("annotations") if isinstance(stored, dict) else None) or {}
         rolled = parse_mapping(annotations.get(ANN_SOURCES)) != entry.recorded
-        return _Landed(written, rolled, True, restamp.observed)
+        return _Landed(written, rolled, True, restamp.observed, restamp.by)
 
     def _landed(
         self,
@@ -283,7 +284,8 @@ class Reconciler:
         elif rolled and instead is not None:
             self.report.rolled_instead(ref, obj, changed, instead)
         if rolled:
-            self.report.rolled(ref, obj, changed, first_seen)
+            by = decision.rollout.by if decision is not None and decision.rollout else landed.by
+            self.report.rolled(ref, obj, changed, first_seen, by)
             outcome = Rolled(changed, instead)
         elif refreshed is None and not landed.touched_template:
             self.report.recorded(obj)

@@ -12,7 +12,7 @@ from typing import Final
 from webhook.controller.follow import Ended
 from webhook.core.constants import ANN_OWNED, ANN_REJECTED, OWNED_PIN
 from webhook.core.current import WorkloadRef
-from webhook.core.delivery import Action, RolloutRecord
+from webhook.core.delivery import Action, RolloutRecord, Wait, WaitReason
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.owners import controller_of
 from webhook.core.plan import RollInstead
@@ -48,18 +48,20 @@ class Reporter:
         obj: JSONObject,
         changed: Iterable[SourceId],
         first_seen: float | None,
+        by: str = "",
     ) -> None:
         self.metrics.rollouts.labels(ref.kind).inc()
         if (seconds := self._since(first_seen)) is not None:
             self.metrics.rollout_latency.observe(seconds)
         names = _names(changed)
-        log.info("re-stamped %s: %s changed", ref, names)
+        who = f" (changed by {by})" if by else ""
+        log.info("re-stamped %s: %s changed%s", ref, names, who)
         if self.events is not None:
             self.events.normal(
                 obj,
                 "RolloutStarted",
                 "Rollout",
-                f"{names} changed: pod template re-stamped, a rolling update starts",
+                f"{names} changed{who}: pod template re-stamped, a rolling update starts",
             )
 
     def rolled_instead(
@@ -148,17 +150,23 @@ class Reporter:
             )
 
     # --- safe delivery
-    def waiting(self, ref: WorkloadRef, obj: JSONObject, why: str) -> None:
-        """ConfigRolloutWaiting, once per workload and reason."""
-        key = f"{ref} {why}"
+    def waiting(self, ref: WorkloadRef, obj: JSONObject, wait: Wait) -> None:
+        """ConfigRolloutWaiting (ConfigRolloutAwaitingApproval), once per workload and
+        reason."""
+        key = f"{ref} {wait.why}"
         if key in self._waiting:
             return
         self._waiting[key] = None
         while len(self._waiting) > _REPORTED_MAX:
             self._waiting.popitem(last=False)
-        log.info("%s: not rolled yet: %s", ref, why)
-        if self.events is not None:
-            self.events.normal(obj, "ConfigRolloutWaiting", "Rollout", f"not rolled yet: {why}")
+        log.info("%s: not rolled yet: %s", ref, wait.why)
+        note = f"not rolled yet: {wait.why}"
+        if self.events is None:
+            return
+        if wait.reason is WaitReason.APPROVAL:
+            self.events.normal(obj, "ConfigRolloutAwaitingApproval", "Rollout", note)
+        else:
+            self.events.normal(obj, "ConfigRolloutWaiting", "Rollout", note)
 
     def rollout_complete(self, ref: WorkloadRef, obj: JSONObject) -> None:
         log.info("%s: its config rollout is complete", ref)
@@ -189,7 +197,8 @@ class Reporter:
             which = f" (keys {', '.join(keys)})" if keys else ""
             old, new = record.before.get(key, "none"), record.to[key]
             what.append(f"{key}{which} {old[:12]} -> {new[:12]}")
-        return "; ".join(what) or "its config"
+        by = f", changed by {record.by}" if record.by else ""
+        return ("; ".join(what) or "its config") + by
 
     def rolled_back_by_person(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
         record = ended.record

@@ -157,6 +157,7 @@ class IndexRestamp:
 
     merge_patch: JSONObject
     observed: dict[str, str]
+    by: str = ""  # who made the change(s) it rolls to
 
 
 class Restamper:
@@ -170,6 +171,7 @@ class Restamper:
         follower: Follower | None = None,
         gate: Gate | None = None,
         wall: Callable[[], float] = time.time,
+        editors: Callable[[str, tuple[Change, ...]], str] | None = None,
     ) -> None:
         """`copies`: snapshot copies can be written (the reconciler has the writer);
         `follower`, `gate`: safe delivery (None: rollouts are started and not followed, every
@@ -181,6 +183,7 @@ class Restamper:
         self.follower = follower
         self.gate = gate
         self.wall = wall
+        self.editors = editors  # who made these changes (webhook.controller.editors)
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
         return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
@@ -189,6 +192,9 @@ class Restamper:
         """Its reconcile ended: what it wrote is in the index (a place reserved is freed)."""
         if self.gate is not None:
             self.gate.release(ref)
+
+    def _by(self, ref: WorkloadRef, changes: tuple[Change, ...]) -> str:
+        return self.editors(ref.namespace, changes) if self.editors and changes else ""
 
     def _admit(
         self, ref: WorkloadRef, stale: Collection[SourceId]
@@ -292,6 +298,7 @@ class Restamper:
                 healthy=standing(kind, obj) is Standing.HEALTHY,
                 made={req.snapshot_name: req.source.name for req in plan.snapshots},
                 previous=record,
+                by=self._by(ref, changes),
             )
             ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
         return Decision(
@@ -374,6 +381,7 @@ class Restamper:
         for warning in restamp.warnings:
             log.warning("%s: %s", ref, warning)
         patch = restamp.merge_patch
+        by = ""
         if self.follower is not None:
             rollout = started(
                 kind,
@@ -384,8 +392,10 @@ class Restamper:
                 changes=changes,
                 now=now,
                 healthy=entry.standing is Standing.HEALTHY,
+                by=self._by(ref, changes),
             )
+            by = rollout.by
             text = rollout.encode(self.hkey, identity(ref.kind, ref.namespace, ref.name))
             meta = patch.setdefault("metadata", {})
             meta.setdefault("annotations", {})[ANN_ROLLOUT] = text
-        return IndexRestamp(patch, restamp.observed)
+        return IndexRestamp(patch, restamp.observed, by)

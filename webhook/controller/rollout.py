@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from prometheus_client import Gauge
 
 from webhook.config import Settings
+from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.leader import Elector, elector, new_identity
 from webhook.controller.outcome import Outcome, Skipped
+from webhook.controller.preview import Previewer
 from webhook.controller.queue import Pending, RolloutQueue
 from webhook.controller.reconcile import Reconciler, peek_in
 from webhook.controller.refresh import Pods
@@ -139,6 +141,7 @@ class RolloutController:
                 hkey, pods=self.pods.running, is_copy=is_copy, changed_keys=cache.changed_keys
             ),
             gate=self.gate,
+            editors=Editors(self.limited, hkey).of,
         )
         self.reconciler = Reconciler(
             self.limited,
@@ -155,6 +158,8 @@ class RolloutController:
             on_moved=self.rollout_moved,
         )
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
+        # What a write of a source will do (admission's preview, on every replica)
+        self.preview = Previewer(self.index, cache, hkey, settings, ready=self.synced)
         self.runner: Runner[WorkloadRef, SourceId] = Runner(
             "rollout",
             self._reconcile,

@@ -40,6 +40,7 @@ from webhook.core.delivery import (
     State,
     Wait,
     WaitReason,
+    approval_from,
     cut_waves,
     wave_order,
 )
@@ -78,6 +79,7 @@ class Gate:
         self.cache = cache
         self.hkey = hkey
         self.steps = settings.waves()
+        self.approval = approval_from(self.steps)  # the first wave that waits for approval
         self.cap = settings.max_rolling
         self._lock = threading.Lock()
         self._orders: dict[Change, list[WorkloadRef]] = {}
@@ -240,8 +242,27 @@ class Gate:
                 self._reserved[ref] = time.monotonic()
         return None
 
+    def approved(self, namespace: str, change: Change) -> bool:
+        """The change's content was approved (`configpin approve`, recorded and signed by
+        admission on the source) in the workload's namespace."""
+        record = self._peek(namespace, change.source)
+        return record is not None and record.approved == change.content
+
+    def _unapproved(self, ref: WorkloadRef, change: Change, wave: str) -> Wait:
+        sid = change.source
+        return Wait(
+            WaitReason.APPROVAL,
+            f"{change} waits for an approval ({wave}): kubectl configpin approve "
+            f"{sid.kind.value}/{sid.name} -n {ref.namespace}",
+        )
+
     def _waves(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
+        entry = self.index.get(ref)
+        own = entry is not None and entry.delivery is not None and entry.delivery.approve
         if self.steps is None:
+            for change in changes:
+                if own and not self.approved(ref.namespace, change):
+                    return self._unapproved(ref, change, "its configpin.io/rollout-waves")
             return None
         for change in changes:
             cut = self._cut(change)
@@ -268,6 +289,14 @@ class Gate:
                         f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
                         f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
                     )
+            gated = self.approval is not None and at >= self.approval
+            if (gated or own) and not self.approved(ref.namespace, change):
+                where = (
+                    f"wave {at + 1} of {waves} comes after approve"
+                    if gated
+                    else ("its configpin.io/rollout-waves")
+                )
+                return self._unapproved(ref, change, where)
         return None
 
 

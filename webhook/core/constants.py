@@ -77,3 +77,22 @@ ANN_REJECTED: Final = "configpin.io/rejected"
 # ConfigMap copied into each team's namespace): one set of waves for all of them. Otherwise a
 # change is its namespace's own: a rollout in one namespace never waits for another's.
 ANN_SHARED: Final = "configpin.io/shared"
+# Change preview and audit. Written by configpin's admission on a ConfigMap or Secret whose
+# content a request changes: who changed it and when, signed with the digest key over the
+# source and its content (JSON); a record that does not match is not believed.
+ANN_CHANGED_BY: Final = "configpin.io/changed-by"
+# On a ConfigMap or Secret in a server-side dry run (`configpin plan`): "request" asks
+# admission for the full plan of the change, which it answers in the same annotation of the
+# dry run's result (JSON). Never stored: admission removes it from a real write.
+ANN_PLAN: Final = "configpin.io/plan"
+PLAN_REQUEST: Final = "request"
+# Approval (a wave list holding `approve`). On a ConfigMap or Secret: "request", set by
+# `configpin approve` with the user's own rights, which admission turns into the signed
+# record of who approved its content now (configpin.io/approved, JSON). A newer change of
+# the content needs its own approval.
+ANN_APPROVE: Final = "configpin.io/approve"
+ANN_APPROVED: Final = "configpin.io/approved"
+# On a workload's own metadata: its own wave list; holding `approve`, its rollout of any
+# change waits for that change's approval.
+ANN_ROLLOUT_WAVES: Final = "configpin.io/rollout-waves"
+APPROVE_STEP: Final = "approve"

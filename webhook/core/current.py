@@ -28,6 +28,7 @@ from webhook.core.constants import (
     ANN_REJECTED,
     ANN_ROLLED_AT,
     ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
     ANN_SOURCES,
     ANN_WAVE,
     LABEL_SNAPSHOT,
@@ -40,6 +41,7 @@ from webhook.core.delivery import (
     RolloutRecord,
     Standing,
     State,
+    asks_approval,
     rejected,
     rollout_record,
     standing,
@@ -50,7 +52,7 @@ from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
 from webhook.core.reasons import SkipReason
-from webhook.core.refs import consumption, find_sites, get_path
+from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.core.times import parse_time
 
 
@@ -93,6 +95,10 @@ class Delivery:
     wave: int
     standing: Standing = Standing.HEALTHY
     paused: bool = False  # a paused Deployment: its rollout holds no place (--max-rolling)
+    # on-change: refresh (as honoured): the sources a change of which reaches its running
+    # pods in place (whole-volume mounts only), as `configmap/<name>`; None: it rolls
+    refreshes: frozenset[str] | None = None
+    approve: bool = False  # its own wave list holds approve: each change waits for approval
 
 
 # A workload with nothing else to say than how it stands (scaled to zero, unavailable): one
@@ -379,10 +385,24 @@ def entry_from_object(
     own = _annotations(meta)
     stands = standing(known, obj)
     paused = (obj.get("spec") or {}).get("paused") is True
-    if ANN_ROLLOUT in own or ANN_REJECTED in own or ANN_WAVE in own or paused:
+    in_place = None
+    if refreshes:
+        blocked = unrefreshable(pod_spec, [c.source for c in consumes])
+        in_place = frozenset(str(c.source) for c in consumes if c.source not in blocked)
+    approve = ANN_ROLLOUT_WAVES in own and asks_approval(obj)
+    if (
+        ANN_ROLLOUT in own
+        or ANN_REJECTED in own
+        or ANN_WAVE in own
+        or paused
+        or refreshes
+        or approve
+    ):
         record = rollout_record(hkey, obj) if hkey is not None else None
         refused = tuple(sorted(rejected(obj).items())) or None
-        delivery = Delivery(_brief(record), refused, wave_of(obj), stands, paused)
+        delivery = Delivery(
+            _brief(record), refused, wave_of(obj), stands, paused, in_place, approve
+        )
     elif stands is not Standing.HEALTHY:
         delivery = _STANDING_ONLY[stands]
     return WorkloadEntry(

@@ -37,8 +37,10 @@ from webhook.core.constants import (
     ANN_PROGRESS_DEADLINE,
     ANN_REJECTED,
     ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
     ANN_SOURCES,
     ANN_WAVE,
+    APPROVE_STEP,
     MODE_SNAPSHOT,
 )
 from webhook.core.kinds import RolloutStyle, WorkloadKind
@@ -97,6 +99,7 @@ class WaitReason(StrEnum):
     CAP = "cap"  # its namespace has --max-rolling rollouts in flight
     WAVE = "wave"  # an earlier wave of the change is not complete
     STOPPED = "stopped"  # an earlier wave of the change failed: the waves after it never start
+    APPROVAL = "approval"  # its wave comes after `approve`: the change is not approved yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,7 @@ class RolloutRecord:
     signal: str = ""  # (failed) what failed, in a person's words
     action: Action | None = None  # (failed) what came of it
     healthy: bool = True  # healthy with pods before the change: it vouches for it, or not
+    by: str = ""  # who changed the content, and when ("alice at 2026-...Z"; "unknown")
 
     def _body(self) -> dict[str, Any]:
         return {
@@ -225,6 +229,7 @@ class RolloutRecord:
             "signal": self.signal,
             "action": self.action.value if self.action is not None else "",
             "healthy": self.healthy,
+            "by": self.by,
         }
 
     def encode(self, hkey: bytes, identity: str) -> str:
@@ -261,6 +266,7 @@ class RolloutRecord:
                 signal=str(body["signal"]),
                 action=Action(action) if action else None,
                 healthy=body.get("healthy", True) is not False,  # (records before it: healthy)
+                by=str(body.get("by", "")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -279,6 +285,7 @@ class RolloutRecord:
             signal,
             action,
             self.healthy,
+            self.by,
         )
 
     def changed_sources(self) -> list[str]:
@@ -361,6 +368,7 @@ def started(
     healthy: bool,
     made: Mapping[str, str] | None = None,
     previous: RolloutRecord | None = None,
+    by: str = "",
 ) -> RolloutRecord:
     """The record of a rollout configpin is about to write: the one place one is made.
 
@@ -410,6 +418,7 @@ def started(
         refs=refs,
         template=template,
         healthy=healthy,
+        by=by,
     )
 
 
@@ -731,18 +740,27 @@ def proven(obj: Mapping[str, Any], record: RolloutRecord) -> dict[str, str] | No
 class WaveStep:
     count: int = 0  # this many workloads
     fraction: float = 0.0  # or this share of the rest
+    approve: bool = False  # no wave: the waves after it wait for the change's approval
 
 
 def parse_waves(text: str) -> tuple[WaveStep, ...] | None:
-    """`--rollout-waves`: comma-separated counts (`1`) and shares of the rest (`10%`); `off`
-    (None): every workload at once. A last step that leaves some out is followed by the rest.
-    Raises ValueError saying what is wrong."""
+    """`--rollout-waves`: comma-separated counts (`1`) and shares of the rest (`10%`), and
+    `approve` (the waves after it wait until the change is approved); `off` (None): every
+    workload at once. A last step that leaves some out is followed by the rest. Raises
+    ValueError saying what is wrong."""
     text = text.strip()
     if text.lower() == "off":
         return None
     steps: list[WaveStep] = []
     for raw in text.split(","):
         item = raw.strip()
+        if item.lower() == APPROVE_STEP:
+            if steps and steps[-1].approve:
+                raise ValueError(
+                    f"{text!r}: approve twice in a row; e.g. 1,10%,100% or 1,approve,100%"
+                )
+            steps.append(WaveStep(approve=True))
+            continue
         try:
             if item.endswith("%"):
                 share = float(item[:-1])
@@ -757,17 +775,35 @@ def parse_waves(text: str) -> tuple[WaveStep, ...] | None:
         except ValueError:
             raise ValueError(
                 f"{item!r} in {text!r}: each wave is a count (1) or a share of the rest (10%), "
-                "e.g. 1,10%,100%; or off"
+                "with approve between waves where they wait for an approval, e.g. 1,10%,100% "
+                "or 1,approve,100%; or off"
             ) from None
-    if not steps:
+    if not any(not s.approve for s in steps):
         raise ValueError("no wave given: e.g. 1,10%,100%; or off")
     return tuple(steps)
+
+
+def approval_from(steps: Sequence[WaveStep] | None) -> int | None:
+    """The first wave (from 0) that waits for the change's approval: the one after the first
+    `approve` step; None: no step asks for one."""
+    waves = [s.approve for s in steps or ()]
+    return waves.index(True) if True in waves else None
+
+
+def asks_approval(obj: Mapping[str, Any]) -> bool:
+    """The workload's own wave list holds `approve`: its rollouts wait for an approval."""
+    value = _annotations(obj).get(ANN_ROLLOUT_WAVES)
+    if not isinstance(value, str) or len(value) > 256:
+        return False
+    return any(part.strip().lower() == APPROVE_STEP for part in value.split(","))
 
 
 def wave_sizes(total: int, steps: Sequence[WaveStep]) -> list[int]:
     sizes: list[int] = []
     left = total
     for step in steps:
+        if step.approve:
+            continue
         if left <= 0:
             break
         size = step.count if step.count else math.ceil(step.fraction * left)

@@ -34,7 +34,9 @@ from typing import Any, Final
 
 import orjson
 
+from webhook.core.audit import APPROVED, ChangedBy
 from webhook.core.constants import (
+    ANN_APPROVED,
     ANN_IGNORE,
     ANN_SHARED,
     ANN_SIGNATURE,
@@ -42,7 +44,7 @@ from webhook.core.constants import (
     LABEL_SNAPSHOT,
     LABEL_SOURCE,
 )
-from webhook.core.model import SourceKind, SourceRecord
+from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 
 KEY_DIGEST_SIZE: Final = 16
@@ -210,11 +212,12 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
     """The record (digests and the little metadata admission needs) of a ConfigMap/Secret.
 
     `snapshot_of` is set only for a proven copy (`proven_source`); an object that merely
-    carries the snapshot label is recorded as the ordinary object it is."""
+    carries the snapshot label is recorded as the ordinary object it is. `approved` only for
+    an approval configpin recorded for this source and the content it holds."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     digests = key_digests(hkey, kind, obj)
-    return SourceRecord(
+    record = SourceRecord(
         kind=kind,
         name=meta.get("name", ""),
         key_digests=digests,
@@ -224,6 +227,26 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         uid=meta.get("uid"),
         resource_version=meta.get("resourceVersion"),
         shared=annotations.get(ANN_SHARED) == "true",
+    )
+    text = annotations.get(ANN_APPROVED)
+    if text is None:
+        return record
+    content = source_digest(hkey, record)[:20]
+    sid = SourceId(kind, record.name)
+    namespace = str(meta.get("namespace") or "")
+    if ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED) is None:
+        return record
+    return SourceRecord(
+        record.kind,
+        record.name,
+        digests,
+        record.secret_type,
+        record.ignored,
+        record.snapshot_of,
+        record.uid,
+        record.resource_version,
+        record.shared,
+        content,
     )
 
 

@@ -71,7 +71,7 @@ def _observe(fn: Callable[..., None], *args: object) -> None:
         log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
-_Extra: TypeAlias = tuple[str | None, bool, str | None, bool] | None
+_Extra: TypeAlias = tuple[str | None, bool, str | None, bool, str | None] | None
 _Layout: TypeAlias = tuple[tuple[str, ...], _Extra]
 _ID: Final = struct.Struct("<I")
 
@@ -111,7 +111,7 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     keys, extra = layouts[_ID.unpack_from(entry)[0]]
     size, at = digest.KEY_DIGEST_SIZE, _ID.size
     kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
-    secret_type, ignored, snapshot_of, shared = extra or (None, False, None, False)
+    secret_type, ignored, snapshot_of, shared, approved = extra or (None, False, None, False, None)
     if kind is SourceKind.SECRET and secret_type is None:
         secret_type = "Opaque"
     return SourceRecord(
@@ -122,6 +122,7 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
         ignored=ignored,
         snapshot_of=snapshot_of,
         shared=shared,
+        approved=approved,
     )
 
 
@@ -244,8 +245,9 @@ class SourceCache:
             or rec.ignored
             or rec.snapshot_of is not None
             or rec.shared
+            or rec.approved is not None
         ):
-            extra = (rec.secret_type, rec.ignored, rec.snapshot_of, rec.shared)
+            extra = (rec.secret_type, rec.ignored, rec.snapshot_of, rec.shared, rec.approved)
         number = self._layouts.number(names, extra)
         return b"".join((_ID.pack(number), *(rec.key_digests[k] for k in names)))
 

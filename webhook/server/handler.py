@@ -29,11 +29,13 @@ from webhook.core.model import (
     Plan,
     SnapshotEnsurer,
     SourceId,
+    SourceKind,
     SourceRecord,
     SourceUnavailable,
 )
 from webhook.core.owners import pinned_owners
 from webhook.core.plan import changes_only_the_record, plan_object
+from webhook.core.preview import source_write
 from webhook.core.reasons import SkipReason
 from webhook.core.shape import ShapeError, check_request
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
@@ -49,6 +51,7 @@ from webhook.server.admission import (
     errored,
     patched,
 )
+from webhook.server.writes import SOURCE_KINDS, SourcePreview, SourceWrites, source_kind_of
 from webhook.sources import Miss, SourceReader
 
 log = logging.getLogger(__name__)
@@ -117,11 +120,13 @@ class Admitter:
         snapshots: SnapshotEnsurer | None = None,
         scope: Scope | None = None,
         events: EventRecorder | None = None,
+        preview: SourcePreview | None = None,
     ) -> None:
         """`settings`: `configpin serve`'s (mode, strict, max-sources, read deadline and
         workers, snapshots allowed); `scope`: where configpin acts (default: everywhere)."""
         settings = settings or Settings()
         self.hkey = hkey
+        self.writes = SourceWrites(hkey, preview)
         self.events = events
         self.scope: Scope = scope if scope is not None else Excluding()
         self.max_sources = settings.max_sources
@@ -149,7 +154,8 @@ class Admitter:
         self._read_through = metrics.source_reads.labels("read_through")
         self._read_fresh = metrics.source_reads.labels("fresh")
         self._counts: dict[tuple[str, str, str], Tally] = {}
-        self._kinds = frozenset(k.kind for k in admitted_kinds())
+        # metric labels: the workload kinds, and the sources whose writes it previews
+        self._kinds = frozenset(k.kind for k in admitted_kinds()) | frozenset(SOURCE_KINDS)
         # Large reviews are decided in a worker process (large.py), one at a time.
         self._worker: ProcessPoolExecutor | None = None
         self.large_reviews = asyncio.Lock()
@@ -183,7 +189,7 @@ class Admitter:
     async def prepare_large(self, body: bytes) -> large.Prepared:
         """Parse and check a large review in the worker. Raises BadReview (answer 400).
         Hold `large_reviews` from here until its answer."""
-        prepared = await self._in_worker(large.prepare, body)
+        prepared = await self._in_worker(large.prepare, body, self.hkey)
         if prepared.outcome == "bad":
             raise BadReview(prepared.message)
         return prepared
@@ -347,6 +353,9 @@ class Admitter:
             return self._invalid(review, prepared.message)
         obj = review.obj
         operation = review.operation
+        source_kind = source_kind_of(review)
+        if source_kind is not None:
+            return await self._source_write(review, source_kind, prepared)
         if (
             operation not in ("CREATE", "UPDATE")
             or obj is None
@@ -354,15 +363,7 @@ class Admitter:
         ):
             return allowed(review), "ignored"
         namespace = review.namespace
-        claimed = (obj.get("metadata") or {}).get("namespace")
-        if (
-            not namespace
-            or (claimed and claimed != namespace)
-            or not (namespace in self.scope or await self._confirmed_in_scope(namespace))
-        ):
-            # Not a namespace configpin acts in (or a request that contradicts itself, which
-            # the API server never sends): nothing is looked up, written or said.
-            self._out_of_scope.inc()
+        if not await self._in_scope(review, obj):
             return allowed(review), "out-of-scope"
         if prepared is not None:
             # Its object is in the worker: planned there from this replica's cache (a large
@@ -439,6 +440,42 @@ class Admitter:
         if not plan.patch:
             return allowed(review, warnings), "unchanged"
         return patched(review, plan.patch, warnings), "patched"
+
+    async def _in_scope(self, review: Review, obj: JSONObject) -> bool:
+        namespace = review.namespace
+        claimed = (obj.get("metadata") or {}).get("namespace")
+        if (
+            not namespace
+            or (claimed and claimed != namespace)
+            or not (namespace in self.scope or await self._confirmed_in_scope(namespace))
+        ):
+            # Not a namespace configpin acts in (or a request that contradicts itself, which
+            # the API server never sends): nothing is looked up, written or said.
+            self._out_of_scope.inc()
+            return False
+        return True
+
+    async def _source_write(
+        self, review: Review, kind: SourceKind, prepared: large.Prepared | None
+    ) -> tuple[AdmissionReviewOut, str]:
+        """An UPDATE or DELETE of a ConfigMap or Secret (server/writes.py)."""
+        old = review.old
+        if (
+            review.operation not in ("UPDATE", "DELETE")
+            or review.request.get("subResource")
+            or (old is None and prepared is None)
+        ):
+            return allowed(review), "ignored"
+        if not await self._in_scope(review, old if old is not None else {}):
+            return allowed(review), "out-of-scope"
+        if prepared is not None:
+            write = prepared.write
+            if write is None:
+                return allowed(review), "ignored"
+        else:
+            assert old is not None
+            write = source_write(self.hkey, kind, review.operation, old, review.obj)
+        return self.writes.review(review, write)
 
     @staticmethod
     async def _ensure_copies(

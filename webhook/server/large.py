@@ -25,13 +25,23 @@ from webhook.core.kinds import WorkloadKind, template_paths, use_custom_kinds
 from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.owners import use_owner_kinds
 from webhook.core.plan import plan_object
+from webhook.core.preview import SourceWrite, source_write
 from webhook.core.refs import consumption, find_sites, get_path
 from webhook.core.shape import ShapeError, check_request
 from webhook.server import memory
 from webhook.server.admission import BadReview, Review, parse_review
+from webhook.server.writes import source_kind_of
 
 # What the serving process keeps of the request (the objects stay in the worker).
-_LIGHT_FIELDS: Final = ("uid", "kind", "operation", "namespace", "dryRun", "subResource")
+_LIGHT_FIELDS: Final = (
+    "uid",
+    "kind",
+    "operation",
+    "namespace",
+    "dryRun",
+    "subResource",
+    "userInfo",  # (who writes a source: its audit record)
+)
 
 
 @dataclass(frozen=True)
@@ -39,12 +49,13 @@ class Prepared:
     """The outcome of `prepare`: `bad` (answer 400), `invalid` (a field of the wrong type),
     `ignored` (nothing to plan), or `plan` (look up `sources`, then call `plan`)."""
 
-    outcome: Literal["bad", "invalid", "ignored", "plan"]
+    outcome: Literal["bad", "invalid", "ignored", "plan", "source"]
     message: str = ""
     api_version: str = ""
     request: JSONObject = field(default_factory=dict)
     namespace: str = ""
     sources: tuple[SourceId, ...] = ()
+    write: SourceWrite | None = None  # (source) a ConfigMap or Secret written
 
     def review(self) -> Review:
         """The review as the serving process answers it: its envelope, no objects."""
@@ -71,8 +82,9 @@ def _light(review: Review) -> JSONObject:
     return light
 
 
-def prepare(body: bytes) -> Prepared:
-    """In the worker: parse and check the review; name the sources its object refers to."""
+def prepare(body: bytes, hkey: bytes) -> Prepared:
+    """In the worker: parse and check the review; name the sources its object refers to (or,
+    for a ConfigMap or Secret written, work out what admission needs of the write)."""
     global _current  # noqa: PLW0603 (the worker's one review in progress)
     _current = None
     try:
@@ -85,6 +97,13 @@ def prepare(body: bytes) -> Prepared:
         check_request(review.request)
     except ShapeError as e:
         return Prepared("invalid", str(e), **base)
+    kind = source_kind_of(review)
+    if kind is not None:
+        old = review.old
+        if old is None or review.operation not in ("UPDATE", "DELETE"):
+            return Prepared("ignored", **base)
+        write = source_write(hkey, kind, review.operation, old, review.obj)
+        return Prepared("source", write=write, **base)
     obj = review.obj
     if (
         review.operation not in ("CREATE", "UPDATE")

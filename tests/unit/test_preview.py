@@ -1,0 +1,326 @@
+"""Change preview and audit (webhook/core/preview.py, webhook/controller/preview.py,
+webhook/server/writes.py): what admission says about a write of a ConfigMap or Secret, from
+what the controller's index holds, and the signed record of who made it."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from harness.controller import StoreCache
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    apply,
+    configmap,
+    container,
+    env_cm,
+    plan,
+    pod_spec,
+    vol_cm,
+    workload,
+)
+from webhook.config import Settings
+from webhook.controller.index import WorkloadIndex
+from webhook.controller.preview import Previewer
+from webhook.core import digest
+from webhook.core.constants import (
+    ANN_APPROVE,
+    ANN_APPROVED,
+    ANN_CHANGED_BY,
+    ANN_IGNORE,
+    ANN_ON_CHANGE,
+    ANN_PLAN,
+    ANN_REJECTED,
+    ANN_WAVE,
+)
+from webhook.core.current import entry_from_object
+from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.plan import dumps_mapping
+from webhook.core.preview import (
+    ChangedBy,
+    Effect,
+    Row,
+    changed_by_of,
+    excluded,
+    shown,
+    source_write,
+    summary,
+)
+from webhook.server.admission import Review
+from webhook.server.writes import SourceWrites
+
+NS = "shop"
+CFG = SourceId(SourceKind.CONFIGMAP, "web-config")
+NOW = 1_800_000_000.0
+
+
+def _cm(data: dict[str, str], **kw: Any) -> JSONObject:
+    return configmap("web-config", data, namespace=NS, **kw)
+
+
+# --- the pure part ----------------------------------------------------------------------------
+
+
+def test_only_keys_whose_value_changed_are_named() -> None:
+    old = _cm({"log-level": "info", "port": "80", "gone": "x"})
+    new = _cm({"log-level": "debug", "port": "80", "added": "y"})
+    write = source_write(HKEY, SourceKind.CONFIGMAP, "UPDATE", old, new)
+    assert write.changed == {"log-level", "gone", "added"}
+    delete = source_write(HKEY, SourceKind.CONFIGMAP, "DELETE", old, None)
+    assert delete.deleting and delete.changed == {"log-level", "port", "gone"}
+
+
+@pytest.mark.parametrize(
+    ("obj", "kind"),
+    [
+        (configmap("x", {}, labels={"configpin.io/snapshot": "true"}), SourceKind.CONFIGMAP),
+        (configmap("x", {}, annotations={ANN_IGNORE: "true"}), SourceKind.CONFIGMAP),
+        (
+            configmap("x", {}, annotations={"control-plane.alpha.kubernetes.io/leader": "{}"}),
+            SourceKind.CONFIGMAP,
+        ),
+        ({"metadata": {"name": "sh.helm.release.v1.app.v3"}, "type": "helm.sh/release.v1"},
+         SourceKind.SECRET),
+        ({"metadata": {"name": "t"}, "type": "kubernetes.io/service-account-token"},
+         SourceKind.SECRET),
+    ],
+)  # fmt: skip
+def test_writes_configpin_has_nothing_to_say_about_are_excluded(
+    obj: JSONObject, kind: SourceKind
+) -> None:
+    assert excluded(kind, obj) is not None
+    assert source_write(HKEY, kind, "UPDATE", obj, obj).excluded is not None
+
+
+def test_the_summary_is_a_few_short_lines_of_names_never_values() -> None:
+    rows = [Row(NS, "Deployment", f"app-{i}", Effect.ROLL, ("log-level",), wave=w)
+            for i, w in enumerate([1, 2, 2, 2, 3, 3, 3, 3, 3, 3])]  # fmt: skip
+    rows += [
+        Row(NS, "Deployment", "cache", Effect.REFRESH, ("log-level",)),
+        Row(NS, "Deployment", "batch", Effect.NOTHING),
+        Row(NS, "Deployment", "old", Effect.HOLD, ("log-level",), note="rejected"),
+    ]
+    lines = summary(SourceKind.CONFIGMAP, NS, "web-config", {"log-level"}, rows)
+    assert lines[0] == (
+        "configpin: ConfigMap shop/web-config keys [log-level] -> 13 workloads: 10 roll in 3 "
+        "waves (1, 3, 6), 1 refresh in place, 1 hold (content rejected before), 1 consume other "
+        "keys"
+    )
+    assert lines[1] == "configpin: wave 1: Deployment app-0"
+    assert "kubectl configpin plan" in lines[-1]
+    assert len(lines) <= 3 and all(len(line) <= 256 for line in lines)
+
+
+def test_tenant_chosen_names_are_shown_printable_and_bounded() -> None:
+    assert shown("a\x1b[31mred") == "a?[31mred"
+    assert len(shown("k" * 500)) == 40
+    many = [f"key-{i}" for i in range(30)]
+    [line, *_] = summary(SourceKind.CONFIGMAP, NS, "x" * 300, many, [])
+    assert len(line) < 200 and "+26" in line
+
+
+def test_a_deletion_says_who_consumes_it_and_what_breaks() -> None:
+    rows = [
+        Row(NS, "Deployment", "web", Effect.BREAKS),
+        Row(NS, "Deployment", "api", Effect.BREAKS),
+        Row(NS, "Deployment", "tools", Effect.ABSENT),
+    ]
+    lines = summary(SourceKind.CONFIGMAP, NS, "web-config", set(), rows, deleted=True)
+    assert lines[0] == "configpin: deleting ConfigMap shop/web-config: 3 workloads consume it"
+    assert "2 require it, their next pod start fails: Deployment api, Deployment web" in lines[1]
+    assert "1 read it as optional" in lines[2]
+
+
+def test_the_record_of_who_changed_it_is_believed_only_for_that_source_and_content() -> None:
+    record = ChangedBy("alice", NOW, "c" * 20)
+    text = record.encode(HKEY, NS, CFG)
+    obj = _cm({}, annotations={ANN_CHANGED_BY: text})
+    assert changed_by_of(HKEY, NS, CFG, obj, "c" * 64) == record
+    assert changed_by_of(HKEY, NS, CFG, obj, "d" * 64) is None  # changed since, not by her
+    assert changed_by_of(HKEY, "other", CFG, obj, "c" * 64) is None  # copied elsewhere
+    forged = json.loads(text) | {"user": "mallory"}
+    obj["metadata"]["annotations"][ANN_CHANGED_BY] = json.dumps(forged)
+    assert changed_by_of(HKEY, NS, CFG, obj, "c" * 64) is None
+    assert record.said() == "alice at 2027-01-15T08:00:00Z"
+
+
+# --- admission's answer -------------------------------------------------------------------
+
+
+def _review(
+    old: JSONObject, new: JSONObject | None, *, user: str = "alice", dry_run: bool = False
+) -> Review:
+    request = {
+        "dryRun": dry_run,
+        "uid": "u-1",
+        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "operation": "UPDATE" if new is not None else "DELETE",
+        "namespace": NS,
+        "userInfo": {"username": user, "groups": ["team"]},
+        "object": new,
+        "oldObject": old,
+    }
+    return Review(api_version="admission.k8s.io/v1", uid="u-1", request=request)
+
+
+def _patch(out: Any) -> list[dict[str, Any]]:
+    text = out["response"].get("patch")
+    return json.loads(base64.b64decode(text)) if text else []
+
+
+def _written(obj: JSONObject, out: Any) -> JSONObject:
+    import jsonpatch
+
+    result: JSONObject = jsonpatch.apply_patch(copy.deepcopy(obj), _patch(out))
+    return result
+
+
+def test_a_content_change_is_recorded_with_its_user_and_never_touches_data() -> None:
+    writes = SourceWrites(HKEY, None, clock=lambda: NOW)
+    old, new = _cm({"log-level": "info"}), _cm({"log-level": "debug"})
+    review = _review(old, new)
+    out, result = writes.review(
+        review, source_write(HKEY, SourceKind.CONFIGMAP, "UPDATE", old, new)
+    )
+    assert result == "patched" and out["response"]["allowed"]
+    stored = _written(new, out)
+    assert stored["data"] == new["data"]
+    content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, stored))
+    assert changed_by_of(HKEY, NS, CFG, stored, content) == ChangedBy("alice", NOW, content[:20])
+
+
+def test_a_metadata_edit_keeps_the_record_and_a_client_cannot_set_its_own() -> None:
+    writes = SourceWrites(HKEY, None, clock=lambda: NOW)
+    text = ChangedBy("alice", NOW, "c" * 20).encode(HKEY, NS, CFG)
+    old = _cm({"a": "1"}, annotations={ANN_CHANGED_BY: text})
+    forged = copy.deepcopy(old)
+    forged["metadata"]["annotations"][ANN_CHANGED_BY] = text.replace("alice", "bob")
+    forged["metadata"]["labels"] = {"team": "x"}
+    write = source_write(HKEY, SourceKind.CONFIGMAP, "UPDATE", old, forged)
+    out, _ = writes.review(_review(old, forged, user="bob"), write)
+    assert _written(forged, out)["metadata"]["annotations"][ANN_CHANGED_BY] == text
+    same = copy.deepcopy(old)
+    same["metadata"]["labels"] = {"team": "x"}
+    out, result = writes.review(
+        _review(old, same), source_write(HKEY, CFG.kind, "UPDATE", old, same)
+    )
+    assert result == "unchanged" and not _patch(out)
+
+
+# --- the preview, from the index ------------------------------------------------------------
+
+
+def _world(store: Store, apps: dict[str, JSONObject]) -> tuple[Previewer, WorkloadIndex]:
+    index = WorkloadIndex()
+    for name, spec_and_notes in apps.items():
+        spec, notes = spec_and_notes["spec"], spec_and_notes.get("annotations")
+        obj = workload("Deployment", spec, name=name, namespace=NS, annotations=notes)
+        obj = apply(obj, plan(obj, store))
+        obj.update(spec_and_notes.get("extra", {}))
+        index.put(entry_from_object(obj, "checksum", hkey=HKEY))
+    cache = StoreCache({NS: store})
+    previewer = Previewer(index, cache, HKEY, Settings(), ready=lambda: True)  # type: ignore[arg-type]
+    return previewer, index
+
+
+def test_each_consumer_gets_what_the_change_does_to_it() -> None:
+    old = configmap("web-config", {"log-level": "info", "port": "80"}, namespace=NS)
+    store = Store([old])
+    env = pod_spec(container(env=[env_cm("web-config", "log-level")]))
+    port = pod_spec(container(env=[env_cm("web-config", "port")]))
+    volume = pod_spec(container(), volumes=[vol_cm("web-config")])
+    apps: dict[str, JSONObject] = {f"app-{i}": {"spec": env} for i in range(12)}
+    apps["canary"] = {"spec": env, "annotations": {ANN_WAVE: "-1"}}
+    apps["broken"] = {
+        "spec": env,
+        "annotations": {ANN_WAVE: "-1"},
+        "extra": {"status": {"conditions": [{"type": "Available", "status": "False"}]}},
+    }
+    apps["ports"] = {"spec": port}
+    apps["mounted"] = {"spec": volume, "annotations": {ANN_ON_CHANGE: "refresh"}}
+    new = configmap("web-config", {"log-level": "debug", "port": "80"}, namespace=NS)
+    record = digest.record_from_object(HKEY, CFG.kind, new)
+    nskey = digest.namespace_key(HKEY, NS)
+    apps["held"] = {
+        "spec": env,
+        "annotations": {
+            ANN_REJECTED: dumps_mapping(
+                {str(CFG): digest.source_digest(nskey, record, frozenset({"log-level"}))}
+            )
+        },
+    }
+    previewer, _ = _world(store, apps)
+    rows = previewer.rows(NS, CFG, frozenset({"log-level"}), record)
+    assert rows is not None
+    by = {r.name: r for r in rows}
+    assert by["ports"].action is Effect.NOTHING
+    assert by["mounted"].action is Effect.REFRESH
+    assert by["held"].action is Effect.HOLD
+    rolling = sorted((r for r in rows if r.action is Effect.ROLL), key=lambda r: r.wave)
+    assert rolling[0].name == "canary" and rolling[0].wave == 1  # configpin.io/wave first
+    assert by["broken"].wave == max(r.wave for r in rolling)  # no canary: the last wave
+    assert [sum(1 for r in rolling if r.wave == w) for w in (1, 2, 3)] == [1, 2, 11]
+    assert all(r.keys == ("log-level",) for r in rolling)
+    deleted = previewer.rows(NS, CFG, frozenset({"log-level", "port"}), None)
+    assert deleted is not None and {r.action for r in deleted} == {Effect.BREAKS}
+
+
+def test_no_preview_before_the_index_has_every_workload() -> None:
+    store = Store([configmap("web-config", {"a": "1"}, namespace=NS)])
+    previewer = Previewer(
+        WorkloadIndex(), StoreCache({NS: store}), HKEY, Settings(), ready=lambda: False
+    )  # type: ignore[arg-type]
+    assert previewer.rows(NS, CFG, frozenset({"a"}), None) is None
+
+
+# --- approval -----------------------------------------------------------------------------
+
+
+def test_an_approval_is_recorded_signed_for_the_content_and_never_stored_as_asked() -> None:
+    """`configpin approve` sets configpin.io/approve: request; admission answers with the
+    signed record of who approved the content the source holds, and drops the request. A
+    client's own `approved` record is not configpin's: the source's record then says nothing
+    (verified by `record_from_object`)."""
+    writes = SourceWrites(HKEY, None, clock=lambda: NOW)
+    old = _cm({"a": "1"})
+    asked = _cm({"a": "1"}, annotations={ANN_APPROVE: "request"})
+    out, result = writes.review(
+        _review(old, asked, user="rm"), source_write(HKEY, CFG.kind, "UPDATE", old, asked)
+    )
+    assert result == "patched"
+    stored = _written(asked, out)
+    notes = stored["metadata"]["annotations"]
+    assert ANN_APPROVE not in notes and ANN_APPROVED in notes
+    record = digest.record_from_object(HKEY, CFG.kind, stored)
+    content = digest.source_digest(HKEY, record)[:20]
+    assert record.approved == content
+    assert json.loads(notes[ANN_APPROVED])["user"] == "rm"
+    # the approval of other content, or one a client wrote, approves nothing
+    moved = _cm({"a": "2"}, annotations={ANN_APPROVED: notes[ANN_APPROVED]})
+    assert digest.record_from_object(HKEY, CFG.kind, moved).approved is None
+    forged = _cm({"a": "1"}, annotations={ANN_APPROVED: notes[ANN_APPROVED].replace("rm", "x")})
+    assert digest.record_from_object(HKEY, CFG.kind, forged).approved is None
+
+
+def test_a_plan_is_answered_in_a_dry_run_only() -> None:
+    """configpin.io/plan: request is answered, in the dry run's result, with the whole plan;
+    on a real write the request is removed (never stored)."""
+    store = Store([_cm({"a": "1"})])
+    previewer, _ = _world(
+        store, {"web": {"spec": pod_spec(container(env=[env_cm("web-config", "a")]))}}
+    )
+    writes = SourceWrites(HKEY, previewer, clock=lambda: NOW)
+    old = _cm({"a": "1"})
+    new = _cm({"a": "2"}, annotations={ANN_PLAN: "request"})
+    write = source_write(HKEY, CFG.kind, "UPDATE", old, new)
+    out, _ = writes.review(_review(old, new, dry_run=True), write)
+    plan_ = json.loads(_written(new, out)["metadata"]["annotations"][ANN_PLAN])
+    assert plan_["keys"] == ["a"]
+    assert [(r["name"], r["action"], r["wave"]) for r in plan_["rows"]] == [("web", "roll", 1)]
+    out, _ = writes.review(_review(old, new), write)
+    assert ANN_PLAN not in _written(new, out)["metadata"]["annotations"]

@@ -1,0 +1,196 @@
+"""`configpin plan -f FILE` (`kubectl configpin plan`): what applying a ConfigMap or Secret
+would do, as a table, from a server-side dry run of the apply, changing nothing; and
+`configpin approve configmap/NAME`: approve the content a source holds now, for the waves
+after an `approve` step.
+
+The dry run goes through admission as the real apply would, with the user's own credentials
+and rights; configpin's webhook answers with the full plan (`configpin.io/plan` asked for in
+the request, answered in the dry run's result, never stored): which workloads consume which
+of the changed keys, and what each will do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from webhook.core.constants import ANN_APPROVE, ANN_APPROVED, ANN_PLAN, PLAN_REQUEST
+from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.raw import MERGE_PATCH, Kube, path
+from webhook.kube.user import connect_as_user
+from webhook.manifests import decode, read_text
+
+APPLY_PATCH = "application/apply-patch+yaml"
+FIELD_MANAGER = "configpin-plan"
+_RESOURCES = {"ConfigMap": "configmaps", "Secret": "secrets"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-f", "--filename", action="append", required=True, type=Path,
+        help="a file of ConfigMaps and Secrets (YAML or JSON; may repeat)",
+    )  # fmt: skip
+    p.add_argument("-n", "--namespace", help="namespace of objects that name none")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
+    p.add_argument("--context", help="kubeconfig context")
+
+
+def _dry_run(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """The plan of applying `obj`: configpin's answer in the dry run's result."""
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    body = json.loads(json.dumps(obj))
+    meta = body.setdefault("metadata", {})
+    meta["namespace"] = namespace
+    meta.setdefault("annotations", {})[ANN_PLAN] = PLAN_REQUEST
+    api_path = path(_RESOURCES[kind], namespace, name)
+    try:
+        kube.get(api_path)
+    except NotFound:
+        return {"new": True, "rows": [], "keys": []}
+    result = kube.patch(
+        api_path, body, content_type=APPLY_PATCH, dryRun="All", fieldManager=FIELD_MANAGER,
+        force="true",
+    )  # fmt: skip
+    text = ((result.get("metadata") or {}).get("annotations") or {}).get(ANN_PLAN)
+    if text in (None, PLAN_REQUEST):
+        return {"unknown": "configpin did not answer (not installed for this namespace, or "
+                "down: its webhook ignores failures)", "rows": [], "keys": []}  # fmt: skip
+    if text == "not-ready":
+        return {"unknown": "configpin is still reading the cluster's workloads", "rows": []}
+    plan: dict[str, Any] = json.loads(text)
+    return plan
+
+
+def _objects(files: Sequence[Path]) -> list[dict[str, Any]]:
+    out = []
+    for file in files:
+        for doc in read_text(decode(file.read_bytes(), str(file)), str(file)):
+            obj = doc.obj
+            if (
+                isinstance(obj, dict)
+                and obj.get("kind") in _RESOURCES
+                and obj.get("apiVersion") == "v1"
+            ):
+                out.append(obj)
+    return out
+
+
+def _table(kind: str, namespace: str, name: str, plan: dict[str, Any]) -> list[str]:
+    head = f"{kind} {namespace}/{name}"
+    if plan.get("new"):
+        return [f"{head}: new: created by the apply, nothing consumed it before"]
+    if plan.get("unknown"):
+        return [f"{head}: no plan: {plan['unknown']}"]
+    keys = plan.get("keys") or []
+    rows = plan.get("rows") or []
+    if not keys:
+        return [f"{head}: no key changes: nothing rolls"]
+    lines = [f"{head}: keys {', '.join(keys)}"]
+    width = max([len(f"{r['kind']}/{r['name']}") for r in rows] + [8])
+    lines.append(f"  {'NAMESPACE':<20} {'WORKLOAD':<{width}} {'KEYS':<24} {'ACTION':<16} WAVE")
+    for r in rows:
+        lines.append(
+            f"  {r['namespace']:<20} {r['kind'] + '/' + r['name']:<{width}} "
+            f"{','.join(r['keys']) or '-':<24} {r['action']:<16} {r['wave'] or '-'}"
+        )
+    if plan.get("more"):
+        lines.append(f"  ... and {plan['more']} more")
+    if not rows:
+        lines.append("  (no workload consumes it)")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        objects = _objects(args.filename)
+    except (OSError, ValueError) as e:
+        print(f"configpin plan: {e}", file=sys.stderr)
+        return 2
+    if not objects:
+        print("configpin plan: no ConfigMap or Secret in the files given", file=sys.stderr)
+        return 2
+    try:
+        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+    except Exception as e:
+        print(f"configpin plan: no cluster: {e}", file=sys.stderr)
+        return 2
+    results = []
+    with api:
+        kube = Kube(api)
+        for obj in objects:
+            namespace = obj["metadata"].get("namespace") or args.namespace or default_ns
+            try:
+                plan = _dry_run(kube, namespace, obj)
+            except KubeError as e:
+                print(
+                    f"configpin plan: {obj['kind']} {obj['metadata']['name']}: {e}", file=sys.stderr
+                )
+                return 2
+            results.append((obj["kind"], namespace, obj["metadata"]["name"], plan))
+    if args.output == "json":
+        doc = [{"kind": k, "namespace": ns, "name": n, **plan} for k, ns, n, plan in results]
+        print(json.dumps(doc, indent=2))
+    else:
+        for kind, ns, name, plan in results:
+            print("\n".join(_table(kind, ns, name, plan)))
+    return 0
+
+
+def add_approve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="configmap/NAME or secret/NAME")
+    p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
+    p.add_argument("--context", help="kubeconfig context")
+
+
+_KINDS = {"configmap": "configmaps", "configmaps": "configmaps", "cm": "configmaps",
+          "secret": "secrets", "secrets": "secrets"}  # fmt: skip
+
+
+def approve(args: argparse.Namespace) -> int:
+    """Ask admission to record, as you, the approval of the content the source holds now:
+    an update of the source (your right to update it is what is checked)."""
+    kind_text, _, name = str(args.source).partition("/")
+    resource = _KINDS.get(kind_text.lower())
+    if resource is None or not name:
+        print("configpin approve: configmap/NAME or secret/NAME", file=sys.stderr)
+        return 2
+    try:
+        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+    except Exception as e:
+        print(f"configpin approve: no cluster: {e}", file=sys.stderr)
+        return 2
+    namespace = args.namespace or default_ns
+    api_path = path(resource, namespace, name)
+    with api:
+        kube = Kube(api)
+        body = {"metadata": {"annotations": {ANN_APPROVE: PLAN_REQUEST}}}
+        try:
+            result = kube.patch(api_path, body, content_type=MERGE_PATCH)
+        except KubeError as e:
+            print(f"configpin approve: {resource[:-1]}/{name}: {e}", file=sys.stderr)
+            return 2
+        annotations = (result.get("metadata") or {}).get("annotations") or {}
+        if ANN_APPROVE in annotations:  # configpin's admission did not answer: take it back
+            undo = {"metadata": {"annotations": {ANN_APPROVE: None}}}
+            with contextlib.suppress(KubeError):
+                kube.patch(api_path, undo, content_type=MERGE_PATCH)
+            print(
+                f"configpin approve: configpin did not record the approval of {resource[:-1]}/"
+                f"{name} in {namespace} (is it installed for this namespace, and running?)",
+                file=sys.stderr,
+            )
+            return 1
+        record = json.loads(annotations.get(ANN_APPROVED) or "{}")
+        print(
+            f"approved {resource[:-1]}/{name} in {namespace}: its content now "
+            f"({record.get('content', '?')}) by {record.get('user', '?')}; the waves "
+            "waiting for it roll"
+        )
+    return 0
