@@ -24,12 +24,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -45,12 +41,40 @@ from harness.controlplane import ENABLED_LABEL, ControlPlane, wait_for
 from harness.kubelet import Kubelet, carrying, in_namespace, pod_sources, referencing
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from tests.integration.instances import replicas_fixture
+from tests.integration.workloads import (
+    annotation as _annotation,
+)
+from tests.integration.workloads import (
+    get as _get,
+)
+from tests.integration.workloads import (
+    record as _record,
+)
+from tests.integration.workloads import (
+    set_cm as _set_cm,
+)
+from tests.integration.workloads import (
+    sources as _sources,
+)
+from tests.integration.workloads import (
+    stamped as _stamped,
+)
+from tests.integration.workloads import (
+    state as _state,
+)
+from tests.integration.workloads import (
+    status as _status,
+)
+from tests.integration.workloads import (
+    wait_event as _wait_event,
+)
+from tests.integration.workloads import (
+    wait_healthy as _wait_healthy,
+)
 from webhook.core.constants import (
     ANN_MODE,
     ANN_PROGRESS_DEADLINE,
     ANN_REJECTED,
-    ANN_ROLLOUT,
-    ANN_SOURCES,
     ANN_WAVE,
 )
 from webhook.core.delivery import Member, parse_waves, wave_plan
@@ -168,29 +192,6 @@ def _deployments(
     return {name: _sources(_stamped(kube, ns, name)) for name in names}
 
 
-def _get(kube: Kube, ns: str, name: str, resource: str = "deployments") -> dict[str, Any]:
-    return kube.get(path(resource, ns, name))
-
-
-def _annotation(obj: Mapping[str, Any], key: str) -> Any:
-    text = (obj["metadata"].get("annotations") or {}).get(key)
-    return json.loads(text) if text else None
-
-
-def _record(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The rollout record on the workload ({} when it has none)."""
-    return _annotation(obj, ANN_ROLLOUT) or {}
-
-
-def _state(obj: Mapping[str, Any]) -> str | None:
-    return _record(obj).get("state")
-
-
-def _sources(obj: Mapping[str, Any]) -> dict[str, str]:
-    text = (obj["spec"]["template"]["metadata"].get("annotations") or {}).get(ANN_SOURCES)
-    return json.loads(text) if text else {}
-
-
 def _ref(obj: Mapping[str, Any]) -> str:
     """The name the container's env reference names (snapshot mode: a copy of `cfg`)."""
     name: str = obj["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"][
@@ -199,63 +200,8 @@ def _ref(obj: Mapping[str, Any]) -> str:
     return name
 
 
-def _stamped(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    wait_for(lambda: _sources(_get(kube, ns, name)), what=f"{name} stamped")
-    return _get(kube, ns, name)
-
-
-def _set_cm(kube: Kube, ns: str, value: str, source: str = "cfg") -> None:
-    kube.patch(path("configmaps", ns, source), {"data": {"a": value}}, content_type=MERGE_PATCH)
-
-
 def _replicasets(kube: Kube, ns: str, app: str) -> int:
     return len(kube.get(path("replicasets", ns), labelSelector=f"app={app}").get("items") or ())
-
-
-def _events(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
-    """(reason, type) of the Events about `name`."""
-    found = kube.get(
-        f"/apis/events.k8s.io/v1/namespaces/{ns}/events", fieldSelector=f"regarding.name={name}"
-    )
-    return [(e.get("reason"), e.get("type")) for e in found.get("items") or ()]
-
-
-def _wait_event(kube: Kube, ns: str, name: str, reason: str, type_: str) -> None:
-    wait_for(
-        lambda: (reason, type_) in _events(kube, ns, name),
-        what=f"a {type_} Event {reason} about {ns}/{name}",
-    )
-
-
-def _status(plane: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
-    """`kubectl configpin status -n NS -o json`: each workload's row."""
-    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
-    argv = [str(Path(sys.executable).parent / "kubectl-configpin"), "status", "-n", ns]
-    proc = subprocess.run(
-        [*argv, "-o", "json"], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-    return {r["name"]: r for r in json.loads(proc.stdout)}
-
-
-def _healthy(dep: Mapping[str, Any]) -> bool:
-    """Ready and available, not failing: a workload that can vouch for a change."""
-    status = dep.get("status") or {}
-    conditions = {c.get("type"): c for c in status.get("conditions") or ()}
-    progressing = conditions.get("Progressing") or {}
-    return (
-        status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
-        and status.get("readyReplicas") == dep["spec"]["replicas"]
-        and (conditions.get("Available") or {}).get("status") == "True"
-        and progressing.get("status") != "False"
-    )
-
-
-def _wait_healthy(kube: Kube, ns: str, names: Sequence[str]) -> None:
-    wait_for(
-        lambda: all(_healthy(_get(kube, ns, n)) for n in names),
-        timeout=60,
-        what=f"{', '.join(names)} in {ns} healthy",
-    )
 
 
 def _order(ns: str, names: Sequence[str]) -> list[str]:

@@ -8,7 +8,6 @@ never be able to do.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import secrets
 from collections.abc import Iterator
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from harness.chart import cluster_capabilities, render
@@ -30,6 +28,7 @@ from harness.controlplane import (
 )
 from harness.manifests import configmap, container, deployment, env_from, pod_spec
 from tests.integration.crds import CLONESET, CLONESET_CRD, ROLLOUT_CRD, WIDGET_CRD, installed
+from tests.integration.workloads import kubeconfig_for as _kubeconfig_for
 from webhook.kube.errors import Forbidden, Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
 
@@ -356,38 +355,6 @@ def test_refresh_pods_grants_one_annotation_of_a_pod(
     off = install({"controller": {"refreshPods": False}})
     wait_for(lambda: not denied(lambda: off.kube.get(path("pods", ns))), what="RBAC for the second")
     assert denied(merge(refreshed, as_=off.kube))
-
-
-def _kubeconfig_for(plane: ControlPlane, admin: Kube, namespace: str, sa: str, out: Path) -> Path:
-    """A kubeconfig holding a token of ServiceAccount `sa` (TokenRequest), as a pod has."""
-    answer = admin.create(
-        path("serviceaccounts", namespace, sa) + "/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    token = answer["status"]["token"]
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {
-                    "server": plane.host,
-                    "certificate-authority-data": base64.b64encode(plane.ca_pem).decode(),
-                },
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
-        "current-context": "c",
-    }
-    out.write_text(yaml.safe_dump(doc))
-    out.chmod(0o600)
-    return out
 
 
 def test_configpin_does_its_work_under_the_charts_rbac_and_policy(

@@ -1,0 +1,129 @@
+"""What the integration tests read of a workload and its rollout, and the few writes they
+all make: the template record, the rollout record, Events, `configpin status`, readiness."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.controlplane import ControlPlane, wait_for
+from webhook.core.constants import ANN_ROLLOUT, ANN_SOURCES
+from webhook.kube.raw import MERGE_PATCH, Kube, path
+
+
+def get(kube: Kube, ns: str, name: str, resource: str = "deployments") -> dict[str, Any]:
+    return kube.get(path(resource, ns, name))
+
+
+def annotation(obj: Mapping[str, Any], key: str) -> Any:
+    text = (obj["metadata"].get("annotations") or {}).get(key)
+    return json.loads(text) if text else None
+
+
+def record(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The rollout record on the workload ({} when it has none)."""
+    return annotation(obj, ANN_ROLLOUT) or {}
+
+
+def state(obj: Mapping[str, Any]) -> str | None:
+    return record(obj).get("state")
+
+
+def sources(obj: Mapping[str, Any]) -> dict[str, str]:
+    text = (obj["spec"]["template"]["metadata"].get("annotations") or {}).get(ANN_SOURCES)
+    return json.loads(text) if text else {}
+
+
+def stamped(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    wait_for(lambda: sources(get(kube, ns, name)), what=f"{name} stamped")
+    return get(kube, ns, name)
+
+
+def set_cm(kube: Kube, ns: str, value: str, source: str = "cfg") -> None:
+    kube.patch(path("configmaps", ns, source), {"data": {"a": value}}, content_type=MERGE_PATCH)
+
+
+def events(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
+    """(reason, type) of the Events about `name`."""
+    found = kube.get(
+        f"/apis/events.k8s.io/v1/namespaces/{ns}/events", fieldSelector=f"regarding.name={name}"
+    )
+    return [(e.get("reason"), e.get("type")) for e in found.get("items") or ()]
+
+
+def wait_event(kube: Kube, ns: str, name: str, reason: str, type_: str) -> None:
+    wait_for(
+        lambda: (reason, type_) in events(kube, ns, name),
+        what=f"a {type_} Event {reason} about {ns}/{name}",
+    )
+
+
+def status(plane: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
+    """`kubectl configpin status -n NS -o json`: each workload's row."""
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+    argv = [str(Path(sys.executable).parent / "kubectl-configpin"), "status", "-n", ns]
+    proc = subprocess.run(
+        [*argv, "-o", "json"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    return {r["name"]: r for r in json.loads(proc.stdout)}
+
+
+def healthy(dep: Mapping[str, Any]) -> bool:
+    """Ready and available, not failing: a workload that can vouch for a change."""
+    status = dep.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or ()}
+    progressing = conditions.get("Progressing") or {}
+    return (
+        status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and status.get("readyReplicas") == dep["spec"]["replicas"]
+        and (conditions.get("Available") or {}).get("status") == "True"
+        and progressing.get("status") != "False"
+    )
+
+
+def wait_healthy(kube: Kube, ns: str, names: Sequence[str]) -> None:
+    wait_for(
+        lambda: all(healthy(get(kube, ns, n)) for n in names),
+        timeout=60,
+        what=f"{', '.join(names)} in {ns} healthy",
+    )
+
+
+def kubeconfig_for(plane: ControlPlane, admin: Kube, namespace: str, sa: str, out: Path) -> Path:
+    """A kubeconfig holding a token of ServiceAccount `sa` (TokenRequest), as a pod has."""
+    answer = admin.create(
+        path("serviceaccounts", namespace, sa) + "/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    token = answer["status"]["token"]
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": plane.host,
+                    "certificate-authority-data": base64.b64encode(plane.ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "c",
+    }
+    out.write_text(yaml.safe_dump(doc))
+    out.chmod(0o600)
+    return out
