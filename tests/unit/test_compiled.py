@@ -22,6 +22,7 @@ import pytest
 import webhook
 from webhook.core.kinds import ARGO_ROLLOUT
 from webhook.core.model import Plan, SnapshotRequest, SourceId, SourceKind, SourceRecord
+from webhook.core.preview import SourceWrite
 
 CORE = Path(webhook.__file__).parent / "core"
 MODULES = sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")
@@ -67,7 +68,10 @@ def test_the_values_handed_to_the_large_review_worker_pickle() -> None:
         kept=True,
         on_change="refresh",
     )
-    values = [sid, record, plan, ARGO_ROLLOUT]
+    write = SourceWrite(
+        SourceKind.CONFIGMAP, "app", False, None, frozenset({"k"}), record, "a", "b", True, True
+    )
+    values = [sid, record, plan, ARGO_ROLLOUT, write]
     assert [pickle.loads(pickle.dumps(v)) for v in values] == values
     assert pickle.loads(pickle.dumps(record)).memo == {}  # a cache, not carried
     # In a fresh process, as the worker gets them (a compiled frozen class that unpickled in

@@ -43,7 +43,7 @@ from tests.unit.conftest import (
 )
 from webhook.config import Settings
 from webhook.core import digest
-from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES
+from webhook.core.constants import ANN_CHANGED_BY, ANN_CHECKSUM, ANN_IGNORE, ANN_SOURCES
 from webhook.core.model import (
     JSONObject,
     SnapshotRequest,
@@ -932,6 +932,36 @@ async def test_a_heavy_review_is_answered_as_a_light_one() -> None:
     assert heavy.metrics.registry.get_sample_value("configpin_heavy_reviews_total") == 4
     assert light.metrics.registry.get_sample_value("configpin_heavy_reviews_total") == 0
     assert bad.status_code == 400
+
+
+async def test_a_heavy_source_write_is_answered_as_a_light_one() -> None:
+    """A ConfigMap of 1 MiB (what etcd stores, about) updated: decided in the worker, the
+    same answer as in the serving process (the signed record of who changed it, as `admin`,
+    for the same content), and a deletion or a write of an ignored one says nothing."""
+    big = "x" * (1 << 20)
+    old = configmap("web", {"a": big, "b": "1"}, namespace="shop")
+    new = configmap("web", {"a": big, "b": "2"}, namespace="shop")
+    quiet = configmap("q", {"a": "1"}, namespace="shop", annotations={ANN_IGNORE: "true"})
+    light, heavy = _server(), _server(heavy_body=0)
+    try:
+        async with light.client, heavy.client:
+            a = (await light.admit(review(new, operation="UPDATE", old=old)))["response"]
+            b = (await heavy.admit(review(new, operation="UPDATE", old=old)))["response"]
+            gone = (await heavy.admit(review(None, operation="DELETE", old=old)))["response"]
+            skip = (await heavy.admit(review(quiet, operation="UPDATE", old=quiet)))["response"]
+    finally:
+        heavy.admitter.close()
+
+    def recorded(resp: JSONObject) -> tuple[str, str]:
+        [op] = json.loads(base64.b64decode(resp["patch"]))
+        assert op["path"] == "/metadata/annotations"
+        body = json.loads(op["value"][ANN_CHANGED_BY])
+        return body["user"], body["content"]
+
+    assert recorded(a) == recorded(b) and recorded(a)[0] == "admin"
+    assert "patch" not in gone and "warnings" not in gone
+    assert "patch" not in skip and "warnings" not in skip
+    assert heavy.metrics.registry.get_sample_value("configpin_heavy_reviews_total") == 3
 
 
 class _Blocking:

@@ -15,6 +15,7 @@ from typing import Any, Final
 import orjson
 
 from webhook.core.model import SourceId
+from webhook.core.signed import opened
 from webhook.core.times import format_time
 
 CHANGED: Final = b"configpin/changed-by/v1"
@@ -50,17 +51,11 @@ class ChangedBy:
     ) -> ChangedBy | None:
         """The record a source carries, when configpin made it for this very source and
         (`content`: None, any) the content it holds now; None for anything else."""
-        if not isinstance(text, str) or len(text) > 4096:
+        found = opened(text, 4096)
+        if found is None:
             return None
-        try:
-            body = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(body, dict):
-            return None
-        sig = body.pop("sig", None)
-        expected = _sig(hkey, domain, namespace, sid, body)
-        if not isinstance(sig, str) or not hmac.compare_digest(sig, expected):
+        body, sig = found
+        if not hmac.compare_digest(sig, _sig(hkey, domain, namespace, sid, body)):
             return None
         user, at, recorded = body.get("user"), body.get("at"), body.get("content")
         if not isinstance(user, str) or not isinstance(at, int | float):

@@ -47,6 +47,7 @@ from webhook.core.kinds import RolloutStyle, WorkloadKind
 from webhook.core.model import JSONObject, PatchOp, SourceId, SourceKind
 from webhook.core.names import pointer
 from webhook.core.refs import find_sites, get_path
+from webhook.core.signed import opened
 from webhook.core.times import parse_time
 
 DEFAULT_PROGRESS_DEADLINE: Final = 600.0  # the Deployment default (progressDeadlineSeconds)
@@ -241,16 +242,11 @@ class RolloutRecord:
     def decode(cls, hkey: bytes, identity: str, text: Any) -> RolloutRecord | None:
         """The record a workload carries, when configpin wrote it for this very workload
         (`identity`: `workload_identity`); None for anything else."""
-        if not isinstance(text, str) or len(text) > 64 * 1024:
+        found = opened(text, 64 * 1024)
+        if found is None:
             return None
-        try:
-            body = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(body, dict):
-            return None
-        sig = body.pop("sig", None)
-        if not isinstance(sig, str) or not hmac.compare_digest(sig, _sign(hkey, identity, body)):
+        body, sig = found
+        if not hmac.compare_digest(sig, _sign(hkey, identity, body)):
             return None
         try:
             changes = tuple(Change.parse(str(c)) for c in body["changes"])
