@@ -17,6 +17,7 @@ pod's readiness depends on its config, as a real application's would.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 from kubernetes import client
 
 from harness.controlplane import wait_for
+from webhook.kube.raw import Kube
 
 READER_SCRIPT = r"""
 trap 'exit 0' TERM
@@ -348,3 +350,30 @@ def rollout_undo(api: client.ApiClient, namespace: str, name: str) -> int:
     ]
     apps.patch_namespaced_deployment(name, namespace, patch)
     return _revision(target)
+
+
+def write_warned(
+    kube: Kube,
+    method: str,
+    api_path: str,
+    body: Any = None,
+    *,
+    content_type: str | None = None,
+    dry_run: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
+    """A write's result and the admission warnings the API server sent with it, as kubectl
+    receives and prints them (one `Warning: 299 - "text"` header each; the texts)."""
+    resp = kube.open(
+        method,
+        api_path,
+        query={"dryRun": "All"} if dry_run else None,
+        body=body,
+        content_type=content_type,
+    )
+    try:
+        data = resp.read()
+        headers = resp.headers.getlist("Warning")
+    finally:
+        resp.release_conn()
+    said = [h.split('"', 1)[1].rsplit('"', 1)[0] if '"' in h else h for h in headers]
+    return (json.loads(data) if data else {}), said

@@ -534,6 +534,21 @@ def kubeconfig_text(host: str, ca_pem: bytes, user: Mapping[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def service_account_kubeconfig(
+    plane: ControlPlane, api: client.ApiClient, namespace: str, account: str, out: Path
+) -> Path:
+    """A kubeconfig holding a token of ServiceAccount `account` of `namespace` (a
+    TokenRequest, as a pod's), for commands run with that account's rights and no more."""
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
+    request["spec"] = {"expirationSeconds": 3600}  # type: ignore[assignment]
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+        account, namespace, request
+    )
+    return _write_private(
+        out, kubeconfig_text(plane.host, plane.ca_pem, {"token": answer.status.token})
+    )
+
+
 def default_service_account_ready(api: client.ApiClient, namespace: str = "default") -> bool:
     """The serviceaccount controller made ``default`` (and, before 1.24, its token Secret).
 

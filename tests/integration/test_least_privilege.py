@@ -24,11 +24,12 @@ from harness.controlplane import (
     ControlPlane,
     default_service_account_ready,
     server_minor,
+    service_account_kubeconfig,
     wait_for,
 )
 from harness.manifests import configmap, container, deployment, env_from, pod_spec
 from tests.integration.crds import CLONESET, CLONESET_CRD, ROLLOUT_CRD, WIDGET_CRD, installed
-from tests.integration.workloads import kubeconfig_for as _kubeconfig_for
+from tests.integration.workloads import Impersonating
 from webhook.kube.errors import Forbidden, Invalid, NotFound
 from webhook.kube.raw import JSON_PATCH, MERGE_PATCH, Kube, path
 
@@ -49,19 +50,6 @@ KINDS = {
         False,
     ),
 }
-
-
-class Impersonating(Kube):
-    """Requests made as `user` (the admin token may impersonate)."""
-
-    def __init__(self, api: client.ApiClient, user: str) -> None:
-        super().__init__(api)
-        self.user = user
-
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = super()._headers(content_type)
-        headers["Impersonate-User"] = self.user
-        return headers
 
 
 @pytest.fixture
@@ -380,8 +368,8 @@ def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
     args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
     given = _flags(args)
     sa = objects["ServiceAccount"]["metadata"]["name"]
-    kubeconfig = _kubeconfig_for(
-        control_plane, admin, inst.namespace, sa, tmp_path / "sa.kubeconfig"
+    kubeconfig = service_account_kubeconfig(
+        control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kubeconfig"
     )
     instance = inst.release
     ns = f"{inst.release}-app"
@@ -491,7 +479,9 @@ def test_custom_kinds_under_the_charts_rbac_and_policy(
         given = _flags(args)
         assert given["--workload-kinds"] == CLONESET
         sa = objects["ServiceAccount"]["metadata"]["name"]
-        _kubeconfig_for(control_plane, admin, inst.namespace, sa, tmp_path / "sa.kubeconfig")
+        service_account_kubeconfig(
+            control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kubeconfig"
+        )
         ns = f"{inst.release}-app"
         labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: inst.release}
         admin.create(

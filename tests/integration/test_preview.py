@@ -40,15 +40,21 @@ import pytest
 import yaml
 from kubernetes import client
 
+from harness.apps import write_warned
 from harness.configpin import Configpin, instance_namespace
-from harness.controlplane import ControlPlane, chart_webhooks, wait_for
+from harness.controlplane import (
+    ControlPlane,
+    chart_webhooks,
+    service_account_kubeconfig,
+    wait_for,
+)
 from harness.kubelet import Kubelet, carrying
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from tests.integration.instances import leader, replicas_fixture
 from tests.integration.workloads import (
+    Impersonating,
     annotation,
     get,
-    kubeconfig_for,
     record,
     sources,
     stamped,
@@ -90,43 +96,12 @@ def kube(k8s: client.ApiClient) -> Kube:
     return Kube(k8s)
 
 
-class As(Kube):
-    """Requests made as `user`, a cluster admin (the test's admin may impersonate)."""
-
-    def __init__(self, api: client.ApiClient, user: str) -> None:
-        super().__init__(api)
-        self.user = user
-
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = super()._headers(content_type)
-        return {**headers, "Impersonate-User": self.user, "Impersonate-Group": "system:masters"}
+def As(api: client.ApiClient, user: str) -> Impersonating:
+    """Requests made as `user`, a cluster admin."""
+    return Impersonating(api, user, "system:masters")
 
 
-def _write(
-    kube: Kube,
-    method: str,
-    api_path: str,
-    body: Any = None,
-    *,
-    content_type: str | None = None,
-    dry_run: bool = False,
-) -> tuple[dict[str, Any], list[str]]:
-    """The result of a write and the warnings the API server sent with it, as kubectl gets
-    them (one `Warning` header each: `299 - "text"`)."""
-    resp = kube.open(
-        method,
-        api_path,
-        query={"dryRun": "All"} if dry_run else None,
-        body=body,
-        content_type=content_type,
-    )
-    try:
-        data = resp.read()
-        headers = resp.headers.getlist("Warning")
-    finally:
-        resp.release_conn()
-    said = [h.split('"', 1)[1].rsplit('"', 1)[0] if '"' in h else h for h in headers]
-    return (json.loads(data) if data else {}), said
+_write = write_warned
 
 
 def _patch_cm(
@@ -264,7 +239,7 @@ def _editor(plane: ControlPlane, kube: Kube, ns: str, tmp: Path) -> Path:
             "subjects": [{"kind": "ServiceAccount", "name": "editor", "namespace": ns}],
         },
     )
-    return kubeconfig_for(plane, kube, ns, "editor", tmp / "editor.kubeconfig")
+    return service_account_kubeconfig(plane, kube.api, ns, "editor", tmp / "editor.kubeconfig")
 
 
 def _consumers(kube: Kube, ns: str, names: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -3,7 +3,6 @@ all make: the template record, the rollout record, Events, `configpin status`, r
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -11,8 +10,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from harness.controlplane import ControlPlane, wait_for
 from webhook.core.constants import ANN_ROLLOUT, ANN_SOURCES
@@ -97,33 +94,17 @@ def wait_healthy(kube: Kube, ns: str, names: Sequence[str]) -> None:
     )
 
 
-def kubeconfig_for(plane: ControlPlane, admin: Kube, namespace: str, sa: str, out: Path) -> Path:
-    """A kubeconfig holding a token of ServiceAccount `sa` (TokenRequest), as a pod has."""
-    answer = admin.create(
-        path("serviceaccounts", namespace, sa) + "/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    token = answer["status"]["token"]
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {
-                    "server": plane.host,
-                    "certificate-authority-data": base64.b64encode(plane.ca_pem).decode(),
-                },
-            }
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
-        "current-context": "c",
-    }
-    out.write_text(yaml.safe_dump(doc))
-    out.chmod(0o600)
-    return out
+class Impersonating(Kube):
+    """Requests made as `user`, of `group` besides (the admin token may impersonate)."""
+
+    def __init__(self, api: Any, user: str, group: str | None = None) -> None:
+        super().__init__(api)
+        self.user = user
+        self.group = group
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = super()._headers(content_type)
+        headers["Impersonate-User"] = self.user
+        if self.group is not None:
+            headers["Impersonate-Group"] = self.group
+        return headers
