@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.core.constants import ANN_APPROVE, ANN_APPROVED, ANN_PLAN, PLAN_REQUEST
-from webhook.kube.errors import KubeError, NotFound
+from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.user import connect_as_user
 from webhook.manifests import decode, read_text
@@ -153,6 +153,24 @@ _KINDS = {"configmap": "configmaps", "configmaps": "configmaps", "cm": "configma
           "secret": "secrets", "secrets": "secrets"}  # fmt: skip
 
 
+def _ask_approval(kube: Kube, api_path: str) -> dict[str, Any]:
+    """Set configpin.io/approve: request on the source, as the user: a patch, or, for a user
+    allowed to update but not to patch it, a read and a replace (retried on a conflict)."""
+    body = {"metadata": {"annotations": {ANN_APPROVE: PLAN_REQUEST}}}
+    try:
+        return kube.patch(api_path, body, content_type=MERGE_PATCH)
+    except Forbidden:
+        pass
+    for _ in range(5):
+        obj = kube.get(api_path)
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANN_APPROVE] = PLAN_REQUEST
+        try:
+            return kube.replace(api_path, obj)
+        except Conflict:
+            continue
+    raise Conflict(f"PUT {api_path}", 409, "the source kept changing")
+
+
 def approve(args: argparse.Namespace) -> int:
     """Ask admission to record, as you, the approval of the content the source holds now:
     an update of the source (your right to update it is what is checked)."""
@@ -170,9 +188,8 @@ def approve(args: argparse.Namespace) -> int:
     api_path = path(resource, namespace, name)
     with api:
         kube = Kube(api)
-        body = {"metadata": {"annotations": {ANN_APPROVE: PLAN_REQUEST}}}
         try:
-            result = kube.patch(api_path, body, content_type=MERGE_PATCH)
+            result = _ask_approval(kube, api_path)
         except KubeError as e:
             print(f"configpin approve: {resource[:-1]}/{name}: {e}", file=sys.stderr)
             return 2

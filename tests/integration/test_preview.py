@@ -213,9 +213,15 @@ def _events(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
     return [e.get("note") or "" for e in found.get("items") or () if e.get("reason") == reason]
 
 
-def _editor(plane: ControlPlane, kube: Kube, ns: str, tmp: Path) -> Path:
-    """A kubeconfig of ServiceAccount `editor` of `ns`, allowed to read and update that
-    namespace's ConfigMaps and nothing else."""
+def _editor(
+    plane: ControlPlane,
+    kube: Kube,
+    ns: str,
+    tmp: Path,
+    verbs: Sequence[str] = ("get", "list", "update", "patch"),
+) -> Path:
+    """A kubeconfig of ServiceAccount `editor` of `ns`, allowed `verbs` on that namespace's
+    ConfigMaps and nothing else."""
     kube.create(path("serviceaccounts", ns), {"metadata": {"name": "editor"}})
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     kube.create(
@@ -226,7 +232,7 @@ def _editor(plane: ControlPlane, kube: Kube, ns: str, tmp: Path) -> Path:
                 {
                     "apiGroups": [""],
                     "resources": ["configmaps"],
-                    "verbs": ["get", "list", "update", "patch"],
+                    "verbs": list(verbs),
                 }
             ],
         },
@@ -438,11 +444,12 @@ def test_the_editor_is_named_and_the_waves_after_approve_wait_for_an_approval(
 ) -> None:
     """A change made by a user rolls its first wave; the rollout record, its Event and
     `configpin status` name that user. The waves after `approve` wait, said by a Normal Event
-    and status, until a user allowed to update the ConfigMap (and nothing more) approves it;
+    and status, until a user allowed to read and update the ConfigMap (not even to patch it)
+    approves it;
     then they roll. A newer change needs its own approval."""
     ns = namespaces()
     names = [f"app-{i}" for i in range(3)]
-    editor = _editor(control_plane, kube, ns, tmp_path)
+    editor = _editor(control_plane, kube, ns, tmp_path, verbs=("get", "update"))  # no patch
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow(*names)
         kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
