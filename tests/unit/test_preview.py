@@ -270,6 +270,40 @@ def test_each_consumer_gets_what_the_change_does_to_it() -> None:
     assert deleted is not None and {r.action for r in deleted} == {Effect.BREAKS}
 
 
+def test_what_a_workload_of_the_namespace_does_since_is_in_the_next_preview() -> None:
+    """The consumers' order is kept between writes (a write costs a pass over them, not an
+    ordering), until a workload of that namespace changes, comes or goes: then it is new."""
+    store = Store([_cm({"a": "1"})])
+    reads = pod_spec(container(env=[env_cm("web-config", "a")]))
+    previewer, index = _world(store, {"web": {"spec": reads}})
+    new = digest.record_from_object(HKEY, CFG.kind, _cm({"a": "2"}))
+
+    def names() -> list[tuple[str, Effect]]:
+        rows = previewer.rows(NS, CFG, frozenset({"a"}), new)
+        assert rows is not None
+        return sorted((r.name, r.action) for r in rows)
+
+    assert names() == [("web", Effect.ROLL)]
+    other = workload("Deployment", reads, name="api", namespace=NS)
+    index.put(entry_from_object(apply(other, plan(other, store)), "checksum", hkey=HKEY))
+    assert names() == [("api", Effect.ROLL), ("web", Effect.ROLL)]
+    refreshed = workload(
+        "Deployment",
+        pod_spec(container(), volumes=[vol_cm("web-config")]),
+        name="api",
+        namespace=NS,
+        annotations={ANN_ON_CHANGE: "refresh"},
+    )
+    index.put(entry_from_object(apply(refreshed, plan(refreshed, store)), "checksum", hkey=HKEY))
+    assert names() == [("api", Effect.REFRESH), ("web", Effect.ROLL)]
+    [api] = [e for e in index.entries(namespace=NS) if e.ref.name == "api"]
+    index.remove(api.ref)
+    assert names() == [("web", Effect.ROLL)]
+    elsewhere = workload("Deployment", reads, name="x", namespace="other")
+    index.put(entry_from_object(apply(elsewhere, plan(elsewhere, store)), "checksum", hkey=HKEY))
+    assert names() == [("web", Effect.ROLL)]
+
+
 def test_no_preview_before_the_index_has_every_workload() -> None:
     store = Store([configmap("web-config", {"a": "1"}, namespace=NS)])
     previewer = Previewer(

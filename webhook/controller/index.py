@@ -61,6 +61,9 @@ class WorkloadIndex:
         # Moves whenever what safe delivery knows of a workload changes (its record, its
         # standing, its being there): what the wave gate worked out before is stale then.
         self.generation = 0
+        # namespace -> a count that moves whenever an entry there changes, comes or goes (what
+        # it consumes included): the preview's lists of a source's consumers there are stale
+        self._versions: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -77,6 +80,7 @@ class WorkloadIndex:
                 return old
             if old is None or old.delivery != entry.delivery:
                 self.generation += 1
+            self._moved(entry.ref.namespace)
             if old is not None:
                 self._unlink(old)
             self._entries[entry.ref] = entry
@@ -94,8 +98,16 @@ class WorkloadIndex:
             old = self._entries.pop(ref, None)
             if old is not None:
                 self.generation += 1
+                self._moved(ref.namespace)
                 self._unlink(old)
             return old
+
+    def _moved(self, namespace: str) -> None:
+        self._versions[namespace] = self._versions.get(namespace, 0) + 1
+
+    def version(self, namespace: str) -> int:
+        """Moves whenever a workload of `namespace` changes, comes or goes."""
+        return self._versions.get(namespace, 0)
 
     def _unlink(self, entry: WorkloadEntry) -> None:
         ref = entry.ref

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -110,9 +110,9 @@ class Effect(StrEnum):
     ABSENT = "absent"  # (a deletion) it reads the source as optional: it rolls, without it
 
 
-@dataclass(frozen=True, order=True)
-class Row:
-    """One workload and what the change does to it."""
+class Row(NamedTuple):
+    """One workload and what the change does to it (a tuple: a preview makes one per
+    consumer, thousands for a source many workloads read)."""
 
     namespace: str
     kind: str
@@ -195,7 +195,8 @@ def summary(
         if counts.get(action):
             parts.append(f"{len(counts[action])} {said}")
     lines = [f"{head} -> {len(rows)} workloads: {', '.join(parts)}"]
-    first = sorted(r for r in rolling if r.wave == min(r.wave for r in rolling)) if rolling else []
+    lowest = min((r.wave for r in rolling), default=0)
+    first = sorted(r for r in rolling if r.wave == lowest)
     if first and len(rolling) > 1:
         names = [f"{r.kind} {r.name}" for r in first]
         lines.append(f"configpin: wave 1: {_listed(names, _NAMES_SHOWN)}")
