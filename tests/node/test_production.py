@@ -47,12 +47,15 @@ def test_configpin_made_its_certificate_and_patched_the_ca_bundle(
     assert f"{configpin.name}.{configpin.namespace}.svc" in names.get_values_for_type(x509.DNSName)
 
     hooks = client.AdmissionregistrationV1Api(k8s)
-    [hook] = hooks.read_mutating_webhook_configuration(configpin.name).webhooks
-    # the chart's Service, not a URL; the caBundle (left out of the chart) is configpin's CA
-    assert hook.client_config.url is None
-    assert hook.client_config.service.name == configpin.name
-    assert hook.client_config.service.namespace == configpin.namespace
-    assert base64.b64decode(hook.client_config.ca_bundle) == ca_pem
+    webhooks = hooks.read_mutating_webhook_configuration(configpin.name).webhooks
+    # workloads, and source writes (the preview); each calls the chart's Service, not a URL,
+    # and its caBundle (left out of the chart) is configpin's CA
+    assert [h.name for h in webhooks] == ["mutate.configpin.io", "sources.configpin.io"]
+    for hook in webhooks:
+        assert hook.client_config.url is None
+        assert hook.client_config.service.name == configpin.name
+        assert hook.client_config.service.namespace == configpin.namespace
+        assert base64.b64decode(hook.client_config.ca_bundle) == ca_pem
 
 
 def test_the_api_server_calls_the_webhook_through_the_service(

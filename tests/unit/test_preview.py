@@ -116,12 +116,19 @@ def test_the_summary_is_a_few_short_lines_of_names_never_values() -> None:
     assert len(lines) <= 3 and all(len(line) <= 256 for line in lines)
 
 
+def test_a_change_no_consumer_reads_is_one_line() -> None:
+    rows = [Row(NS, "Deployment", n, Effect.NOTHING) for n in ("a", "b")]
+    assert summary(SourceKind.CONFIGMAP, NS, "web-config", ["color"], rows) == [
+        f"configpin: ConfigMap {NS}/web-config keys [color] -> 2 workloads: 2 consume other keys"
+    ]
+
+
 def test_tenant_chosen_names_are_shown_printable_and_bounded() -> None:
     assert shown("a\x1b[31mred") == "a?[31mred"
-    assert len(shown("k" * 500)) == 40
+    assert shown("k" * 500) == "k" * 60 + "..." and shown("n" * 63) == "n" * 63  # a namespace
     many = [f"key-{i}" for i in range(30)]
     [line, *_] = summary(SourceKind.CONFIGMAP, NS, "x" * 300, many, [])
-    assert len(line) < 200 and "+26" in line
+    assert len(line) < 256 and "+26" in line
 
 
 def test_a_deletion_says_who_consumes_it_and_what_breaks() -> None:

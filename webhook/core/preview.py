@@ -43,7 +43,9 @@ HELM_RELEASE_TYPE: Final = "helm.sh/release.v1"
 LEADER_ANNOTATION: Final = "control-plane.alpha.kubernetes.io/leader"
 _KEYS_SHOWN: Final = 4  # key names in a line, then "+N"
 _NAMES_SHOWN: Final = 3  # workload names in a line, then "+N"
-_NAME_MAX: Final = 40  # characters of a name or key shown (tenant-chosen text)
+# characters of a name or key shown (tenant-chosen text): a namespace (at most 63) whole, the
+# rare longer object name or key cut (the API server allows 253), in plain ASCII
+_NAME_MAX: Final = 63
 _USER_MAX: Final = 256
 
 
@@ -87,7 +89,7 @@ def changed_keys(
 def shown(text: str) -> str:
     """A name or key as configpin shows it in a warning: printable, bounded."""
     clean = "".join(c if c.isprintable() else "?" for c in text)
-    return clean if len(clean) <= _NAME_MAX else clean[: _NAME_MAX - 1] + "…"
+    return clean if len(clean) <= _NAME_MAX else clean[: _NAME_MAX - 3] + "..."
 
 
 def _listed(items: Sequence[str], most: int) -> str:
@@ -200,7 +202,8 @@ def summary(
     if first and len(rolling) > 1:
         names = [f"{r.kind} {r.name}" for r in first]
         lines.append(f"configpin: wave 1: {_listed(names, _NAMES_SHOWN)}")
-    lines.append(f"configpin: the list: kubectl configpin plan -n {shown(namespace)} -f FILE")
+    if len(counts) > 1 or Effect.NOTHING not in counts:  # (all others: nothing to list)
+        lines.append(f"configpin: the list: kubectl configpin plan -n {shown(namespace)} -f FILE")
     return lines
 
 
