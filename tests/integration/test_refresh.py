@@ -32,13 +32,13 @@ from harness.controlplane import (
     ControlPlane,
     default_service_account_ready,
     server_minor,
+    service_account_kubeconfig,
     wait_for,
 )
 from harness.manifests import configmap, container, deployment, env_key_ref
 from tests.integration.instances import instance_fixtures
 from tests.integration.test_least_privilege import (  # the chart's RBAC, live
     Install,
-    _kubeconfig_for,
     admin,  # noqa: F401 (a fixture)
     install,  # noqa: F401 (a fixture)
 )
@@ -337,7 +337,9 @@ def test_under_the_charts_rbac_and_policy(
     assert ("--refresh-pods" if granted else "--no-refresh-pods") in args
     given = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
     sa = objects["ServiceAccount"]["metadata"]["name"]
-    kubeconfig = _kubeconfig_for(control_plane, admin, inst.namespace, sa, tmp_path / "sa.kc")
+    kubeconfig = service_account_kubeconfig(
+        control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kc"
+    )
     ns = f"{inst.release}-app"
     labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: inst.release}
     admin.create(
