@@ -271,6 +271,25 @@ class SourceWrite:
     plan: str | None = None  # the request's configpin.io/plan ("request": `configpin plan`)
     approve: str | None = None  # ... its configpin.io/approve ("request": `configpin approve`)
 
+    def __reduce__(self) -> tuple[type[SourceWrite], tuple[Any, ...]]:
+        # Pickled (back from the large-review worker) by its fields, never by setting them one
+        # by one on a frozen instance, which a compiled class refuses.
+        return SourceWrite, (
+            self.kind,
+            self.name,
+            self.deleting,
+            self.excluded,
+            self.changed,
+            self.record,
+            self.had,
+            self.sets,
+            self.annotations,
+            self.metadata,
+            self.bad,
+            self.plan,
+            self.approve,
+        )
+
 
 def source_write(
     hkey: bytes,
