@@ -67,6 +67,7 @@ KUBELET_TIMEOUT = 180.0
 # pods are past that, as long-running pods are (seen here: a change 0.2 s after the pods first
 # read gave 0.16 s, 1.3 s after gave 0.9 s, a minute after gave 65-70 s).
 SETTLE = 15.0
+GAP = 2.0  # the chart's controller.coalesceWindowSeconds
 
 
 @dataclass
@@ -138,8 +139,10 @@ def _in_place(
     annotations: dict[str, str],
     *,
     nudge: bool = False,
+    gap: float = 0.0,
 ) -> list[float]:
-    """Changes to one ConfigMap that running pods read in place (kubelet, nudge, refresh)."""
+    """Changes to one ConfigMap that running pods read in place (kubelet, nudge, refresh),
+    `gap` seconds apart once the last one was read."""
     _source(api, namespace, "app", "v0")
     _deploy(api, namespace, "app", pods, annotations)
     running = [p.metadata.name for p in workload_pods(api, namespace, "app")]
@@ -147,6 +150,8 @@ def _in_place(
     time.sleep(SETTLE)
     seconds = []
     for i in range(1, changes + 1):
+        if i > 1:
+            time.sleep(gap)  # each change a single edit, not the tail of a burst
         value = f"v{i}"
         at = _change(api, namespace, "app", value)
         if nudge:
@@ -200,14 +205,16 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run(node: Node, modes: Sequence[str], changes: int, pods: int) -> list[Figures]:
+def run(
+    node: Node, modes: Sequence[str], changes: int, pods: int, gap: float = GAP
+) -> list[Figures]:
     found = []
     with node.plane.api_client() as api:
         plans: dict[str, Callable[[str], list[float]]] = {
-            "kubelet": lambda ns: _in_place(api, ns, changes, pods, {}),
-            "nudge": lambda ns: _in_place(api, ns, changes, pods, {}, nudge=True),
+            "kubelet": lambda ns: _in_place(api, ns, changes, pods, {}, gap=gap),
+            "nudge": lambda ns: _in_place(api, ns, changes, pods, {}, nudge=True, gap=gap),
             "refresh": lambda ns: _in_place(
-                api, ns, changes, pods, {ANN_ON_CHANGE: ON_CHANGE_REFRESH}
+                api, ns, changes, pods, {ANN_ON_CHANGE: ON_CHANGE_REFRESH}, gap=gap
             ),
             "roll": lambda ns: _rolled(api, ns, changes, pods),
         }
@@ -229,6 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=5, help="changes per mode (default 5)")
     parser.add_argument("--pods", type=int, default=3, help="pods per workload (default 3)")
     parser.add_argument("--modes", default=",".join(MODES), help=",".join(MODES))
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=GAP,
+        help="seconds between one change being read everywhere and the next (default "
+        f"{GAP:g}: the chart's coalescing window, so that each change is a single edit, not "
+        "the tail of a burst, which refresh folds into one pass when the window ends)",
+    )
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -248,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with node.plane.api_client() as api:
                 release.wait_ready(api)
             _say(f"configpin installed by helm in {time.monotonic() - started:.1f}s")
-            figures = run(node, modes, args.changes, args.pods)
+            figures = run(node, modes, args.changes, args.pods, args.gap)
     print(f"Kubernetes 1.{node.minor}, one node; change -> new content read inside the pods")
     for f in figures:
         print(f.line())

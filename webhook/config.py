@@ -240,7 +240,11 @@ class Settings(BaseSettings):
     coalesce_window: float = Field(
         2.0,
         ge=0,
-        description="Changes to sources arriving within this many seconds are rolled out together.",
+        description=(
+            "Changes to sources arriving within this many seconds are rolled out together. A "
+            "workload refreshed in place (on-change: refresh) is refreshed at the first "
+            "change, and what follows within the window makes one more pass when it ends."
+        ),
     )
     min_rollout_interval: float = Field(
         30.0,

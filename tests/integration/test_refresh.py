@@ -212,6 +212,69 @@ def test_a_volume_change_refreshes_every_pod_and_rolls_nothing(
     assert _replicasets(kube, ns, "web") == 1
 
 
+LONG_WINDOW = 8.0
+
+
+@pytest.fixture(scope="module")
+def edge(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A configpin of its own with a long coalescing window (instance `refresh-edge`)."""
+    with leading_configpin(
+        control_plane,
+        tmp_path_factory.mktemp("configpin-refresh-edge"),
+        instance="refresh-edge",
+        webhook_name="configpin-refresh-edge",
+        args=["--coalesce-window", str(LONG_WINDOW), "--min-rollout-interval", "0"],
+    ) as proc:
+        yield proc
+
+
+def test_the_first_change_refreshes_at_once_and_a_burst_makes_one_more_pass(
+    edge: Configpin, kube: Kube, k8s: client.ApiClient
+) -> None:
+    """A leading edge: the first change is refreshed without waiting for the coalescing
+    window (8 s here); the changes that follow within it make one more pass, with the last
+    content, when it ends; a rolling workload beside it still waits the window, so that a
+    burst rolls it once."""
+    with instance_namespace(k8s, "refresh-edge", "edge") as ns:
+        body = _refreshing("web", replicas=2)
+        _start(kube, ns, body, 2)
+        reads = container(env=[env_key_ref("configmap", "app-config", "a", "A")])
+        kube.create(path("deployments", ns), deployment("roller", {"containers": [reads]}))
+
+        def roller() -> str | None:
+            return _template_sources(kube.get(path("deployments", ns, "roller")))
+
+        rolled = wait_for(roller, what="the roller stamped")
+        passes = edge.metric("configpin_pods_refreshed_total")
+
+        def record() -> str | None:
+            return _annotations(kube.get(path("deployments", ns, "web"))).get(ANN_REFRESHED)
+
+        _set_cm(kube, ns, {"a": "2"})
+        changed_at = time.monotonic()
+        first = wait_for(record, timeout=LONG_WINDOW, interval=0.1, what="the first refresh")
+        took = time.monotonic() - changed_at
+        assert took < LONG_WINDOW / 2, f"refreshed {took:.1f}s after the change: it waited"
+        assert roller() == rolled, "a rolling workload waits the window"
+        # a burst within the window: one more pass when it ends, with the last content
+        for value in ("3", "4", "5"):
+            _set_cm(kube, ns, {"a": value})
+            time.sleep(0.2)
+
+        def moved() -> str | None:
+            now = record()
+            return now if now != first else None
+
+        second = wait_for(moved, timeout=3 * LONG_WINDOW, interval=0.1, what="the pass after")
+        assert json.loads(second) == _admitted_now(kube, ns, body), "with the last content"
+        wait_for(lambda: _all_refreshed(kube, ns, "web", 2, second), timeout=15, what="refreshed")
+        wait_for(lambda: roller() != rolled, timeout=3 * LONG_WINDOW, what="the roller re-stamped")
+        time.sleep(2.0)
+        assert edge.metric("configpin_pods_refreshed_total") == passes + 2 * 2, "two passes"
+        assert _replicasets(kube, ns, "web") == 1
+        assert _replicasets(kube, ns, "roller") == 2, "the burst rolled it once"
+
+
 def test_a_statefulset_is_refreshed_without_a_new_revision(
     cp: Configpin, kube: Kube, ns: str
 ) -> None:

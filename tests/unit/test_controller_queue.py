@@ -208,3 +208,44 @@ def test_a_change_does_not_cut_a_retrys_backoff_short_in_the_rollout_queue() -> 
     clock.now += 50
     item = q.get(timeout=0)
     assert item is not None and item[0] == "web"
+
+
+def test_a_leading_change_goes_at_once_and_what_follows_in_the_window_makes_one_more_pass() -> None:
+    q, clock = _queue(window=2, interval=0)
+    q.add("live", ["cm/a"], leading=True)
+    item = q.get(timeout=0)
+    assert item is not None and item[1].sources == {"cm/a"}  # no wait: the leading edge
+    clock.now += 0.1
+    q.add("live", ["cm/a"], leading=True)  # while the first pass is at work
+    clock.now += 0.1
+    q.add("live", ["cm/b"], leading=True)
+    q.done("live", rolled=False)
+    assert q.get(timeout=0) is None  # the window since the hand-out has not ended
+    clock.now += 1.8
+    item = q.get(timeout=0)
+    assert item is not None and item[1].sources == {"cm/a", "cm/b"} and item[1].changes == 2
+    q.done("live", rolled=False)
+    clock.now += 2.0  # quiet for a window: the next change is a leading edge again
+    q.add("live", ["cm/a"], leading=True)
+    assert q.get(timeout=0) is not None
+
+
+def test_a_change_that_rolls_still_waits_the_window() -> None:
+    q, _ = _queue(window=2, interval=0)
+    q.add("web", ["cm/a"])
+    assert q.get(timeout=0) is None
+
+
+def test_a_look_with_no_change_does_not_hold_back_the_next_leading_edge() -> None:
+    q, clock = _queue(window=2, interval=0)
+    q.add("live", ["cm/a"], leading=True)
+    assert q.get(timeout=0) is not None
+    q.done("live", rolled=False)
+    clock.now += 1.0
+    q.add("live", [])  # its pods moved: looked at after the window
+    clock.now += 2.0
+    assert q.get(timeout=0) is not None
+    q.done("live", rolled=False)
+    clock.now += 0.5  # a window after the last change's pass, not after that look
+    q.add("live", ["cm/a"], leading=True)
+    assert q.get(timeout=0) is not None

@@ -2,6 +2,10 @@
 
 - The first change to a workload's sources makes it pending, due `window` seconds later;
   further changes before then join it (coalesced): one rollout with the latest content.
+- A change added as `leading` (a refresh in place: cheap, and what a person waits to see) is
+  handed out at once when the workload was not handed out within the last `window` seconds;
+  what follows within the window is coalesced and handed out when the window since that
+  hand-out ends (a leading edge, then one trailing pass).
 - A workload is never handed out sooner than `min_interval` after its last rollout. A
   change that arrives in that time waits for the interval to end, then rolls once, with
   whatever the content is then: a source that changes all the time rolls its workloads
@@ -56,6 +60,7 @@ class RolloutQueue(Generic[K, S]):
         self._seq = itertools.count()
         self._active: set[K] = set()
         self._last_rollout: dict[K, float] = {}
+        self._handed: dict[K, float] = {}  # when each key was last handed out (leading edge)
         self._cond = threading.Condition()
         self._closed = False
 
@@ -75,9 +80,12 @@ class RolloutQueue(Generic[K, S]):
         seen: float | None = None,
         delay: float | None = None,
         last_rollout: float | None = None,
+        leading: bool = False,
     ) -> bool:
         """Record a change seen at `seen` (default now), to be handed out after `delay`
-        (default the coalescing window); True when it was folded into a pending one.
+        (default the coalescing window; `leading`: at once, unless the key was handed out
+        within the window, then when the window since ends); True when it was folded into a
+        pending one.
 
         `last_rollout`: when the workload last rolled by its own record (on this clock), for
         a workload this queue has not rolled itself (another replica led then)."""
@@ -88,8 +96,14 @@ class RolloutQueue(Generic[K, S]):
                 return False
             if last_rollout is not None and last_rollout > self._last_rollout.get(key, -inf):
                 self._last_rollout[key] = last_rollout
-            wait = self.window if delay is None else delay
-            due = max(now + wait, self._not_before(key))
+            if delay is not None:
+                due = max(now + delay, self._not_before(key))
+            elif leading:
+                handed = self._handed.get(key)
+                edge = now if handed is None else max(now, handed + self.window)
+                due = max(edge, self._not_before(key))
+            else:
+                due = max(now + self.window, self._not_before(key))
             current = self._pending.get(key)
             if current is not None:
                 current.sources.update(sources)
@@ -166,6 +180,11 @@ class RolloutQueue(Generic[K, S]):
             return None
         del self._pending[key]
         self._active.add(key)
+        now = self.clock()
+        if p.sources:  # (a look with no change, as after pods moved, is no pass of one)
+            self._handed[key] = now
+        if len(self._handed) > 4 * (len(self._pending) + 1024):
+            self._handed = {k: t for k, t in self._handed.items() if t > now - self.window}
         return key, p
 
     def done(self, key: K, *, rolled: bool) -> None:
@@ -191,6 +210,7 @@ class RolloutQueue(Generic[K, S]):
         with self._cond:
             self._pending.pop(key, None)
             self._last_rollout.pop(key, None)
+            self._handed.pop(key, None)
 
     def clear(self) -> None:
         """Drop everything pending (leadership lost: the next leader starts from the cluster)."""

@@ -361,7 +361,16 @@ class RolloutController:
         last = None
         if entry.rolled_at is not None:  # the workload's own record: on this clock
             last = self.clock() - max(0.0, time.time() - entry.rolled_at)
-        if self.queue.add(entry.ref, stale, seen=seen, last_rollout=last):
+        # A change every stale source of which is refreshed in place goes at once (a leading
+        # edge: what follows within the coalescing window makes one more pass after it); one
+        # that rolls waits the window, so that a multi-source apply rolls once.
+        refreshes = entry.delivery.refreshes if entry.delivery is not None else None
+        leading = (
+            refreshes is not None
+            and self.settings.refresh_pods
+            and all(str(sid) in refreshes for sid in stale)
+        )
+        if self.queue.add(entry.ref, stale, seen=seen, last_rollout=last, leading=leading):
             self.metrics.coalesced.inc()
         else:
             wait = self.queue.not_before(entry.ref) - self.clock()
