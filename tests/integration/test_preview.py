@@ -248,15 +248,22 @@ def _editor(
     return service_account_kubeconfig(plane, kube.api, ns, "editor", tmp / "editor.kubeconfig")
 
 
-def _consumers(kube: Kube, ns: str, names: Sequence[str]) -> dict[str, dict[str, str]]:
-    """ConfigMap `cfg` (`a`, `b`), Deployments `names` reading its key `a` (Ready), `other`
-    reading `b`, `live` (refreshed in place) mounting it whole; the template record of each."""
-    kube.create(path("configmaps", ns), configmap("cfg", {"a": "1", "b": "1"}))
-    for name in names:
-        kube.create(path("deployments", ns), _app(name))
-    kube.create(path("deployments", ns), _app("other", keys=("b",), replicas=0))
-    kube.create(path("deployments", ns), _live("live"))
-    return {n: sources(stamped(kube, ns, n)) for n in [*names, "other", "live"]}
+def _consumers(
+    kube: Kube, ns: str, names: Sequence[str]
+) -> tuple[dict[str, dict[str, str]], list[list[str]]]:
+    """ConfigMap `cfg` (`a`, `b`), Deployments `names` reading its key `a` (Ready, healthy),
+    `other` reading `b`, `live` (refreshed in place) mounting it whole: the template record of
+    each, and the waves a change of `a` rolls `names` in."""
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(*names)
+        kube.create(path("configmaps", ns), configmap("cfg", {"a": "1", "b": "1"}))
+        for name in names:
+            kube.create(path("deployments", ns), _app(name))
+        kube.create(path("deployments", ns), _app("other", keys=("b",), replicas=0))
+        kube.create(path("deployments", ns), _live("live"))
+        before = {n: sources(stamped(kube, ns, n)) for n in [*names, "other", "live"]}
+        wait_healthy(kube, ns, names)
+    return before, _order(ns, names)
 
 
 def _quiet(kube: Kube, ns: str, before: Mapping[str, Mapping[str, str]], seconds: float) -> None:
@@ -284,11 +291,7 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
     a user, gets the same warnings and records that user, signed, on the ConfigMap."""
     ns = namespaces()
     names = [f"app-{i}" for i in range(4)]
-    with Kubelet(kube, ns) as kubelet:
-        kubelet.allow(*names)
-        before = _consumers(kube, ns, names)
-        wait_healthy(kube, ns, names)
-    waves = _order(ns, names)
+    before, waves = _consumers(kube, ns, names)
     assert [len(w) for w in waves] == [1, 3]
     old = get(kube, ns, "cfg", "configmaps")
 
@@ -398,11 +401,7 @@ def test_plan_prints_every_workload_from_a_dry_run(
     nothing; `-o json` for programs."""
     ns = namespaces()
     names = [f"app-{i}" for i in range(3)]
-    with Kubelet(kube, ns) as kubelet:
-        kubelet.allow(*names)
-        before = _consumers(kube, ns, names)
-        wait_healthy(kube, ns, names)
-    waves = _order(ns, names)
+    before, waves = _consumers(kube, ns, names)
     editor = _editor(control_plane, kube, ns, tmp_path)
     manifest = tmp_path / "cfg.yaml"
     manifest.write_text(yaml.safe_dump(configmap("cfg", {"a": "2", "b": "1"})))

@@ -13,6 +13,7 @@ from typing import Final
 from webhook.core import digest
 from webhook.core.delivery import Change
 from webhook.core.preview import changed_by_of
+from webhook.kube.copies import RESOURCE
 from webhook.kube.errors import KubeError
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube, path
@@ -36,9 +37,8 @@ class Editors:
         if found is not None:
             return found
         sid = change.source
-        resource = "configmaps" if sid.kind.api_kind == "ConfigMap" else "secrets"
         try:
-            obj = self.kube.get(path(resource, namespace, sid.name))
+            obj = self.kube.get(path(RESOURCE[sid.kind], namespace, sid.name))
             record = digest.record_from_object(self.hkey, sid.kind, obj)
         except (KubeError, digest.BadSource):
             return UNKNOWN  # not remembered: asked again next time

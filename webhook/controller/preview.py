@@ -140,8 +140,7 @@ class Previewer:
         nskey = digest.namespace_key(self.hkey, namespace)
         key = str(sid)
         rows: list[Row] = []
-        counted: list[tuple[_Consumer, tuple[str, ...]]] = []  # rolling, and vouching
-        others: list[tuple[_Consumer, tuple[str, ...]]] = []  # rolling, in the last wave
+        rolling: list[tuple[_Consumer, tuple[str, ...]]] = []
         after: dict[frozenset[str] | None, str] = {}  # the new content's digest, per key set
         for c in consumers:
             mine = changed if c.keys is None else changed & c.keys
@@ -159,8 +158,8 @@ class Previewer:
             if key in c.refreshes:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.REFRESH, keys))
                 continue
-            (counted if c.healthy else others).append((c, keys))
-        plan = cut_waves(counted + others, _vouches, self.steps)
+            rolling.append((c, keys))
+        plan = cut_waves(rolling, _vouches, self.steps)
         for i, wave in enumerate(plan, 1):
             gated = self.approval is not None and i > self.approval
             for c, keys in wave:

@@ -259,45 +259,47 @@ class Gate:
     def _waves(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
         entry = self.index.get(ref)
         own = entry is not None and entry.delivery is not None and entry.delivery.approve
-        if self.steps is None:
-            for change in changes:
-                if own and not self.approved(ref.namespace, change):
-                    return self._unapproved(ref, change, "its configpin.io/rollout-waves")
-            return None
         for change in changes:
-            cut = self._cut(change)
-            at = cut.at.get(ref)
-            if at is None:
-                cut = self._cut(change, refresh=True)  # stale since the order was made
-                at = cut.at.get(ref, len(cut.plan))
-            waves = len(cut.plan)
-            for i, vouching in enumerate(cut.vouching):
-                states = [self._state(r, change) for r in vouching]
-                if State.FAILED in states:
-                    failed = vouching[states.index(State.FAILED)]
-                    return Wait(
-                        WaitReason.STOPPED,
-                        f"the rollout of {failed} to {change} failed (wave {i + 1} of "
-                        f"{waves}): the waves after it are not rolled",
-                    )
-                if i >= at:
-                    break
-                done = states.count(State.COMPLETE)
-                if done < len(vouching):
-                    return Wait(
-                        WaitReason.WAVE,
-                        f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
-                        f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
-                    )
-            gated = self.approval is not None and at >= self.approval
-            if (gated or own) and not self.approved(ref.namespace, change):
-                where = (
-                    f"wave {at + 1} of {waves} comes after approve"
-                    if gated
-                    else ("its configpin.io/rollout-waves")
-                )
+            after_approve = ""
+            if self.steps is not None:
+                waiting, after_approve = self._in_waves(ref, change)
+                if waiting is not None:
+                    return waiting
+            if (after_approve or own) and not self.approved(ref.namespace, change):
+                where = after_approve or "its configpin.io/rollout-waves"
                 return self._unapproved(ref, change, where)
         return None
+
+    def _in_waves(self, ref: WorkloadRef, change: Change) -> tuple[Wait | None, str]:
+        """Why `ref` waits for the earlier waves of `change` (None: it does not), and, when
+        its wave comes after an `approve` step, which wave that is ("": it does not)."""
+        cut = self._cut(change)
+        at = cut.at.get(ref)
+        if at is None:
+            cut = self._cut(change, refresh=True)  # stale since the order was made
+            at = cut.at.get(ref, len(cut.plan))
+        waves = len(cut.plan)
+        for i, vouching in enumerate(cut.vouching):
+            states = [self._state(r, change) for r in vouching]
+            if State.FAILED in states:
+                failed = vouching[states.index(State.FAILED)]
+                return Wait(
+                    WaitReason.STOPPED,
+                    f"the rollout of {failed} to {change} failed (wave {i + 1} of "
+                    f"{waves}): the waves after it are not rolled",
+                ), ""
+            if i >= at:
+                break
+            done = states.count(State.COMPLETE)
+            if done < len(vouching):
+                return Wait(
+                    WaitReason.WAVE,
+                    f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
+                    f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
+                ), ""
+        if self.approval is not None and at >= self.approval:
+            return None, f"wave {at + 1} of {waves} comes after approve"
+        return None, ""
 
 
 class Waiting:
