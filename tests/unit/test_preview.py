@@ -219,6 +219,20 @@ def test_a_metadata_edit_keeps_the_record_and_a_client_cannot_set_its_own() -> N
     assert result == "unchanged" and not _patch(out)
 
 
+def test_a_reapply_that_drops_the_record_keeps_it() -> None:
+    """A GitOps tool re-applies the manifest, which never held configpin's record (and
+    server-side apply drops a field its manager no longer sends): the record stays."""
+    writes = SourceWrites(HKEY, None, clock=lambda: NOW)
+    text = ChangedBy("alice", NOW, "c" * 20).encode(HKEY, NS, CFG)
+    old = _cm({"a": "1"}, annotations={ANN_CHANGED_BY: text, "team": "web"})
+    applied = _cm({"a": "1"}, annotations={"team": "web"})
+    out, result = writes.review(
+        _review(old, applied, user="argocd"), source_write(HKEY, CFG.kind, "UPDATE", old, applied)
+    )
+    assert result == "patched"
+    assert _written(applied, out)["metadata"]["annotations"][ANN_CHANGED_BY] == text
+
+
 # --- the preview, from the index ------------------------------------------------------------
 
 

@@ -319,3 +319,17 @@ def test_an_approval_copied_from_another_namespace_approves_nothing() -> None:
     assert waiting is not None and waiting.reason is WaitReason.APPROVAL
     _approve(stores["a"], "a")
     assert _may(gate, second[0], change)
+
+
+def test_an_approval_does_not_start_waves_a_persons_rollback_stopped() -> None:
+    """The canary's rollout was rolled back by a person while the rest awaited approval:
+    approving the change afterwards starts nothing; the waves stay stopped."""
+    gate, index, stores, objs = _setup(
+        {"team-a": [f"w{i}" for i in range(3)]}, waves="1,approve,100%"
+    )
+    [change] = gate.changes("team-a", [CFG])
+    first, second = gate.plan(change)
+    _record(index, objs[first[0]], first[0], change, State.FAILED, action=Action.PERSON)
+    _approve(stores["team-a"], "team-a")
+    waiting = gate.wait(second[0], [change])
+    assert waiting is not None and waiting.reason is WaitReason.STOPPED
