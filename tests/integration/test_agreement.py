@@ -42,6 +42,7 @@ from harness.controlplane import (
 from harness.manifests import configmap, deployment
 from tests.integration.holdproxy import HoldProxy, hold_proxy
 from tests.integration.instances import leading_fixture
+from tests.integration.workloads import replicasets, revision
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Conflict
@@ -52,7 +53,6 @@ WINDOW = 2.0  # the default: a ConfigMap and its workload applied together land 
 # coalescing window after the change it saw, and the deployment controller within a second.
 SETTLE = WINDOW + 3.0
 APPLY = "application/apply-patch+yaml"
-REVISION = "deployment.kubernetes.io/revision"
 
 
 cp = leading_fixture(
@@ -111,20 +111,11 @@ def observed(obj: JSONObject) -> dict[str, str]:
     return json.loads(text) if text else {}
 
 
-def replicasets(kube: Kube, ns: str, app: str) -> int:
-    page = kube.get(path("replicasets", ns), labelSelector=f"app={app}")
-    return len(page.get("items") or ())
-
-
 def settled(obj: JSONObject) -> bool:
     """The deployment controller has acted on the object's latest spec (a new template has
     its ReplicaSet by then)."""
     status = obj.get("status") or {}
     return bool(status.get("observedGeneration") == obj["metadata"].get("generation"))
-
-
-def revision(dep: JSONObject) -> int:
-    return int((dep["metadata"].get("annotations") or {})[REVISION])
 
 
 def _change_each_and_see_one_rollout(kube: Kube, ns: str, names: list[str]) -> list[JSONObject]:

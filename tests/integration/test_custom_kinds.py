@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +39,7 @@ from tests.integration.crds import (
     WIDGET_CRD,
     installed,
 )
+from tests.integration.workloads import replicasets, revision, state
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OWNED,
@@ -50,6 +52,9 @@ from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.workloads import served_custom_kinds
 
 INSTANCE = "custom-kinds"
+# (its configpin's window is 0.3 s, its resync 1 s): long enough for a second rollout, one that
+# should not happen, to have started
+SETTLE = 2.0
 ROLLOUTS = "/apis/argoproj.io/v1alpha1"
 CLONESETS = "/apis/apps.kruise.io/v1alpha1"
 KINDS = {
@@ -290,23 +295,34 @@ def test_operator_owned_skipped_with_an_event_and_pinned_when_opted_in(
     first = _sources(pinned)
     assert list(first) == ["configmap/app-config"]
     # the operator puts its own template back (configpin's record dropped): admitted with the
-    # record restored, so nothing is stale and nothing rolls; the source's change then rolls
-    # it once (one generation)
+    # record restored, so nothing is stale and nothing rolls (the same generation); the
+    # source's change then rolls it once: one new ReplicaSet. (Not counted in generations: a
+    # Deployment's generation also moves when only its own annotations change, as configpin's
+    # rollout record does when the rollout ends.)
     reverted = kube.patch(
         path("deployments", ns, "opted-in"),
         {"spec": {"template": {"metadata": {"annotations": {ANN_SOURCES: None}}}}},
         MERGE_PATCH,
     )
     assert _sources(reverted) == first
-    generation = reverted["metadata"]["generation"]
+    assert reverted["metadata"]["generation"] == pinned["metadata"]["generation"]
     kube.patch(path("configmaps", ns, "app-config"), {"data": {"a": "2"}}, MERGE_PATCH)
     wait_for(
-        lambda: _sources(kube.get(path("deployments", ns, "opted-in"))) != first,
-        what="the opted-in Deployment re-stamped",
+        lambda: state(kube.get(path("deployments", ns, "opted-in"))) == "left",
+        what="the opted-in Deployment re-stamped, and its rollout over (it has no replicas)",
     )
-    assert kube.get(path("deployments", ns, "opted-in"))["metadata"]["generation"] == (
-        generation + 1
+    time.sleep(SETTLE)  # a second rollout would have started by now
+    settled = wait_for(
+        lambda: (
+            (d := kube.get(path("deployments", ns, "opted-in")))
+            and d["status"].get("observedGeneration") == d["metadata"]["generation"]
+            and d
+        ),
+        what="the Deployment controller caught up",
     )
+    assert _sources(settled) != first
+    assert replicasets(kube, ns, "opted-in") == 2
+    assert revision(settled) == 2
     # the one left to its operator is still unpinned
     assert _sources(kube.get(path("deployments", ns, "operated"))) == {}
 

@@ -39,6 +39,20 @@ def sources(obj: Mapping[str, Any]) -> dict[str, str]:
     return json.loads(text) if text else {}
 
 
+REVISION = "deployment.kubernetes.io/revision"  # the Deployment controller's count of templates
+
+
+def revision(dep: Mapping[str, Any]) -> int:
+    return int((dep["metadata"].get("annotations") or {})[REVISION])
+
+
+def replicasets(kube: Kube, ns: str, app: str) -> int:
+    """How many ReplicaSets Deployment `app` has (harness.manifests.deployment's pods are
+    labelled app: NAME): one for each template it has had, as long as its history keeps them."""
+    page = kube.get(path("replicasets", ns), labelSelector=f"app={app}")
+    return len(page.get("items") or ())
+
+
 def stamped(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     wait_for(lambda: sources(get(kube, ns, name)), what=f"{name} stamped")
     return get(kube, ns, name)
