@@ -358,7 +358,10 @@ class StatusReader:
             done = how.get(str(record.get("action")), "?")
             st.reason = f"config rollout failed: {record.get('signal')} ({done}){by}"
         elif state == "left" and st.state == "current":
-            st.reason = "scaled to zero while its config rollout was in progress: it left the waves"
+            st.reason = (
+                "at zero replicas, its config rollout proves nothing about the change: it left "
+                "the waves"
+            )
         if st.state == "stale":
             state, note = self._waiting(obj)
             if state:

@@ -244,6 +244,64 @@ def test_a_statefulset_fails_by_configpins_deadline(
     assert _ref(db) == first
 
 
+# --- nothing to follow ----------------------------------------------------------------------
+
+
+def _versions(k8s: client.ApiClient, ns: str, name: str, since: str) -> list[dict[str, Any]]:
+    """Every version of Deployment `name` stored after resourceVersion `since`, in order."""
+    response = client.AppsV1Api(k8s).list_namespaced_deployment(
+        ns,
+        watch=True,
+        resource_version=since,
+        timeout_seconds=1,
+        field_selector=f"metadata.name={name}",
+        _preload_content=False,
+    )
+    events = [json.loads(line) for line in response.data.decode().splitlines() if line]
+    return [e["object"] for e in events if e.get("type") in ("ADDED", "MODIFIED")]
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_a_workload_at_zero_replicas_is_re_stamped_with_its_rollout_ended_in_one_write(
+    k8s: client.ApiClient,
+    kube: Kube,
+    ns: str,
+    replicas: list[Configpin],
+    control_plane: ControlPlane,
+    mode: str,
+) -> None:
+    """Nothing rolls at zero replicas: the re-stamp writes its record `left` in the same write,
+    and configpin writes the workload no more for that change (it used to write `rolling`,
+    then read the workload and its pods and write `left`, a second write through admission
+    and an Event, for each such workload of a fan-out)."""
+    kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
+    idle = _app("idle", mode=mode)
+    idle["spec"]["replicas"] = 0
+    kube.create(path("deployments", ns), idle)
+    before = _stamped(kube, ns, "idle")
+    _set_cm(kube, ns, "2")
+    wait_for(lambda: _sources(_get(kube, ns, "idle")) != _sources(before), what="re-stamped")
+    time.sleep(2 * RESYNC)  # a look at it, and a second write, would have come by now
+    records = [
+        _annotation(v, ANN_ROLLOUT)
+        for v in _versions(k8s, ns, "idle", before["metadata"]["resourceVersion"])
+        if _sources(v) != _sources(before)
+    ]
+    assert records, "no version of the re-stamped Deployment was seen"
+    assert all(r == records[0] for r in records), [r["state"] for r in records]
+    assert records[0]["state"] == "left"
+    assert _replicasets(kube, ns, "idle") == 2  # re-stamped all the same: its next revision
+    wait_for(lambda: "RolloutStarted" in _reasons(kube, ns, "idle"), what="the Event")
+    assert "ConfigRolloutLeft" not in _reasons(kube, ns, "idle")
+    notes = kube.get(
+        f"/apis/events.k8s.io/v1/namespaces/{ns}/events", fieldSelector="regarding.name=idle"
+    )["items"]
+    started = [e["note"] for e in notes if e.get("reason") == "RolloutStarted"]
+    assert started and "zero replicas" in started[0]
+    code, rows = _status(control_plane, ns)
+    assert code == 0 and rows["idle"]["rollout"]["state"] == "left"
+
+
 # --- waves ----------------------------------------------------------------------------------
 
 

@@ -609,6 +609,54 @@ def test_a_workload_scaled_to_zero_while_rolling_leaves() -> None:
     assert left.ended is not None and _record_of(_written(zero, left)).state == "left"
 
 
+def _unlisted(_ref: WorkloadRef, _obj: JSONObject) -> list[JSONObject]:
+    raise AssertionError("its pods were listed")
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_a_workload_at_zero_replicas_is_re_stamped_as_left_in_the_same_write(mode: str) -> None:
+    """Nothing rolls at zero replicas: the record is written ended, so no look at it (a read,
+    its pods listed) and no second write follow; a scale-up later starts on the new content
+    with nothing to follow, as after a rollout that left."""
+    store = _store()
+    case = _delivering(store)
+    case.copies = RecordingWriter()
+    before = _admitted(ENV, store, annotations={ANN_MODE: mode})
+    before["spec"]["replicas"] = 0
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(before)
+    assert decision.rollout is not None and decision.rollout.state == "left"
+    rolled = _written(before, decision)
+    assert touches_template("Deployment", decision.ops)  # re-stamped all the same
+    record = _record_of(rolled)
+    assert record.state == "left" and dict(record.to) == recorded_sources(rolled)
+    assert case.decide(rolled).skip is SkipReason.CURRENT  # nothing left to follow
+    # planned from the index alone, the same
+    if mode == "checksum":
+        before["metadata"]["resourceVersion"] = "41"
+        lookup = store.lookup
+        restamp = case.restamper().from_index(entry(before), DEPLOYMENT, lookup, lookup)
+        assert restamp is not None and restamp.left
+        written = merge_patch(before, restamp.merge_patch)
+        assert _record_of(written).state == "left"
+
+
+def test_a_rollout_is_assessed_without_listing_pods_where_its_status_says_enough() -> None:
+    case, _, rolled = _rolled("checksum")
+    assert case.follower is not None
+    case.follower.pods = _unlisted
+    done = case.decide(_status(rolled, ready=True))
+    assert done.ended is not None and done.ended.record.state == "complete"
+    zero = _status(rolled, ready=False)
+    zero["spec"]["replicas"] = 0
+    left = case.decide(zero)
+    assert left.ended is not None and left.ended.record.state == "left"
+    listed: list[str] = []
+    case.follower.pods = lambda ref, _obj: listed.append(ref.name) or []
+    going = case.decide(_status(rolled, ready=False))
+    assert going.poll is not None and listed  # still rolling: its pods are looked at
+
+
 def test_an_undo_after_a_quick_fix_lands_on_content_that_completed() -> None:
     """v2 rolling (not judged yet), v3 pushed: v3 fails and is undone to v1's copy, not v2's."""
     case, v1, at_v2 = _rolled("snapshot")

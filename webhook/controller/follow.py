@@ -41,6 +41,7 @@ from webhook.core.delivery import (
     record_ops,
     rejected_text,
     undo_ops,
+    without_pods,
     workload_identity,
 )
 from webhook.core.kinds import WorkloadKind
@@ -92,8 +93,13 @@ class Follower:
         record: RolloutRecord,
         now: float,
     ) -> tuple[Progress, float]:
-        """How its rollout is going, and how soon to look again while it goes on."""
-        pods = self.pods(ref, obj) if kind.rollout is not None else []
+        """How its rollout is going, and how soon to look again while it goes on. Its pods
+        are listed only where its own status leaves the answer open (not on the look that
+        finds it complete or left)."""
+        early = without_pods(kind, obj)
+        if early is not None:
+            return early, 0.0  # (ended: not looked at again)
+        pods = self.pods(ref, obj)
         return assess(kind, obj, pods, record, now), poll_after(kind, obj, pods, record, now)
 
     def complete(self, obj: JSONObject, record: RolloutRecord) -> tuple[list[PatchOp], Ended]:

@@ -79,6 +79,7 @@ class _Landed:
     touched_template: bool  # the write asked for a template change
     intended: dict[str, str]  # the record planned
     by: str = ""  # who made the change it rolls to
+    left: bool = False  # at zero replicas: its record was written ended, nothing rolls
 
 
 def _template(obj: JSONObject | None) -> object:
@@ -255,7 +256,7 @@ class Reconciler:
         stored = get_path(written, kind.entry.meta_path)
         annotations = (stored.get("annotations") if isinstance(stored, dict) else None) or {}
         rolled = parse_mapping(annotations.get(ANN_SOURCES)) != entry.recorded
-        return _Landed(written, rolled, True, restamp.observed, restamp.by)
+        return _Landed(written, rolled, True, restamp.observed, restamp.by, restamp.left)
 
     def _landed(
         self,
@@ -284,8 +285,10 @@ class Reconciler:
         elif rolled and instead is not None:
             self.report.rolled_instead(ref, obj, changed, instead)
         if rolled:
-            by = decision.rollout.by if decision is not None and decision.rollout else landed.by
-            self.report.rolled(ref, obj, changed, first_seen, by)
+            rollout = decision.rollout if decision is not None else None
+            by = rollout.by if rollout is not None else landed.by
+            left = rollout.state is State.LEFT if rollout is not None else landed.left
+            self.report.rolled(ref, obj, changed, first_seen, by, left=left)
             outcome = Rolled(changed, instead)
         elif refreshed is None and not landed.touched_template:
             self.report.recorded(obj)

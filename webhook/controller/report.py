@@ -49,20 +49,26 @@ class Reporter:
         changed: Iterable[SourceId],
         first_seen: float | None,
         by: str = "",
+        *,
+        left: bool = False,
     ) -> None:
+        """`left`: it asks for no pods (zero replicas): nothing rolls, and its record was
+        written `left` in the same write (one Event says both)."""
         self.metrics.rollouts.labels(ref.kind).inc()
         if (seconds := self._since(first_seen)) is not None:
             self.metrics.rollout_latency.observe(seconds)
         names = _names(changed)
         who = f" (changed by {by})" if by else ""
-        log.info("re-stamped %s: %s changed%s", ref, names, who)
-        if self.events is not None:
-            self.events.normal(
-                obj,
-                "RolloutStarted",
-                "Rollout",
-                f"{names} changed{who}: pod template re-stamped, a rolling update starts",
+        if left:
+            what = (
+                "pod template re-stamped; it has no pods to roll (zero replicas), so its rollout "
+                "proves nothing about the change and leaves its waves (recorded left)"
             )
+        else:
+            what = "pod template re-stamped, a rolling update starts"
+        log.info("re-stamped %s: %s changed%s%s", ref, names, who, " (zero replicas)" * left)
+        if self.events is not None:
+            self.events.normal(obj, "RolloutStarted", "Rollout", f"{names} changed{who}: {what}")
 
     def rolled_instead(
         self, ref: WorkloadRef, obj: JSONObject, changed: Iterable[SourceId], why: RollInstead

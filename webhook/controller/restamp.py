@@ -158,6 +158,7 @@ class IndexRestamp:
     merge_patch: JSONObject
     observed: dict[str, str]
     by: str = ""  # who made the change(s) it rolls to
+    left: bool = False  # at zero replicas: its record is written ended (nothing rolls)
 
 
 class Restamper:
@@ -287,6 +288,7 @@ class Restamper:
             import jsonpatch  # noqa: PLC0415
 
             after = jsonpatch.apply_patch(copy.deepcopy(obj), ops)
+            now_standing = standing(kind, obj)
             rollout = started(
                 kind,
                 obj,
@@ -295,10 +297,11 @@ class Restamper:
                 before=template_sources(kind, obj) or entry.recorded,
                 changes=changes,
                 now=now,
-                healthy=standing(kind, obj) is Standing.HEALTHY,
+                healthy=now_standing is Standing.HEALTHY,
                 made={req.snapshot_name: req.source.name for req in plan.snapshots},
                 previous=record,
                 by=self._by(ref, changes),
+                empty=now_standing is Standing.EMPTY,
             )
             ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
         return Decision(
@@ -381,7 +384,7 @@ class Restamper:
         for warning in restamp.warnings:
             log.warning("%s: %s", ref, warning)
         patch = restamp.merge_patch
-        by = ""
+        by, left = "", False
         if self.follower is not None:
             rollout = started(
                 kind,
@@ -393,9 +396,10 @@ class Restamper:
                 now=now,
                 healthy=entry.standing is Standing.HEALTHY,
                 by=self._by(ref, changes),
+                empty=entry.standing is Standing.EMPTY,
             )
-            by = rollout.by
+            by, left = rollout.by, rollout.state is State.LEFT
             text = rollout.encode(self.hkey, identity(ref.kind, ref.namespace, ref.name))
             meta = patch.setdefault("metadata", {})
             meta.setdefault("annotations", {})[ANN_ROLLOUT] = text
-        return IndexRestamp(patch, restamp.observed, by)
+        return IndexRestamp(patch, restamp.observed, by, left)

@@ -365,6 +365,7 @@ def started(
     made: Mapping[str, str] | None = None,
     previous: RolloutRecord | None = None,
     by: str = "",
+    empty: bool = False,
 ) -> RolloutRecord:
     """The record of a rollout configpin is about to write: the one place one is made.
 
@@ -376,7 +377,10 @@ def started(
     What it rolls from is the last content that completed there: a rollout that never did
     (superseded while rolling, held, left) passes its own starting point on, so that an undo
     never lands on content that never worked. Kinds whose pods are not replaced (a
-    ReplicaSet, a CronJob) have nothing to follow: their record is complete at once."""
+    ReplicaSet, a CronJob) have nothing to follow: their record is complete at once. `empty`:
+    the workload asks for no pods as written (`standing` says EMPTY): nothing rolls, so its
+    record is written `left` at once, as a look at it would end it (`without_pods`), without
+    that second write."""
     start = dict(before)
     inherited: Mapping[str, str] = {}
     # (a person's rollback of it leaves the template on good content: nothing to pass on)
@@ -405,8 +409,14 @@ def started(
                 )
         found = get_path(after, kind.template) if kind.template else after
         template = template_fingerprint(found)
+    if kind.rollout is None:
+        state = State.COMPLETE
+    elif empty:
+        state = State.LEFT
+    else:
+        state = State.ROLLING
     return RolloutRecord(
-        State.ROLLING if kind.rollout is not None else State.COMPLETE,
+        state,
         to=dict(to),
         before=start,
         since=now,
@@ -592,6 +602,21 @@ def digest_mapping(text: Any) -> dict[str, str] | None:
     return value
 
 
+def without_pods(kind: WorkloadKind, obj: Mapping[str, Any]) -> Progress | None:
+    """What the workload's own spec and status say of its rollout with no pod looked at: it
+    left (scaled to zero), or it is complete (or has no rolling update to follow); None: the
+    pods must be looked at (`assess`)."""
+    how = kind.rollout
+    if how is None:
+        return Progress(State.COMPLETE)
+    if _wanted(how, obj) == 0:
+        return Progress(State.LEFT)
+    done = _complete(how, obj)
+    if done is None or done:
+        return Progress(State.COMPLETE)
+    return None
+
+
 def assess(
     kind: WorkloadKind,
     obj: Mapping[str, Any],
@@ -605,12 +630,10 @@ def assess(
     deadline of their own the deadline is time without progress (no updated pod became
     Ready), as a Deployment's is. A workload scaled to zero proves nothing either way: it
     left."""
+    early = without_pods(kind, obj)
+    if early is not None:
+        return early
     how = kind.rollout
-    if how is not None and _wanted(how, obj) == 0:
-        return Progress(State.LEFT)
-    done = _complete(how, obj) if how is not None else None
-    if done is None or done:
-        return Progress(State.COMPLETE)
     updated = _updated(pods, record)
     restarted = _restarted(updated, record)
     if restarted is not None:

@@ -416,6 +416,7 @@ def _followed(
         changes=b.to_rejected,
         now=now,
         healthy=standing(kind, old) is Standing.HEALTHY,
+        empty=standing(kind, obj) is Standing.EMPTY,
     )
     name = str((obj.get("metadata") or {}).get("name") or "")
     return record.encode(root, identity(kind.kind, namespace, name))
