@@ -1,8 +1,9 @@
 """Who made a change: the user admission recorded on the source (`configpin.io/changed-by`,
 webhook.core.preview.ChangedBy), for the rollout record, the rollout Events and `configpin
-status`. Read once per change (one GET of the source, within the controller's rate limit),
-then remembered; a source written while configpin was down, or whose record is not
-configpin's for that content, was changed by someone unknown."""
+status`. Read once per change (one GET of the source, within the controller's rate limit;
+the workers that ask for the same change meanwhile wait for that answer), then remembered; a
+source written while configpin was down, or whose record is not configpin's for that
+content, was changed by someone unknown."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from webhook.kube.raw import Kube, path
 
 UNKNOWN: Final = "unknown"
 _REMEMBERED: Final = 4096
+_WAIT: Final = 10.0  # seconds a worker waits for another's read of the same change at most
 
 
 class Editors:
@@ -28,14 +30,30 @@ class Editors:
         self.hkey = hkey
         self._lock = threading.Lock()
         self._said: OrderedDict[tuple[str, Change], str] = OrderedDict()
+        self._asking: dict[tuple[str, Change], threading.Event] = {}
 
     def said(self, namespace: str, change: Change) -> str:
         """ "alice at 2026-11-26T17:06:02Z", or "unknown"."""
         key = (namespace, change)
         with self._lock:
             found = self._said.get(key)
+            asked = self._asking.get(key) if found is None else None
+            if found is None and asked is None:
+                self._asking[key] = threading.Event()
         if found is not None:
             return found
+        if asked is not None:  # another worker reads it: its answer, once it has one
+            asked.wait(_WAIT)
+            with self._lock:
+                return self._said.get(key, UNKNOWN)
+        try:
+            return self._ask(namespace, change)
+        finally:
+            with self._lock:
+                self._asking.pop(key).set()
+
+    def _ask(self, namespace: str, change: Change) -> str:
+        key = (namespace, change)
         sid = change.source
         try:
             obj = self.kube.get(path(RESOURCE[sid.kind], namespace, sid.name))
