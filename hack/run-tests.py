@@ -3,8 +3,8 @@
 archive the unit suite then checks), the unit tests twice (the pure-Python package as installed for
 development, then the wheel with its core compiled by mypyc), the integration suite on every
 control plane, and once more on the newest one from the compiled wheel (what the image runs),
-then the node suite (tests/node: a real node runs pods, docs/real-nodes.md) on every control
-plane.
+these three side by side, then the node suite (tests/node: a real node runs pods,
+docs/real-nodes.md) on every control plane.
 
     make test                                  # what CI runs
     .venv/bin/python hack/run-tests.py [PYTEST_ARGS...]
@@ -12,7 +12,9 @@ plane.
 Control planes: 1.20.2 (built from Debian's packages by hack/provision-control-plane.sh) and
 1.36.2 (unpacked from shared/k8s beside the checkout, or from $CONFIGPIN_SHARED_K8S). With
 ``KUBEBUILDER_ASSETS`` set, the integration suite runs on that folder's binaries only.
-``CONFIGPIN_K8S_VERSIONS=1.36.2`` picks versions.
+``CONFIGPIN_K8S_VERSIONS=1.36.2`` picks versions. The integration suites run side by side
+(each mostly waits on its control plane); ``CONFIGPIN_SERIAL_INTEGRATION=1`` runs them one
+after another.
 
 A version that cannot be provided is named in the closing summary and fails the run, unless
 ``CONFIGPIN_ALLOW_MISSING_VERSIONS=1`` (a laptop without shared/); a pytest run that collects
@@ -96,6 +98,37 @@ def _pytest(
         run.why = f"pytest exit code {run.exit_code}"
 
 
+def _side_by_side(
+    suites: list[tuple[Run, dict[str, str], Path]], paths: list[str], extra: list[str], out: Path
+) -> None:
+    """`_pytest` of every suite at once, each one's output to a file of its own, printed
+    whole (in the order given) once it has ended."""
+    started = time.monotonic()
+    running = []
+    for run, env, cwd in suites:
+        junit = out / f"{run.name.replace(' ', '-').replace(',', '')}.xml"
+        log_path = out / f"{run.name.replace(' ', '-').replace(',', '')}.log"
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [*argv, *paths, *extra], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        running.append((run, proc, junit, log_path))
+    names = ", ".join(run.name for run, *_ in running)
+    print(f"\n==== side by side: {names} ====", flush=True)
+    for run, proc, junit, log_path in running:
+        run.exit_code = proc.wait()
+        run.seconds = time.monotonic() - started
+        run.counts = _counts(junit)
+        if run.exit_code == 5:
+            run.why = "pytest collected no test"
+        elif run.exit_code != 0:
+            run.why = f"pytest exit code {run.exit_code}"
+        print(f"\n==== {run.name} (ended after {run.seconds:.0f}s) ====", flush=True)
+        sys.stdout.write(log_path.read_text(errors="replace"))
+        sys.stdout.flush()
+
+
 def _provision(version: str, *, node: bool = False) -> tuple[Path | None, str]:
     argv = ["bash", str(PROVISION), *(["--node"] if node else []), version]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -158,13 +191,18 @@ def main(extra: list[str]) -> int:
             assets, why = _provision(version)
             planes.append((version, assets, why))
 
+    # The integration suites side by side: each has its own control plane on 127.0.0.1 and
+    # spends most of its time waiting on it (one suite keeps about a fifth of a core busy), so
+    # together they take little more than the slowest alone. Their output is printed whole as
+    # each ends. CONFIGPIN_SERIAL_INTEGRATION=1 runs them one after another instead.
+    suites: list[tuple[Run, dict[str, str], Path]] = []
     for label, assets, why in planes:
         run = Run(f"integration {label}")
         runs.append(run)
         if assets is None:
             run.why = f"control plane not provided: {why}"
             continue
-        _pytest(run, ["tests/integration"], extra, {**env, "KUBEBUILDER_ASSETS": str(assets)}, out)
+        suites.append((run, {**env, "KUBEBUILDER_ASSETS": str(assets)}, REPO))
 
     # The build the image ships, through the whole production path once: the integration
     # suite from the compiled tree (its configpin processes run `python -m webhook` there) on
@@ -174,14 +212,18 @@ def main(extra: list[str]) -> int:
         if assets is not None:
             run = Run(f"integration {label}, compiled")
             runs.append(run)
-            _pytest(
-                run,
-                ["tests/integration"],
-                extra,
-                {**env, "KUBEBUILDER_ASSETS": str(assets), "CONFIGPIN_EXPECT_COMPILED": "1"},
-                out,
-                cwd=out / "compiled",
-            )
+            compiled_env = {
+                **env,
+                "KUBEBUILDER_ASSETS": str(assets),
+                "CONFIGPIN_EXPECT_COMPILED": "1",
+            }
+            suites.append((run, compiled_env, out / "compiled"))
+
+    if env.get("CONFIGPIN_SERIAL_INTEGRATION") == "1":
+        for run, suite_env, cwd in suites:
+            _pytest(run, ["tests/integration"], extra, suite_env, out, cwd=cwd)
+    else:
+        _side_by_side(suites, ["tests/integration"], extra, out)
 
     # A real node per control plane: pods run, and the tests assert what they read. Its images
     # were built before the unit suite.

@@ -123,6 +123,28 @@ def lease_name(instance: str | None) -> str:
     return f"configpin-leader-{instance or 'session'}"
 
 
+PORT_ATTEMPTS = 3
+
+
+def _wait_ready(cp: Configpin, timeout: float, *, last: bool) -> bool:
+    """True once `cp` says ready; False if it exited because its port was taken meanwhile
+    (unless `last`); raises if it exits otherwise or is not ready within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cp.proc.poll() is not None:
+            log = cp.log()
+            if not last and "address already in use" in log:
+                return False
+            raise RuntimeError(f"configpin exited with {cp.proc.returncode}:\n{log[-4000:]}")
+        with contextlib.suppress(OSError):
+            if cp.get("/readyz", timeout=2)[0] == 200:
+                return True
+        if time.monotonic() > deadline:
+            cp.stop()
+            raise RuntimeError(f"configpin not ready after {timeout}s:\n{cp.log()[-4000:]}")
+        time.sleep(0.1)
+
+
 def start_configpin(
     plane: ControlPlane,
     workdir: Path,
@@ -147,24 +169,9 @@ def start_configpin(
     workdir.mkdir(parents=True, exist_ok=True)
     certs = workdir / "certs"
     write_bundle(generate("configpin", CONFIGPIN_NAMESPACE), certs)
-    port = free_port()
     selector = f"{ENABLED_LABEL}=true," + (
         f"{INSTANCE_LABEL}={instance}" if instance else f"!{INSTANCE_LABEL}"
     )
-    cmd = [
-        sys.executable, "-m", "webhook", "serve",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
-        "--certs-dir", str(certs),
-        *(["--kubeconfig", str(plane.kubeconfig)] if service_account_dir is None else []),
-        "--namespace", CONFIGPIN_NAMESPACE,
-        "--namespace-selector", selector,
-        "--shutdown-delay", "0", "--drain-timeout", "5",
-        # instances in one test run must not wait on each other's leader lease
-        "--lease-name", lease_name(instance),
-        *args,
-    ]  # fmt: skip
-    log_path = workdir / f"configpin-{port}.log"
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     child_env.pop("KUBECONFIG", None)
     if service_account_dir is not None:
@@ -174,28 +181,40 @@ def start_configpin(
             "KUBERNETES_SERVICE_PORT": api_port,
             SERVICE_ACCOUNT_DIR_ENV: str(service_account_dir),
         }
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=repo, env=child_env)
-    cp = Configpin(
-        proc,
-        port,
-        (certs / "ca.crt").read_bytes(),
-        certs / "ca.crt",
-        log_path,
-        verify=verify,
-        client_cert=client_cert,
-    )
-    deadline = time.monotonic() + ready_timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"configpin exited with {proc.returncode}:\n{cp.log()[-4000:]}")
-        with contextlib.suppress(OSError):
-            if cp.get("/readyz", timeout=2)[0] == 200:
-                break
-        if time.monotonic() > deadline:
-            cp.stop()
-            raise RuntimeError(f"configpin not ready after {ready_timeout}s:\n{cp.log()[-4000:]}")
-        time.sleep(0.1)
+    # A port that was free a moment ago may be taken before configpin binds it (by another
+    # suite's process on this machine: make test runs the integration suites side by side):
+    # then it is started again on another.
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_port()
+        cmd = [
+            sys.executable, "-m", "webhook", "serve",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+            "--certs-dir", str(certs),
+            *(["--kubeconfig", str(plane.kubeconfig)] if service_account_dir is None else []),
+            "--namespace", CONFIGPIN_NAMESPACE,
+            "--namespace-selector", selector,
+            "--shutdown-delay", "0", "--drain-timeout", "5",
+            # instances in one test run must not wait on each other's leader lease
+            "--lease-name", lease_name(instance),
+            *args,
+        ]  # fmt: skip
+        log_path = workdir / f"configpin-{port}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=repo, env=child_env
+            )
+        cp = Configpin(
+            proc,
+            port,
+            (certs / "ca.crt").read_bytes(),
+            certs / "ca.crt",
+            log_path,
+            verify=verify,
+            client_cert=client_cert,
+        )
+        if _wait_ready(cp, ready_timeout, last=attempt == PORT_ATTEMPTS):
+            break
     if webhook_name:
         with plane.api_client() as api:
             match: list[dict[str, object]] = [

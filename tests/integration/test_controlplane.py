@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -109,3 +110,36 @@ def test_register_and_unregister_webhook(k8s: client.ApiClient) -> None:
     unregister_webhook(k8s, "smoke")  # absent is fine
     names = [c["metadata"]["name"] for c in _items(admission.list_mutating_webhook_configuration())]
     assert "smoke" not in names
+
+
+def test_a_configpin_whose_port_is_taken_before_it_binds_starts_on_another(
+    control_plane: ControlPlane,
+    k8s: client.ApiClient,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`make test` runs the integration suites side by side (hack/run-tests.py): a port free
+    a moment ago may be taken by another suite's process before configpin binds it. The
+    harness starts it again on another port instead of failing the test."""
+    import harness.configpin as harness_configpin
+
+    harness_configpin.ensure_namespace(k8s)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    first = taken.getsockname()[1]
+    ports = iter([first])
+    free_port = harness_configpin.free_port
+    monkeypatch.setattr(harness_configpin, "free_port", lambda: next(ports, None) or free_port())
+    try:
+        cp = harness_configpin.start_configpin(control_plane, tmp_path, instance="port-taken")
+        try:
+            assert cp.port != first
+            assert cp.alive()
+            assert cp.get("/readyz")[0] == 200
+            refused = (tmp_path / f"configpin-{first}.log").read_text()
+            assert "address already in use" in refused
+        finally:
+            cp.stop()
+    finally:
+        taken.close()
