@@ -169,6 +169,26 @@ def test_a_re_apply_that_rolls_a_checksum_workload_to_rejected_content_is_follow
     assert json.loads(stored["metadata"]["annotations"][ANN_REJECTED]) == _rejected(v2)
 
 
+def test_a_re_apply_to_rejected_content_at_zero_replicas_writes_its_rollout_left() -> None:
+    """Nothing rolls at zero replicas: the rollout the re-apply starts is recorded `left` in
+    the same write (as a re-stamp at zero replicas is), not `rolling` for the controller to
+    end with a second write through admission."""
+    store, v1, v2, record = _rolled("checksum")
+    held = copy.deepcopy(v1)
+    held["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
+    held["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
+        State.FAILED, signal="s", action=Action.HOLD
+    ).encode(HKEY, workload_identity(v2))
+    reapplied = copy.deepcopy(held)
+    reapplied["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"
+    reapplied["spec"]["replicas"] = 0  # what Git says now too
+    stored = apply(reapplied, _update(reapplied, held, store, "checksum"))
+    assert recorded_sources(stored) == recorded_sources(v2)
+    followed = rollout_record(HKEY, stored)
+    assert followed is not None and followed.state is State.LEFT and followed.since == NOW
+    assert dict(followed.to) == recorded_sources(v2)
+
+
 def test_rejected_content_is_kept_through_an_undo_and_released_by_removing_it_alone() -> None:
     store, v1, v2, _ = _rolled("snapshot")
     held = copy.deepcopy(v2)
