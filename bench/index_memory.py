@@ -10,6 +10,7 @@ it) are fed page by page to `SourceCache`'s informer handlers, the controller's
 tracemalloc. Load-independent: heap bytes, not time or RSS (bench/scale.py has those).
 
     .venv/bin/python -m bench.index_memory [--objects 20000] [--baseline REV]
+    .venv/bin/python -m bench.index_memory --rss 200000,50000 [--baseline REV]
 
 `--baseline REV` measures REV's tree (`git archive`) the same way, in its own process, and
 prints the ratios.
@@ -268,6 +269,64 @@ print(json.dumps(out))
 """
 
 
+# RSS, not heap: no tracemalloc (its own bookkeeping inflates RSS); glibc's malloc_trim after
+# each stage, as the informer calls it after every relist.
+RSS_MEASURE = r"""
+import ctypes, gc, json, sys
+from kubernetes import client
+from bench.index_memory import configmap, secret, deployment, replicaset, pages
+from webhook.config import Settings
+from webhook.controller.rollout import RolloutController
+from webhook.controller.watches import KindHandler
+from webhook.core.model import SourceKind
+from webhook.kube.cache import SourceCache
+from webhook.kube.namespaces import NamespaceSet
+from webhook.kube.raw import Kube
+from webhook.metrics import Metrics
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
+
+def settle():
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss()
+
+sources, workloads = int(sys.argv[1]), int(sys.argv[2])
+kube = Kube(client.ApiClient(client.Configuration()))
+metrics = Metrics()
+hkey = b"bench-key-0123456789abcdef0123456789"
+cache = SourceCache(kube, hkey, metrics)
+ctl = RolloutController(
+    kube, hkey, cache, metrics, Settings(),
+    namespaces=NamespaceSet(kube, metrics, label_selector="x"),
+)
+start = settle()
+cache.indexes[SourceKind.CONFIGMAP].relisted(pages(configmap, sources // 2))
+cache.indexes[SourceKind.SECRET].relisted(pages(secret, sources - sources // 2))
+listed = settle()
+KindHandler(ctl, "Deployment").relisted(pages(deployment, workloads))
+KindHandler(ctl, "ReplicaSet").relisted(pages(replicaset, workloads))
+end = settle()
+print(json.dumps({"start": start, "source": (listed - start) / sources,
+                  "workload": (end - listed) / workloads}))
+"""
+
+
+def run_rss(tree: Path, sources: int, workloads: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_MEASURE, str(sources), str(workloads)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=child_env(tree),
+        cwd=tree,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def run(tree: Path, count: int) -> dict[str, dict[str, float]]:
     out = subprocess.run(
         [sys.executable, "-c", MEASURE, str(count)],
@@ -285,7 +344,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--objects", type=int, default=20_000, help="objects of each kind")
     ap.add_argument("--baseline", help="also measure this revision's tree (git archive)")
+    ap.add_argument(
+        "--rss",
+        metavar="SOURCES,WORKLOADS",
+        help="RSS instead of heap: that many sources (half ConfigMaps) and workloads (a "
+        "Deployment and its ReplicaSet each), no tracemalloc, malloc_trim after each stage",
+    )
     args = ap.parse_args()
+    if args.rss:
+        sources, workloads = (int(n) for n in args.rss.split(","))
+        with tempfile.TemporaryDirectory() as tmp:
+            trees = {"this tree": REPO}
+            if args.baseline:
+                trees[args.baseline] = baseline_tree(args.baseline, Path(tmp))
+            for name, tree in trees.items():
+                r = run_rss(tree, sources, workloads)
+                print(
+                    f"{name}: RSS at rest {r['start'] / 2**20:.1f} MB; per source "
+                    f"{r['source']:.0f} B, per workload {r['workload']:.0f} B "
+                    f"({sources} sources, {workloads} workloads, list pages of {PAGE})"
+                )
+        return
     trees = {"this tree": REPO}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline:
