@@ -3,15 +3,14 @@ the server ends the stream, relist on 410 Gone (kopf `watching.py`, client-go re
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import queue
 import random
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Final, Protocol, TypeVar
 
+from webhook.allocator import release
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Gone, KubeError
 from webhook.kube.raw import Kube, path
@@ -21,30 +20,6 @@ log = logging.getLogger(__name__)
 
 FIRST_PAGE: Final = 100  # objects in the first page of a list, before their size is known
 PAGE_BYTES: Final = 256 * 1024  # JSON per list page after that, about
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        fn = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-    fn.argtypes = [ctypes.c_size_t]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_malloc_trim = _load_malloc_trim()
-
-
-def release_memory() -> None:
-    """Give freed heap back to the OS. A list parses whole pages of full objects (Secret
-    values included) to keep a few digests of each; without this, glibc keeps those pages'
-    memory mapped and RSS stays at the high-water mark of the largest list."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
 
 
 T = TypeVar("T")
@@ -168,7 +143,7 @@ class Informer:
             self.handler.relisted(items())
         finally:
             pages.close()
-        release_memory()
+        release()  # the pages' memory, parsed whole to keep a few digests of each
         self.resource_version = last.get("rv", "")
         self.relists += 1
         self.synced.set()

@@ -10,50 +10,14 @@ burst is over.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+
+from webhook.allocator import _LIBC, release, tune_allocator
+
+__all__ = ["_LIBC", "Trimmer", "release", "tune_allocator"]
 
 logger = logging.getLogger(__name__)
-
-_M_MMAP_THRESHOLD: Final = -3
-# Above the buffer of each TLS read on uvloop (allocated and freed per read, between 128 and
-# 512 KiB): at 128 KiB every read was a mapping of its own, mmap, page faults and munmap, some
-# 10,000 page faults a second on a busy core (`perf stat -e page-faults -p PID`; none at 512
-# KiB, none in a plain uvicorn, whose glibc raises its threshold itself). RSS per idle
-# connection and after a burst are the same at both (bench/connections.py).
-_MMAP_THRESHOLD: Final = 512 * 1024
-
-
-def _libc() -> Any:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        libc = ctypes.CDLL(name)
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    except (OSError, AttributeError):  # not glibc
-        return None
-    return libc
-
-
-_LIBC = _libc()
-
-
-def tune_allocator() -> None:
-    """Serve allocations of 512 KiB and more (a large review's body) from their own
-    mappings, returned to the system when freed. glibc otherwise raises this threshold
-    after the first such free, and later large buffers land in the heap, where they stay."""
-    if _LIBC is not None:
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-
-
-def release() -> bool:
-    """Give the free pages of the C heap back to the system; True when some were."""
-    return _LIBC is not None and bool(_LIBC.malloc_trim(0))
 
 
 class Trimmer:
