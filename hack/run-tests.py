@@ -77,6 +77,29 @@ def _counts(junit: Path) -> dict[str, int]:
     }
 
 
+def _files(run: Run, out: Path) -> tuple[Path, Path]:
+    """Where a run's junit XML and (side by side) its output go."""
+    stem = out / run.name.replace(",", "").replace(" ", "-")
+    return stem.with_suffix(".xml"), stem.with_suffix(".log")
+
+
+def _argv(junit: Path, paths: list[str], extra: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}",
+        *paths, *extra,
+    ]  # fmt: skip
+
+
+def _ended(run: Run, exit_code: int, seconds: float, junit: Path) -> None:
+    run.exit_code = exit_code
+    run.seconds = seconds
+    run.counts = _counts(junit)
+    if run.exit_code == 5:
+        run.why = "pytest collected no test"
+    elif run.exit_code != 0:
+        run.why = f"pytest exit code {run.exit_code}"
+
+
 def _pytest(
     run: Run,
     paths: list[str],
@@ -85,48 +108,42 @@ def _pytest(
     out: Path,
     cwd: Path = REPO,
 ) -> None:
-    junit = out / f"{run.name.replace(' ', '-')}.xml"
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    junit, _ = _files(run, out)
     print(f"\n==== {run.name} ====", flush=True)
     started = time.monotonic()
-    run.exit_code = subprocess.call([*argv, *paths, *extra], cwd=cwd, env=env)
-    run.seconds = time.monotonic() - started
-    run.counts = _counts(junit)
-    if run.exit_code == 5:
-        run.why = "pytest collected no test"
-    elif run.exit_code != 0:
-        run.why = f"pytest exit code {run.exit_code}"
+    exit_code = subprocess.call(_argv(junit, paths, extra), cwd=cwd, env=env)
+    _ended(run, exit_code, time.monotonic() - started, junit)
 
 
 def _side_by_side(
     suites: list[tuple[Run, dict[str, str], Path]], paths: list[str], extra: list[str], out: Path
 ) -> None:
     """`_pytest` of every suite at once, each one's output to a file of its own, printed
-    whole (in the order given) once it has ended."""
+    whole as each ends."""
     started = time.monotonic()
-    running = []
+    pending = []
     for run, env, cwd in suites:
-        junit = out / f"{run.name.replace(' ', '-').replace(',', '')}.xml"
-        log_path = out / f"{run.name.replace(' ', '-').replace(',', '')}.log"
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        junit, log_path = _files(run, out)
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [*argv, *paths, *extra], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
+                _argv(junit, paths, extra), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        running.append((run, proc, junit, log_path))
-    names = ", ".join(run.name for run, *_ in running)
+        pending.append((run, proc, junit, log_path))
+    names = ", ".join(run.name for run, *_ in pending)
     print(f"\n==== side by side: {names} ====", flush=True)
-    for run, proc, junit, log_path in running:
-        run.exit_code = proc.wait()
-        run.seconds = time.monotonic() - started
-        run.counts = _counts(junit)
-        if run.exit_code == 5:
-            run.why = "pytest collected no test"
-        elif run.exit_code != 0:
-            run.why = f"pytest exit code {run.exit_code}"
-        print(f"\n==== {run.name} (ended after {run.seconds:.0f}s) ====", flush=True)
-        sys.stdout.write(log_path.read_text(errors="replace"))
-        sys.stdout.flush()
+    while pending:
+        for item in list(pending):
+            run, proc, junit, log_path = item
+            exit_code = proc.poll()
+            if exit_code is None:
+                continue
+            pending.remove(item)
+            _ended(run, exit_code, time.monotonic() - started, junit)
+            print(f"\n==== {run.name} (ended after {run.seconds:.0f}s) ====", flush=True)
+            sys.stdout.write(log_path.read_text(errors="replace"))
+            sys.stdout.flush()
+        if pending:
+            time.sleep(1)
 
 
 def _provision(version: str, *, node: bool = False) -> tuple[Path | None, str]:
