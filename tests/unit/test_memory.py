@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from webhook import allocator
 from webhook.server import memory
 
 
@@ -46,7 +47,7 @@ class _MallInfo2(ctypes.Structure):
 
 
 def _glibc() -> Any:
-    libc = memory._LIBC
+    libc = allocator._LIBC
     if libc is None or not hasattr(libc, "mallinfo2"):
         pytest.skip("not glibc 2.33 or newer: both are no-ops there")
     libc.mallinfo2.restype = _MallInfo2
@@ -58,11 +59,11 @@ def _glibc() -> Any:
 
 _LARGE_BUFFERS = """
 import ctypes, sys
-from webhook.server import memory
+from webhook import allocator
 from tests.unit.test_memory import _glibc
 libc = _glibc()
-memory.tune_allocator()
-memory.release()  # the heap's free top given back: nothing large left to serve from
+allocator.tune_allocator()
+allocator.release()  # the heap's free top given back: nothing large left to serve from
 for size in (600 * 1024, 600 * 1024, 300 * 1024):  # untuned, the 2nd comes from the heap
     before = libc.mallinfo2().hblkhd
     block = libc.malloc(size)
@@ -96,6 +97,6 @@ def test_release_gives_freed_heap_pages_back() -> None:
         for block in blocks:
             libc.free(block)
         assert libc.mallinfo2().fordblks >= 4 * 2**20  # free, but still the process's
-        assert memory.release() is True  # whole free pages inside the heap given back
+        assert allocator.release() is True  # whole free pages inside the heap given back
     finally:
         libc.free(keep)

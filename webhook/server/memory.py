@@ -13,9 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from webhook.allocator import _LIBC, release, tune_allocator
-
-__all__ = ["_LIBC", "Trimmer", "release", "tune_allocator"]
+from webhook.allocator import release
 
 logger = logging.getLogger(__name__)
 

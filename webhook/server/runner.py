@@ -33,6 +33,7 @@ from typing import Any, cast
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from webhook import allocator
 from webhook.metrics import Metrics
 from webhook.server import memory
 from webhook.server.guard import GuardCounters, Limits, guarded
@@ -86,7 +87,7 @@ def run(server: Coroutine[Any, Any, None], *, loop: str | None = None) -> None:
     """Run `server` (a `serve_async(...)`) until a signal ends it (see the module docstring).
     Must run in the main thread for signals to be handled; returns normally after a graceful
     shutdown."""
-    memory.tune_allocator()
+    allocator.tune_allocator()
     with asyncio.Runner(loop_factory=_loop_factory(loop or DEFAULT_LOOP)) as runner:
         runner.run(server)
 
