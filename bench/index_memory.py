@@ -206,11 +206,11 @@ def measure(
     return {"kept": (after - before) / count, "transient": (peak - after) / 2**20}
 
 
-# Run in the tree measured, with that tree and then the checkout (bench) on PYTHONPATH.
-MEASURE = r"""
+# What both child scripts build, in the tree measured (a baseline's names where they differ).
+SETUP = r"""
 import json, sys
 from kubernetes import client
-from bench.index_memory import configmap, secret, deployment, replicaset, measure
+from bench.index_memory import configmap, secret, deployment, replicaset, measure, pages
 try:  # the controller as it is since the house was set in order (issue 25)
     from webhook.config import Settings
     from webhook.controller.rollout import RolloutController
@@ -226,7 +226,6 @@ from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.metrics import Metrics
 
-count = int(sys.argv[1])
 kube = Kube(client.ApiClient(client.Configuration()))
 metrics = Metrics()
 hkey = b"bench-key-0123456789abcdef0123456789"
@@ -235,6 +234,13 @@ ctl = RolloutController(
     kube, hkey, cache, metrics, options,
     namespaces=NamespaceSet(kube, metrics, label_selector="x"),
 )
+"""
+
+# Run in the tree measured, with that tree and then the checkout (bench) on PYTHONPATH.
+MEASURE = (
+    SETUP
+    + r"""
+count = int(sys.argv[1])
 cm, sec = cache.indexes[SourceKind.CONFIGMAP], cache.indexes[SourceKind.SECRET]
 out = {
     "ConfigMap (source cache)": measure(cm.relisted, configmap, count),
@@ -267,22 +273,15 @@ watch = OwnerWatch(adopter, replicasets)
 out["ReplicaSet (adoption watch, snapshots allowed)"] = measure(watch.relisted, replicaset, count)
 print(json.dumps(out))
 """
+)
 
 
 # RSS, not heap: no tracemalloc (its own bookkeeping inflates RSS); glibc's malloc_trim after
 # each stage, as the informer calls it after every relist.
-RSS_MEASURE = r"""
-import ctypes, gc, json, sys
-from kubernetes import client
-from bench.index_memory import configmap, secret, deployment, replicaset, pages
-from webhook.config import Settings
-from webhook.controller.rollout import RolloutController
-from webhook.controller.watches import KindHandler
-from webhook.core.model import SourceKind
-from webhook.kube.cache import SourceCache
-from webhook.kube.namespaces import NamespaceSet
-from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+RSS_MEASURE = (
+    SETUP
+    + r"""
+import ctypes, gc
 
 def rss():
     with open("/proc/self/status") as f:
@@ -294,14 +293,6 @@ def settle():
     return rss()
 
 sources, workloads = int(sys.argv[1]), int(sys.argv[2])
-kube = Kube(client.ApiClient(client.Configuration()))
-metrics = Metrics()
-hkey = b"bench-key-0123456789abcdef0123456789"
-cache = SourceCache(kube, hkey, metrics)
-ctl = RolloutController(
-    kube, hkey, cache, metrics, Settings(),
-    namespaces=NamespaceSet(kube, metrics, label_selector="x"),
-)
 start = settle()
 cache.indexes[SourceKind.CONFIGMAP].relisted(pages(configmap, sources // 2))
 cache.indexes[SourceKind.SECRET].relisted(pages(secret, sources - sources // 2))
@@ -312,31 +303,28 @@ end = settle()
 print(json.dumps({"start": start, "source": (listed - start) / sources,
                   "workload": (end - listed) / workloads}))
 """
+)
 
 
-def run_rss(tree: Path, sources: int, workloads: int) -> dict[str, float]:
+def _child(script: str, tree: Path, *args: int) -> Any:
     out = subprocess.run(
-        [sys.executable, "-c", RSS_MEASURE, str(sources), str(workloads)],
+        [sys.executable, "-c", script, *map(str, args)],
         check=True,
         capture_output=True,
         text=True,
         env=child_env(tree),
         cwd=tree,
     )
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_rss(tree: Path, sources: int, workloads: int) -> dict[str, float]:
+    result: dict[str, float] = _child(RSS_MEASURE, tree, sources, workloads)
     return result
 
 
 def run(tree: Path, count: int) -> dict[str, dict[str, float]]:
-    out = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(count)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=child_env(tree),
-        cwd=tree,
-    )
-    result: dict[str, dict[str, float]] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, dict[str, float]] = _child(MEASURE, tree, count)
     return result
 
 
@@ -351,12 +339,12 @@ def main() -> None:
         "Deployment and its ReplicaSet each), no tracemalloc, malloc_trim after each stage",
     )
     args = ap.parse_args()
-    if args.rss:
-        sources, workloads = (int(n) for n in args.rss.split(","))
-        with tempfile.TemporaryDirectory() as tmp:
-            trees = {"this tree": REPO}
-            if args.baseline:
-                trees[args.baseline] = baseline_tree(args.baseline, Path(tmp))
+    trees = {"this tree": REPO}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline:
+            trees[args.baseline] = baseline_tree(args.baseline, Path(tmp))
+        if args.rss:
+            sources, workloads = (int(n) for n in args.rss.split(","))
             for name, tree in trees.items():
                 r = run_rss(tree, sources, workloads)
                 print(
@@ -364,11 +352,7 @@ def main() -> None:
                     f"{r['source']:.0f} B, per workload {r['workload']:.0f} B "
                     f"({sources} sources, {workloads} workloads, list pages of {PAGE})"
                 )
-        return
-    trees = {"this tree": REPO}
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.baseline:
-            trees[args.baseline] = baseline_tree(args.baseline, Path(tmp))
+            return
         results = {name: run(tree, args.objects) for name, tree in trees.items()}
     names = list(results)
     print(f"{args.objects} objects of each kind, list pages of {PAGE}, Python heap (tracemalloc)")
