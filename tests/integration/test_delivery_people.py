@@ -78,7 +78,7 @@ from webhook.core.constants import (
     ANN_WAVE,
 )
 from webhook.core.delivery import Member, parse_waves, wave_plan
-from webhook.kube.errors import NotFound
+from webhook.kube.errors import Conflict, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 T = TypeVar("T")
@@ -665,11 +665,19 @@ def test_a_reapply_of_rejected_content_in_checksum_mode_is_followed(
     # A re-apply of the whole spec as Git has it now (`kubectl replace`, a tool that owns the
     # spec), its pod template changed since (a re-apply of the same template, its record
     # dropped, keeps the record it had: nothing rolls): admission stamps the content there is.
-    obj = _get(kube, ns, "web")
-    obj["metadata"].pop("managedFields", None)
-    obj["spec"] = copy.deepcopy(manifest["spec"])
-    obj["spec"]["template"]["metadata"]["labels"]["release"] = "2"
-    kube.replace(path("deployments", ns, "web"), obj)
+    # Read and written again on a 409, as the tool does: the Deployment controller may still
+    # be writing the status the undo left moving.
+    for attempt in range(5):
+        obj = _get(kube, ns, "web")
+        obj["metadata"].pop("managedFields", None)
+        obj["spec"] = copy.deepcopy(manifest["spec"])
+        obj["spec"]["template"]["metadata"]["labels"]["release"] = "2"
+        try:
+            kube.replace(path("deployments", ns, "web"), obj)
+            break
+        except Conflict:
+            if attempt == 4:
+                raise
     assert _sources(_get(kube, ns, "web")) == v2
 
     def recorded() -> dict[str, Any]:
