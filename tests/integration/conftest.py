@@ -22,6 +22,7 @@ from harness.controlplane import (
     running_control_plane,
     wait_for,
 )
+from webhook.kube.raw import Kube
 
 _HERE = Path(__file__).parent
 
@@ -47,6 +48,12 @@ def k8s(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     """One ApiClient (system:masters) for the session."""
     with control_plane.api_client() as api:
         yield api
+
+
+@pytest.fixture(scope="session")
+def kube(k8s: client.ApiClient) -> Kube:
+    """The raw JSON client over the session's ApiClient (what configpin itself uses)."""
+    return Kube(k8s)
 
 
 def _namespace_name(request: pytest.FixtureRequest) -> str:

@@ -43,15 +43,18 @@ from harness.manifests import configmap, deployment
 from tests.integration.holdproxy import HoldProxy, hold_proxy
 from tests.integration.instances import leading_fixture
 from tests.integration.workloads import replicasets, revision
+from tests.timing import CHART_WINDOW, settled
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Conflict
 from webhook.kube.raw import Kube, path
 
-WINDOW = 2.0  # the default: a ConfigMap and its workload applied together land well within it
+WINDOW = (
+    CHART_WINDOW  # the default: a ConfigMap and its workload applied together land well within it
+)
 # Long enough for a rollout that should not happen to have happened: the controller acts a
 # coalescing window after the change it saw, and the deployment controller within a second.
-SETTLE = WINDOW + 3.0
+SETTLE = settled(WINDOW)
 APPLY = "application/apply-patch+yaml"
 
 
@@ -63,11 +66,6 @@ cp_adopt = leading_fixture(
     "adopt",
     ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0", "--catch-up-window", "0"],
 )
-
-
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
 
 
 def new_namespace(k8s: client.ApiClient, instance: str, *, enabled: bool = True) -> str:

@@ -23,12 +23,6 @@ HKEY = b"integration-test-key-0123456789abcdef"
 
 
 @pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    with control_plane.api_client() as api:
-        yield Kube(api)
-
-
-@pytest.fixture
 def cache(kube: Kube) -> Iterator[SourceCache]:
     c = SourceCache(kube, HKEY, Metrics())
     c.start()

@@ -21,11 +21,9 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, deployment
+from tests.timing import SETTLE, WINDOW
 from webhook.core.constants import ANN_SOURCES
 from webhook.kube.raw import Kube, path
-
-WINDOW = 0.5
-SETTLE = WINDOW + 2.0
 
 
 def _sources(obj: dict[str, Any]) -> dict[str, str]:

@@ -35,14 +35,13 @@ from harness.manifests import (
     pod_spec,
 )
 from tests.integration.instances import instance_fixtures
+from tests.timing import SETTLE, WINDOW
 from webhook.core.constants import ANN_MODE, ANN_OBSERVED, ANN_SOURCES
 from webhook.core.kinds import builtin
 from webhook.kube.raw import Kube, path
 from webhook.kube.workloads import served_prefix
 
 INSTANCE = "ctl"
-WINDOW = 0.5
-SETTLE = WINDOW + 2.0  # long enough for a rollout that should not happen to have happened
 
 CRONJOB = builtin("CronJob")
 assert CRONJOB is not None
@@ -51,11 +50,6 @@ assert CRONJOB is not None
 cp, ns = instance_fixtures(
     INSTANCE, "roll", ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"]
 )
-
-
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
 
 
 # --- builders

@@ -40,6 +40,7 @@ from tests.integration.crds import (
     installed,
 )
 from tests.integration.workloads import replicasets, revision, state
+from tests.timing import SETTLE
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OWNED,
@@ -54,7 +55,6 @@ from webhook.kube.workloads import served_custom_kinds
 INSTANCE = "custom-kinds"
 # (its configpin's window is 0.3 s, its resync 1 s): long enough for a second rollout, one that
 # should not happen, to have started
-SETTLE = 2.0
 ROLLOUTS = "/apis/argoproj.io/v1alpha1"
 CLONESETS = "/apis/apps.kruise.io/v1alpha1"
 KINDS = {

@@ -143,11 +143,6 @@ def capped_namespaces(k8s: client.ApiClient, capped: Configpin) -> Iterator[Call
     yield from _namespace_factory(k8s, CAP_INSTANCE)
 
 
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
-
-
 # --- workloads ------------------------------------------------------------------------------
 
 

@@ -20,11 +20,6 @@ from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
-
-
 def _events(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
     found = kube.get(
         f"/apis/events.k8s.io/v1/namespaces/{ns}/events",

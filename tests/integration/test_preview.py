@@ -91,11 +91,6 @@ def namespaces(k8s: client.ApiClient, replicas: list[Configpin]) -> Iterator[Cal
         yield lambda: stack.enter_context(instance_namespace(k8s, INSTANCE, "preview"))
 
 
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
-
-
 def As(api: client.ApiClient, user: str) -> Impersonating:
     """Requests made as `user`, a cluster admin."""
     return Impersonating(api, user, "system:masters")

@@ -42,6 +42,7 @@ from tests.integration.test_least_privilege import (  # the chart's RBAC, live
     admin,  # noqa: F401 (a fixture)
     install,  # noqa: F401 (a fixture)
 )
+from tests.timing import SETTLE, WINDOW
 from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_ON_CHANGE,
@@ -51,17 +52,10 @@ from webhook.core.constants import (
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "refresh"
-WINDOW = 0.5
-SETTLE = WINDOW + 3.0  # long enough for a refresh or rollout that should not happen
 ARGS = ["--coalesce-window", str(WINDOW), "--min-rollout-interval", "0"]
 
 
 cp, ns = instance_fixtures(INSTANCE, "refresh", ARGS)
-
-
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
 
 
 # --- builders and reads

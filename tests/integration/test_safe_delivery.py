@@ -58,11 +58,6 @@ def ns(k8s: client.ApiClient, replicas: list[Configpin]) -> Iterator[str]:
         yield name
 
 
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
-
-
 # --- helpers ------------------------------------------------------------------------------
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,11 +24,9 @@ from webhook.kube.raw import Kube, path
 from webhook.kube.selfcerts import SelfManagedCerts
 
 
-@pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    with control_plane.api_client() as api:
-        ensure_namespace(api)
-        yield Kube(api)
+@pytest.fixture(autouse=True)
+def _configpin_namespace(k8s: client.ApiClient) -> None:
+    ensure_namespace(k8s)
 
 
 def _bundle(kube: Kube, name: str) -> bytes:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from harness.configpin import Configpin
-from harness.controlplane import ControlPlane, wait_for
+from harness.controlplane import wait_for
 from harness.manifests import configmap, secret
 from webhook.core.kinds import builtin
 from webhook.kube.errors import Conflict, Invalid, NotFound
@@ -31,12 +31,8 @@ COPY = re.compile(r"^(?P<source>.+)-[0-9a-f]{10}$")
 
 CRONJOB = builtin("CronJob")
 assert CRONJOB is not None
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane, configpin: Configpin) -> Iterator[Kube]:
-    with control_plane.api_client() as api:
-        yield Kube(api)
+# The session's configpin serves this module's namespaces.
+pytestmark = pytest.mark.usefixtures("configpin")
 
 
 # --- manifests

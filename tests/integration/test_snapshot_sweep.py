@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from harness.configpin import Configpin
 from harness.controlplane import (
@@ -47,11 +46,6 @@ HKEY = b"snapshot-sweep-test-key-0123456789"
 
 
 cp, ns = instance_fixtures(INSTANCE, "sweep", ["--snapshot-grace-period", str(GRACE)])
-
-
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
 
 
 def rejected_admission(kube: Kube, ns: str) -> str:

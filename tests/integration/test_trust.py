@@ -15,7 +15,6 @@ import ssl
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +55,8 @@ from webhook.sources import Miss
 
 SOURCES = "configpin.io/sources"
 HKEY = b"trust-test-digest-key-0123456789abcdef"
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane, configpin: Configpin) -> Iterator[Kube]:
-    with control_plane.api_client() as api:
-        yield Kube(api)
+# The session's configpin serves this module's namespaces.
+pytestmark = pytest.mark.usefixtures("configpin")
 
 
 def post_review(cp: Configpin, request: dict[str, Any]) -> dict[str, Any]:

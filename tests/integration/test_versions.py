@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from harness.chart import cluster_capabilities, one, render
 from harness.configpin import CONFIGPIN_NAMESPACE, Configpin, ensure_namespace
@@ -22,11 +21,6 @@ from webhook.kube.workloads import served_prefix
 
 CRONJOB = builtin("CronJob")
 assert CRONJOB is not None
-
-
-@pytest.fixture
-def kube(k8s: client.ApiClient) -> Kube:
-    return Kube(k8s)
 
 
 def test_served_versions_of_cronjobs_and_pdbs(kube: Kube) -> None:

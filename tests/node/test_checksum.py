@@ -19,13 +19,14 @@ from harness.apps import (
 )
 from harness.controlplane import wait_for
 from harness.release import Release
+from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_CHECKSUM
 
 # Every test here waits first for the webhook to pin workloads in its namespace.
 pytestmark = pytest.mark.usefixtures("pinned")
 
 # configpin's coalescing window (the chart's default 2 s), with room to act on the change.
-SETTLE = 5.0
+SETTLE = NODE_SETTLE
 
 
 def _set(api: client.ApiClient, namespace: str, name: str, data: dict[str, str]) -> None:

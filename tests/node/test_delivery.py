@@ -34,13 +34,14 @@ from harness.apps import (
 )
 from harness.controlplane import wait_for
 from harness.release import Release
+from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT, MODE_SNAPSHOT
 from webhook.kube.raw import Kube, path
 
 pytestmark = pytest.mark.usefixtures("pinned")
 
 DEADLINE = 15  # the Deployments' progressDeadlineSeconds
-SETTLE = 5.0
+SETTLE = NODE_SETTLE
 PATIENT = 15  # minReadySeconds where a rollout must stay in progress: a new pod Ready is
 # available only this long after, and until then the old ReplicaSet is not scaled down
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

@@ -16,10 +16,11 @@ from harness import images
 from harness.apps import parse_seen, pod_log
 from harness.controlplane import wait_for
 from harness.release import Release
+from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_CHECKSUM
 
 COUNT = 50
-SETTLE = 10.0
+SETTLE = 2 * NODE_SETTLE  # (a fan-out cut in the middle, then picked up by a new leader)
 # The fan-out is made slow enough to be cut in the middle (the default, 200 requests a second,
 # re-stamps 50 Deployments in well under a second): 10 requests a second, no burst. A value an
 # operator may set; it stays for the rest of the session (only test_upgrade.py follows, which

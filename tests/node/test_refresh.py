@@ -25,13 +25,14 @@ from harness.apps import (
 )
 from harness.controlplane import wait_for
 from harness.release import Release
+from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_MODE, ANN_ON_CHANGE, ANN_REFRESHED, ON_CHANGE_REFRESH
 
 # Every test here waits first for the webhook to pin workloads in its namespace.
 pytestmark = pytest.mark.usefixtures("pinned")
 
 WITHIN = 5.0  # seconds from the change to the new content read inside the running container
-SETTLE = 5.0
+SETTLE = NODE_SETTLE
 # A pod syncs its volumes several times in its first seconds (probes, status), which delivers a
 # change made then at once: the change waits until the pods are past that, as long-running
 # pods are, so that only the kubelet's periodic sync (a minute or more) or configpin brings it.

@@ -25,12 +25,13 @@ from harness.apps import (
 )
 from harness.controlplane import wait_for
 from harness.release import Release
+from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_MODE, LABEL_SNAPSHOT, MODE_SNAPSHOT
 
 # Every test here waits first for the webhook to pin workloads in its namespace.
 pytestmark = pytest.mark.usefixtures("pinned")
 
-SETTLE = 5.0
+SETTLE = NODE_SETTLE
 
 
 def _config_map_name(template: Any) -> str:

@@ -23,9 +23,10 @@ from harness.apps import (
 )
 from harness.controlplane import wait_for
 from harness.release import Release, image_values, tag_image
+from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_CHECKSUM, ANN_MODE, ANN_ON_CHANGE, MODE_SNAPSHOT
 
-SETTLE = 10.0
+SETTLE = 2 * NODE_SETTLE  # (new replicas list and check every workload first)
 
 
 @pytest.fixture
