@@ -784,10 +784,14 @@ def test_a_statefulset_partition_releases_the_new_copy_to_the_pods_above_it_only
 
         def released() -> dict[str, dict[str, Any]] | None:
             now = pods()
-            status = kube.get(statefulsets).get("status") or {}
+            sts_now = kube.get(statefulsets)
+            status = sts_now.get("status") or {}
             db2 = now.get("db-2")
             if (
-                db2 is None
+                # (a status of the generation before the re-point names the old revision as
+                # the update revision, which db-2 is still on)
+                status.get("observedGeneration") != sts_now["metadata"]["generation"]
+                or db2 is None
                 or db2["metadata"]["labels"].get("controller-revision-hash")
                 != status.get("updateRevision")
                 or status.get("readyReplicas") != 3
