@@ -183,7 +183,7 @@ def main() -> None:
                 results["without"].append(
                     round_(kube, ns, args.per_round, args.concurrency, f"a{r}", "without")
                 )
-                register_webhook(api, "configpin-bench", null.url + "/mutate", null.ca_pem)
+                register_webhook(api, "configpin-bench", null.url, null.ca_pem)
                 time.sleep(1.5)
                 results["null-hook"].append(
                     round_(kube, ns, args.per_round, args.concurrency, f"n{r}", "null-hook")
@@ -194,7 +194,7 @@ def main() -> None:
                     register_webhook(
                         api,
                         "configpin-bench",
-                        cp.url + "/mutate",
+                        cp.url,
                         cp.ca_pem,
                         match_conditions=variant == "with",
                     )

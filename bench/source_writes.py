@@ -538,7 +538,7 @@ def _switch(
     """Register configpin as the chart does, or no webhook at all; then write until every
     namespace shows it, three writes in a row."""
     if variant == "with":
-        register_webhook(api, HOOK, cp.url + "/mutate", cp.ca_pem)
+        register_webhook(api, HOOK, cp.url, cp.ca_pem)
     else:
         unregister_webhook(api, HOOK)
     want = variant == "with"
@@ -597,7 +597,7 @@ def through_api_server(args: argparse.Namespace) -> None:
     sizes = [Size(n) for n in args.sizes]
     with _cluster(args) as (api, kube, cp, version):
         writer = Writer(kube)
-        register_webhook(api, HOOK, cp.url + "/mutate", cp.ca_pem)
+        register_webhook(api, HOOK, cp.url, cp.ca_pem)
         hooks = chart_webhooks(api)
         time.sleep(1.5)  # the API server learns of the configuration through an informer
         start = time.monotonic()

@@ -225,7 +225,7 @@ def start_configpin(
             register_webhook(
                 api,
                 webhook_name,
-                cp.url + "/mutate",
+                cp.url,
                 cp.ca_pem,
                 failure_policy=failure_policy,
                 namespace_expressions=match,

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -869,14 +870,17 @@ def register_webhook(
     rules: Sequence[Mapping[str, Any]] | None = None,
     match_conditions: bool = True,
     chart_values: Mapping[str, Any] | None = None,
+    paths: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Create (or replace) MutatingWebhookConfiguration ``name`` sending reviews to ``url``.
+    """Create (or replace) MutatingWebhookConfiguration ``name`` sending reviews to the
+    server at ``url`` (``https://host:port``, no path).
 
     The webhooks are the chart's own (workloads; source writes), rendered for this cluster
     (rules, namespace and object selectors, matchConditions where served, reinvocation, side
-    effects), with the Service
-    replaced by ``url``. ``namespace_expressions`` are added to the chart's namespace selector
-    (tests keep their configpin instances apart that way); ``namespace_selector`` replaces it.
+    effects), with the Service replaced by ``url`` and each entry's path (``paths``, by entry
+    name, replaces the chart's: an older chart's, say). ``namespace_expressions`` are added
+    to the chart's namespace selector (tests keep their configpin instances apart that way);
+    ``namespace_selector`` replaces it.
 
     Returns the body sent. The apiserver learns of the configuration through an informer, so
     it takes effect shortly after this returns (well under a second), not at once.
@@ -885,8 +889,14 @@ def register_webhook(
     if rules is not None:  # a workloads webhook of the test's own
         hooks = hooks[:1]
         hooks[0]["rules"] = [dict(r) for r in rules]
+    if urllib.parse.urlsplit(url).path not in ("", "/"):
+        raise ValueError(f"{url}: the server's address, without a path (each entry has its own)")
     for hook in hooks:
-        hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()}
+        where = (paths or {}).get(hook["name"]) or hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {
+            "url": url.rstrip("/") + where,
+            "caBundle": base64.b64encode(ca_bundle_pem).decode(),
+        }
         hook["timeoutSeconds"] = timeout_seconds
         if hook["name"] == WEBHOOK_NAME:  # (the source writes' policy is Ignore, always)
             hook["failurePolicy"] = failure_policy

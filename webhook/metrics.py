@@ -6,6 +6,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -96,11 +97,30 @@ class LoopHistogram:
         return [metric]
 
 
+class AdmissionResult(StrEnum):
+    """The `result` label of configpin_admissions_total: what an admission was answered.
+    The values are what dashboards and alerts read: never renamed."""
+
+    PATCHED = "patched"  # allowed, with a patch
+    UNCHANGED = "unchanged"  # allowed as it is (warnings, maybe): nothing to change
+    SKIPPED = "skipped"  # left alone: not configpin's to pin or preview (mode off, owned, ...)
+    IGNORED = "ignored"  # not a request this webhook acts on (its operation, kind, subresource)
+    OUT_OF_SCOPE = "out-of-scope"  # a namespace configpin does not act in
+    DENIED = "denied"  # refused (strict mode)
+    INVALID = "invalid"  # a field of the wrong type
+    ERROR = "error"  # configpin failed internally: admitted unchanged (strict: refused)
+
+
 # What each metric means: its HELP line, by name (the operator's page, docs/operations.md,
 # says the same in more words).
 HELP: Final[Mapping[str, str]] = {
     "configpin_admissions_total": (
         "Admission requests answered, by object kind, operation and result."
+    ),
+    "configpin_webhook_requests_total": (
+        "Requests received at each webhook path, before their body is read: /mutate (workloads;"
+        " source writes too from an older chart's entry, kept for one release), /sources (writes"
+        " of ConfigMaps and Secrets)."
     ),
     "configpin_admission_duration_seconds": "Time to answer an admission request (in the handler).",
     "configpin_admissions_out_of_scope_total": (
@@ -204,6 +224,7 @@ class Metrics:
         self.loop_counts = LoopCounts()
         r.register(self.loop_counts)  # first: see LoopCounts
         self.admissions = count("configpin_admissions_total", "kind", "operation", "result")
+        self.webhook_requests = count("configpin_webhook_requests_total", "path")
         self.admission_seconds = self._loop_histogram("configpin_admission_duration_seconds")
         self.out_of_scope = count("configpin_admissions_out_of_scope_total")
         self.admission_warnings = count("configpin_admission_warnings_total")

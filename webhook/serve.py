@@ -28,8 +28,9 @@ from webhook.kube.selfcerts import SelfManagedCerts
 from webhook.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
+from webhook.server.context import Excluding, Scope
 from webhook.server.guard import Limits
-from webhook.server.handler import Admitter, Excluding, Scope
+from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
 from webhook.server.writes import SourcePreview

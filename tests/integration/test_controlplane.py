@@ -81,14 +81,14 @@ def test_tls_is_verified_against_the_apiserver_ca(control_plane: ControlPlane) -
 def test_register_and_unregister_webhook(k8s: client.ApiClient) -> None:
     admission = client.AdmissionregistrationV1Api(k8s)
     ca_pem = new_ca().cert_pem
-    register_webhook(k8s, "smoke", "https://127.0.0.1:1/mutate", ca_pem)
-    register_webhook(k8s, "smoke", "https://127.0.0.1:2/mutate", ca_pem, failure_policy="Fail")
+    register_webhook(k8s, "smoke", "https://127.0.0.1:1", ca_pem)
+    register_webhook(k8s, "smoke", "https://127.0.0.1:2", ca_pem, failure_policy="Fail")
     try:
         stored = admission.read_mutating_webhook_configuration("smoke").to_dict(serialize=True)
         webhook, sources = stored["webhooks"]
         assert sources["name"] == "sources.configpin.io"
         assert sources["failurePolicy"] == "Ignore"  # whatever the workloads' policy
-        assert sources["clientConfig"]["url"] == "https://127.0.0.1:2/mutate"
+        assert sources["clientConfig"]["url"] == "https://127.0.0.1:2/sources"  # the chart's path
         assert webhook["clientConfig"]["url"] == "https://127.0.0.1:2/mutate"
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "NoneOnDryRun"

@@ -56,7 +56,7 @@ def _manager(
 
 def test_first_start_creates_the_secret_files_and_bundle(kube: Kube, tmp_path: Path) -> None:
     hook = "selfcerts-first"
-    register_webhook(kube.api, hook, "https://127.0.0.1:1/mutate", generate("x", "y").ca_cert_pem)
+    register_webhook(kube.api, hook, "https://127.0.0.1:1", generate("x", "y").ca_cert_pem)
     try:
         m = _manager(kube, tmp_path, "tls-first", hook).reconcile()
         assert _bundle(kube, hook) == m.ca_pem
@@ -128,7 +128,7 @@ def test_configpin_fixes_the_bundle_and_the_api_server_trusts_it(
     register_webhook(
         k8s,
         hook,
-        "https://127.0.0.1:1/mutate",
+        "https://127.0.0.1:1",
         generate("x", "y").ca_cert_pem,
         failure_policy="Fail",
         namespace_selector={"matchLabels": {INSTANCE_LABEL: "selfsigned"}},

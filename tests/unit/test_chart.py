@@ -32,6 +32,9 @@ from harness.images import dockerfile_instructions, dockerfile_stages
 from webhook.cli import build_parser
 from webhook.config import Settings
 from webhook.core.kinds import BUILTIN_KINDS
+from webhook.metrics import Metrics
+from webhook.server.handler import SOURCES_PATH, WORKLOADS_PATH, Admitter
+from webhook.sources import FileSources
 
 ROOT = CHART_DIR.parents[1]
 NON_DEFAULT = {
@@ -701,13 +704,30 @@ def test_the_source_writes_webhook_previews_and_never_stands_in_the_way(
     assert sources["sideEffects"] == "None" and sources["failurePolicy"] == "Ignore"
     assert sources["namespaceSelector"] == workloads["namespaceSelector"]
     assert sources["objectSelector"] == workloads["objectSelector"]
-    assert sources["clientConfig"] == workloads["clientConfig"]
+    # the same Service, at its own path and handler
+    assert sources["clientConfig"]["service"] == {
+        **workloads["clientConfig"]["service"],
+        "path": "/sources",
+    }
     names = [c["name"] for c in sources["matchConditions"]]
     assert names == ["not-a-helm-release-or-a-token", "not-a-leader-election-record", "not-ignored"]
     [custom_sources] = one(custom, "MutatingWebhookConfiguration")["webhooks"][1:]
     assert custom_sources["failurePolicy"] == "Ignore"  # whatever webhook.failurePolicy says
     off = one(render({"webhook": {"sourceWrites": False}}), "MutatingWebhookConfiguration")
     assert [w["name"] for w in off["webhooks"]] == ["mutate.configpin.io"]
+
+
+def test_each_entry_posts_to_its_own_handler(default: list[Manifest]) -> None:
+    """The chart's entries and configpin's handlers name the same paths: the workloads entry
+    /mutate, the sources entry /sources, each one configpin serves."""
+    webhooks = one(default, "MutatingWebhookConfiguration")["webhooks"]
+    paths = {w["name"]: w["clientConfig"]["service"]["path"] for w in webhooks}
+    assert paths == {"mutate.configpin.io": WORKLOADS_PATH, "sources.configpin.io": SOURCES_PATH}
+    admitter = Admitter(hkey=b"k" * 32, sources=FileSources(b"k" * 32, []), metrics=Metrics())
+    try:
+        assert set(admitter.webhooks) == set(paths.values())
+    finally:
+        admitter.close()
 
 
 def test_webhook_choices_are_explained() -> None:

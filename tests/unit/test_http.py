@@ -52,9 +52,11 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.metrics import Metrics
-from webhook.server.admission import MAX_WARNING, MAX_WARNINGS_TOTAL, capped_warnings
+from webhook.server import large
+from webhook.server.admission import MAX_WARNING, MAX_WARNINGS_TOTAL, capped_warnings, parse_review
 from webhook.server.app import JSON, MAX_BODY, create_app
 from webhook.server.handler import Admitter
+from webhook.server.intake import Intake, intake
 from webhook.server.lifecycle import Lifecycle
 from webhook.sources import FileSources, Miss
 
@@ -735,7 +737,7 @@ class _HangingReader(_SlowReader):
 async def test_reads_past_the_cache_end_at_the_deadline(is_strict: bool) -> None:
     reader = _HangingReader(delay=5.0)
     s = _server(sources=reader, strict=is_strict)
-    s.admitter.read_deadline = 0.3
+    s.admitter.admission.read_deadline = 0.3
     obj = _deployment(env_cm("cfg", "a"), env_secret("creds", "pass"))
     async with s.client:
         start = time.monotonic()
@@ -756,11 +758,11 @@ async def test_reads_past_the_cache_end_at_the_deadline(is_strict: bool) -> None
 async def test_reads_past_the_cache_have_a_bounded_queue() -> None:
     reader = _HangingReader(delay=0.5)
     s = _server(sources=reader)
-    s.admitter.read_deadline = 1.0
+    s.admitter.admission.read_deadline = 1.0
     obj = _deployment(env_cm("cfg", "a"))
     async with s.client:
         answers = await asyncio.gather(
-            *(s.admit(review(obj, uid=f"q{i}")) for i in range(s.admitter._read_slots + 4))
+            *(s.admit(review(obj, uid=f"q{i}")) for i in range(s.admitter.admission.read_slots + 4))
         )
     busy = [a for a in answers if "busy" in " ".join(a["response"].get("warnings", []))]
     assert len(busy) >= 4
@@ -777,10 +779,10 @@ async def test_a_namespace_memory_does_not_know_is_confirmed_off_the_loop(
         return confirmed
 
     s = _server(in_scope=lambda _ns: False)
-    s.admitter.scope = Scope(lambda _ns: False, confirm)
+    s.admitter.admission.scope = Scope(lambda _ns: False, confirm)
     async with s.client:
         resp = (await s.admit(review(_deployment(env_cm("cfg", "a")))))["response"]
-    assert asked == [("team-a", s.admitter.read_deadline)]
+    assert asked == [("team-a", s.admitter.admission.read_deadline)]
     assert ("patch" in resp) is confirmed
 
 
@@ -1006,3 +1008,161 @@ async def test_health_and_other_admissions_do_not_wait_for_a_heavy_review() -> N
         resp = await heavy
     s.admitter.close()
     assert resp.status_code == 200 and resp.json()["response"]["uid"] == "heavy"
+
+
+# ---- two webhooks, each at its own path, one transport ----
+
+SOURCES_URL = "http://configpin.test/sources"
+PATHS = ["/mutate", "/sources"]
+
+
+def _source_update(name: str = "cfg", **kw: Any) -> JSONObject:
+    """A ConfigMap UPDATE (key `a` changed) as the API server sends it to the sources entry."""
+    old = configmap(name, {"a": "1"}, namespace="team-a", **kw)
+    new = configmap(name, {"a": "2"}, namespace="team-a", **kw)
+    return review(new, operation="UPDATE", old=old)
+
+
+def _requests(metrics: Metrics, path: str) -> float:
+    return metrics.registry.get_sample_value("configpin_webhook_requests_total", {"path": path})
+
+
+async def test_a_source_write_is_answered_at_its_own_path_and_at_mutate_for_one_release(
+    server: Server,
+) -> None:
+    """The chart's sources entry posts to /sources; an older chart's posts to /mutate, which
+    answers it the same (kept for one release). Each path counts what it received."""
+    at_sources = await server.client.post(SOURCES_URL, json=_source_update())
+    at_mutate = await server.client.post(URL, json=_source_update())
+    assert at_sources.status_code == at_mutate.status_code == 200, at_sources.text
+    answer = at_sources.json()["response"]
+    [op] = _patch(answer)
+    assert op["path"] == "/metadata/annotations" and ANN_CHANGED_BY in op["value"]
+    assert at_mutate.json()["response"].keys() == answer.keys()
+    [legacy] = _patch(at_mutate.json()["response"])
+    assert json.loads(legacy["value"][ANN_CHANGED_BY])["user"] == "admin"
+    assert _requests(server.metrics, "/sources") == 1
+    assert _requests(server.metrics, "/mutate") == 1
+    assert (
+        server.metrics.registry.get_sample_value(
+            "configpin_admissions_total",
+            {"kind": "ConfigMap", "operation": "UPDATE", "result": "patched"},
+        )
+        == 2
+    )
+
+
+async def test_what_is_not_a_source_write_is_allowed_unchanged_at_sources(server: Server) -> None:
+    """/sources acts on ConfigMap and Secret writes only: a workload /mutate would patch, a
+    CREATE of a ConfigMap, a write of a subresource are allowed unchanged there, and counted
+    (`ignored`)."""
+    deployment = review(_deployment(env_cm("cfg", "a")))
+    created = review(configmap("cfg", {"a": "1"}, namespace="team-a"))
+    status = _source_update()
+    status["request"]["subResource"] = "status"
+    for body in (deployment, created, status):
+        resp = await server.client.post(SOURCES_URL, json=body)
+        assert resp.status_code == 200
+        assert resp.json()["response"] == {"uid": body["request"]["uid"], "allowed": True}
+    assert "patch" in (await server.admit(deployment))["response"]  # (at /mutate: pinned)
+    ignored = {
+        (s.labels["kind"], s.labels["operation"])
+        for m in server.metrics.registry.collect()
+        if m.name == "configpin_admissions"
+        for s in m.samples
+        if s.name == "configpin_admissions_total" and s.labels["result"] == "ignored"
+    }
+    assert ignored == {("Deployment", "CREATE"), ("ConfigMap", "CREATE"), ("ConfigMap", "UPDATE")}
+    assert _requests(server.metrics, "/sources") == 3
+
+
+async def test_a_source_write_out_of_scope_gets_nothing_at_sources() -> None:
+    s = _server(in_scope=lambda ns: ns != "team-a")
+    async with s.client:
+        body = _source_update()
+        resp = (await s.client.post(SOURCES_URL, json=body)).json()["response"]
+    assert resp == {"uid": body["request"]["uid"], "allowed": True}
+    assert s.metrics.registry.get_sample_value("configpin_admissions_out_of_scope_total") == 1
+
+
+@pytest.mark.parametrize("route", PATHS)
+async def test_bad_input_is_answered_alike_at_every_path(route: str) -> None:
+    """One transport for both webhooks: the same 400, 405, 413 and 415, counted alike."""
+    s = _server(max_body=4096)
+    url = f"http://configpin.test{route}"
+    good = json.dumps(_source_update()).encode()
+    cases = [
+        (b"", {"content-type": JSON}, 400, "empty body"),
+        (b"{not json", {"content-type": JSON}, 400, "not valid JSON"),
+        (b'{"apiVersion": "v1", "kind": "Pod"}', {"content-type": JSON}, 400, "AdmissionReview"),
+        (good, {"content-type": "text/plain"}, 400, "content type must be application/json"),
+        (good, {"content-type": JSON, "content-encoding": "gzip"}, 415, "gzip"),
+        (b" " * 5000, {"content-type": JSON}, 413, "4096"),
+    ]
+    async with s.client:
+        for body, headers, code, message in cases:
+            resp = await s.client.post(url, content=body, headers=headers)
+            assert resp.status_code == code, (code, resp.text)
+            assert message in resp.json()["error"]
+        streamed = _CountingBody(chunks=100, size=1024)  # no Content-Length: cut off
+        resp = await s.client.post(url, content=streamed, headers={"content-type": JSON})
+        assert resp.status_code == 413 and streamed.sent <= 5
+        assert (await s.client.get(url)).status_code == 405
+        assert (await s.client.post(url, content=good, headers={"content-type": JSON})).is_success
+    count = s.metrics.registry.get_sample_value
+    assert count("configpin_bad_requests_total", {"code": "400"}) == 4
+    assert count("configpin_bad_requests_total", {"code": "413"}) == 2
+    assert count("configpin_bad_requests_total", {"code": "415"}) == 1
+    assert _requests(s.metrics, route) == len(cases) + 2
+
+
+async def test_a_heavy_review_at_sources_is_taken_in_by_the_one_intake() -> None:
+    """In the worker process as in the serving process, at /sources as at /mutate: a source
+    write is previewed and recorded, a write of its subresource is left alone, and a
+    workload is pinned at /mutate only."""
+    light, heavy = _server(), _server(heavy_body=0)
+    status = _source_update()
+    status["request"]["subResource"] = "status"
+    bodies = [_source_update(), status, review(_deployment(env_cm("cfg", "a")))]
+    try:
+        async with light.client, heavy.client:
+            for route in PATHS:
+                url = f"http://configpin.test{route}"
+                for body in bodies:
+                    a = (await light.client.post(url, json=body)).json()["response"]
+                    b = (await heavy.client.post(url, json=body)).json()["response"]
+                    if "patch" in a:  # (the record's time differs)
+                        assert "patch" in b and len(_patch(a)) == len(_patch(b))
+                        a.pop("patch"), b.pop("patch")
+                    assert a == b, (route, body["request"].get("subResource"), a, b)
+                status_answer = (await heavy.client.post(url, json=status)).json()["response"]
+                assert status_answer == {"uid": status["request"]["uid"], "allowed": True}
+    finally:
+        heavy.admitter.close()
+    assert heavy.metrics.registry.get_sample_value("configpin_heavy_reviews_total") == 8
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _source_update(),
+        {**_source_update(), "request": {**_source_update()["request"], "subResource": "status"}},
+        review(None, operation="DELETE", old=configmap("cfg", {"a": "1"}, namespace="team-a")),
+        review(configmap("cfg", {"a": "1"}, namespace="team-a")),
+        review(_deployment(env_cm("cfg", "a"))),
+        review(None, operation="DELETE", old=_deployment()),
+        {
+            **review(_deployment()),
+            "request": {**review(_deployment())["request"], "subResource": "scale"},
+        },
+    ],
+    ids=["update", "status", "delete", "create", "workload", "workload-delete", "scale"],
+)
+def test_the_worker_takes_a_review_in_as_the_serving_process_does(body: JSONObject) -> None:
+    """One intake, run where the review is parsed: the large-review worker's verdict is the
+    serving process's (it once skipped the subresource check, left to a second look)."""
+    raw = json.dumps(body).encode()
+    prepared = large.prepare(raw, HKEY)
+    assert prepared.outcome == "taken"
+    assert prepared.intake is intake(parse_review(raw))
+    assert (prepared.write is not None) == (prepared.intake is Intake.SOURCE)

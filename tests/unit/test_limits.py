@@ -90,9 +90,9 @@ def _request(tls: ssl.SSLSocket, path: str = "/healthz", close: bool = False) ->
     return out
 
 
-def _post(body: bytes, extra: str = "") -> bytes:
+def _post(body: bytes, extra: str = "", path: str = "/mutate") -> bytes:
     return (
-        f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n{extra}\r\n"
     ).encode() + body
 
@@ -161,11 +161,12 @@ def test_headers_dripped_byte_by_byte_are_cut_off(live: Live) -> None:
     assert live.count("configpin_connection_timeouts_total", phase="headers") == 1
 
 
+@pytest.mark.parametrize("path", ["/mutate", "/sources"])  # (one transport for both)
 def test_a_body_that_does_not_arrive_in_time_gets_408_and_a_closed_connection(
-    live: Live,
+    live: Live, path: str
 ) -> None:
     with live.connect() as tls:
-        tls.sendall(_post(GOOD)[:-10])
+        tls.sendall(_post(GOOD, path=path)[:-10])
         answer = _answer(tls)
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b"connection: close" in answer.lower()

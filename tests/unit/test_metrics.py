@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 import threading
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from webhook.metrics import LoopCounts, LoopHistogram, Metrics
+from webhook.metrics import AdmissionResult, LoopCounts, LoopHistogram, Metrics
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -84,3 +85,14 @@ def test_tallies_are_folded_before_their_counter_is_read_from_another_thread() -
         "configpin_admissions_total", {"kind": "Pod", "operation": "CREATE", "result": "patched"}
     )
     assert final == done
+
+
+def test_the_admission_results_are_the_label_values_dashboards_read() -> None:
+    """configpin_admissions_total's `result` label comes from one enum, its values those
+    configpin has always exposed, each documented for operators."""
+    assert sorted(AdmissionResult) == sorted(
+        ["patched", "unchanged", "skipped", "ignored", "out-of-scope", "denied", "invalid", "error"]
+    )
+    operations = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    [row] = [line for line in operations.splitlines() if "`configpin_admissions_total{" in line]
+    assert all(f"`{result}`" in row for result in AdmissionResult), row

@@ -1,4 +1,5 @@
-"""The FastAPI application: a thin HTTP layer over `Admitter.review`.
+"""The FastAPI application: one thin HTTP layer over each webhook's handler (`/mutate`,
+`/sources`: server/handler.py), the same for every path.
 
 Transport faults are not admission decisions: an empty or undecodable body, a wrong content
 type or a body that is not an AdmissionReview get 400, a body over the limit 413 (refused by
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import orjson
@@ -26,7 +27,7 @@ from starlette.requests import ClientDisconnect
 
 from webhook.metrics import Metrics
 from webhook.server.admission import BadReview, parse_review
-from webhook.server.handler import Admitter
+from webhook.server.handler import Admitter, Webhook
 from webhook.server.lifecycle import Lifecycle
 
 MAX_BODY: Final = 7 * 1024 * 1024  # as controller-runtime: the API server's limit is 3 MiB objects
@@ -122,53 +123,62 @@ def create_app(
     app = FastAPI(title="configpin", docs_url=None, redoc_url=None, openapi_url=None)
     body_timeouts = metrics.connection_timeouts.labels("body")
 
-    async def mutate(request: Request) -> Response:
-        encoding = request.headers.get("content-encoding")
-        if encoding is not None and encoding.strip().lower() not in ("", "identity"):
-            return _problem(
-                metrics, 415, f"content encoding {encoding!r} is not supported: send identity"
-            )
-        content_type = request.headers.get("content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() != JSON:
-            return _problem(metrics, 400, f"content type must be {JSON}, got {content_type!r}")
-        try:
-            body = await _read_body_within(request, max_body, body_timeout)
-        except _TooLarge:
-            return _problem(metrics, 413, f"body larger than {max_body} bytes")
-        except TimeoutError:
-            body_timeouts.inc()
-            log.info(
-                "%s sent no complete body within %ss: answered 408", _client(request), body_timeout
-            )
-            return _problem(
-                metrics, 408, f"request body not complete within {body_timeout}s", close=True
-            )
-        except ClientDisconnect:
-            metrics.client_disconnects.inc()
-            log.info("%s went away before its request body was complete", _client(request))
-            return Response(status_code=400)  # nobody reads it
-        if len(body) <= heavy_body:
-            try:
-                review = parse_review(body)
-            except BadReview as e:
-                return _problem(metrics, 400, str(e))
-            out = await admitter.review(review)
-            return Response(orjson.dumps(out), media_type=JSON)
-        metrics.heavy_reviews.inc()
-        async with admitter.large_reviews:  # one at a time through the worker process
-            try:
-                prepared = await admitter.prepare_large(body)
-            except BadReview as e:
-                return _problem(metrics, 400, str(e))
-            out = await admitter.review(prepared.review(), prepared=prepared)
-        return Response(orjson.dumps(out), media_type=JSON)
+    def endpoint(webhook: Webhook) -> Callable[[Request], Awaitable[Response]]:
+        """The one transport every webhook path is served by: a webhook's own handler behind
+        the same checks, limits and worker process."""
+        received = metrics.loop_counts.tally(metrics.webhook_requests.labels(webhook.path))
 
-    # A plain request/response route (Starlette's, through FastAPI's `add_route`): the
+        async def admit(request: Request) -> Response:
+            received.inc()
+            encoding = request.headers.get("content-encoding")
+            if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+                return _problem(
+                    metrics, 415, f"content encoding {encoding!r} is not supported: send identity"
+                )
+            content_type = request.headers.get("content-type", "")
+            if content_type.split(";", 1)[0].strip().lower() != JSON:
+                return _problem(metrics, 400, f"content type must be {JSON}, got {content_type!r}")
+            try:
+                body = await _read_body_within(request, max_body, body_timeout)
+            except _TooLarge:
+                return _problem(metrics, 413, f"body larger than {max_body} bytes")
+            except TimeoutError:
+                body_timeouts.inc()
+                log.info(
+                    "%s sent no complete body within %ss: answered 408",
+                    _client(request),
+                    body_timeout,
+                )
+                return _problem(
+                    metrics, 408, f"request body not complete within {body_timeout}s", close=True
+                )
+            except ClientDisconnect:
+                metrics.client_disconnects.inc()
+                log.info("%s went away before its request body was complete", _client(request))
+                return Response(status_code=400)  # nobody reads it
+            if len(body) <= heavy_body:
+                try:
+                    review = parse_review(body)
+                except BadReview as e:
+                    return _problem(metrics, 400, str(e))
+                out = await webhook.review(review)
+                return Response(orjson.dumps(out), media_type=JSON)
+            metrics.heavy_reviews.inc()
+            try:
+                out = await webhook.review_large(body)
+            except BadReview as e:
+                return _problem(metrics, 400, str(e))
+            return Response(orjson.dumps(out), media_type=JSON)
+
+        return admit
+
+    # Plain request/response routes (Starlette's, through FastAPI's `add_route`): the
     # endpoint takes the request and returns the response itself, so FastAPI's per-request
     # dependency solving, sub-response and telemetry context (a fifth of what the API server
     # waits for on a small review) are left out. Nothing else changes: same middleware,
     # same 405 for other methods.
-    app.add_route("/mutate", mutate, methods=["POST"])
+    for path, webhook in admitter.webhooks.items():
+        app.add_route(path, endpoint(webhook), methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> Response:

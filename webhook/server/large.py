@@ -30,6 +30,7 @@ from webhook.core.preview import SourceWrite, source_write
 from webhook.core.refs import consumption, find_sites, get_path
 from webhook.core.shape import ShapeError, check_request
 from webhook.server.admission import BadReview, Review, parse_review
+from webhook.server.intake import Intake, intake
 from webhook.server.writes import source_kind_of
 
 # What the serving process keeps of the request (the objects stay in the worker).
@@ -46,16 +47,18 @@ _LIGHT_FIELDS: Final = (
 
 @dataclass(frozen=True)
 class Prepared:
-    """The outcome of `prepare`: `bad` (answer 400), `invalid` (a field of the wrong type),
-    `ignored` (nothing to plan), or `plan` (look up `sources`, then call `plan`)."""
+    """The outcome of `prepare`: `bad` (answer 400), `invalid` (a field of the wrong type), or
+    `taken`: what the intake took it as (`intake`), with, for a workload write, the `sources`
+    to look up before calling `plan`, or, for a source write, the `write`."""
 
-    outcome: Literal["bad", "invalid", "ignored", "plan", "source"]
+    outcome: Literal["bad", "invalid", "taken"]
     message: str = ""
+    intake: Intake = Intake.NOTHING
     api_version: str = ""
     request: JSONObject = field(default_factory=dict)
     namespace: str = ""
     sources: tuple[SourceId, ...] = ()
-    write: SourceWrite | None = None  # (source) a ConfigMap or Secret written
+    write: SourceWrite | None = None  # (a source write) what admission needs of it
 
     def review(self) -> Review:
         """The review as the serving process answers it: its envelope, no objects."""
@@ -67,23 +70,26 @@ class Prepared:
 _current: Review | None = None
 
 
+def _stub(obj: JSONObject) -> JSONObject:
+    # What the serving process checks the scope with: the name and claimed namespace.
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    claimed = meta.get("namespace") if isinstance(meta, dict) else None
+    return {"kind": obj.get("kind"), "metadata": {"name": name, "namespace": claimed}}
+
+
 def _light(review: Review) -> JSONObject:
     light: JSONObject = {k: review.request[k] for k in _LIGHT_FIELDS if k in review.request}
-    obj = review.obj
-    if obj is not None:
-        meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        claimed = meta.get("namespace") if isinstance(meta, dict) else None
-        # What the serving process checks the scope with: the name and claimed namespace.
-        light["object"] = {
-            "kind": obj.get("kind"),
-            "metadata": {"name": name, "namespace": claimed},
-        }
+    if review.obj is not None:
+        light["object"] = _stub(review.obj)
+    if review.old is not None:
+        light["oldObject"] = _stub(review.old)
     return light
 
 
 def prepare(body: bytes, hkey: bytes) -> Prepared:
-    """In the worker: parse and check the review; name the sources its object refers to (or,
+    """In the worker: parse and check the review and take it in (server/intake.py, as the
+    serving process does a small one); name the sources a workload's object refers to (or,
     for a ConfigMap or Secret written, work out what admission needs of the write)."""
     global _current  # noqa: PLW0603 (the worker's one review in progress)
     _current = None
@@ -97,26 +103,22 @@ def prepare(body: bytes, hkey: bytes) -> Prepared:
         check_request(review.request)
     except ShapeError as e:
         return Prepared("invalid", str(e), **base)
-    kind = source_kind_of(review)
-    if kind is not None:
-        old = review.old
-        if old is None or review.operation not in ("UPDATE", "DELETE"):
-            return Prepared("ignored", **base)
-        write = source_write(hkey, kind, review.operation, old, review.obj)
-        return Prepared("source", write=write, **base)
+    what = intake(review)
+    if what is Intake.SOURCE:
+        kind = source_kind_of(review)
+        assert kind is not None and review.old is not None
+        write = source_write(hkey, kind, review.operation, review.old, review.obj)
+        return Prepared("taken", intake=what, write=write, **base)
+    if what is not Intake.WORKLOAD:
+        return Prepared("taken", intake=what, **base)
     obj = review.obj
-    if (
-        review.operation not in ("CREATE", "UPDATE")
-        or obj is None
-        or review.request.get("subResource")
-    ):
-        return Prepared("ignored", **base)
+    assert obj is not None
     namespace = review.namespace
     paths = template_paths(str(obj.get("kind", "")))
     spec = get_path(obj, paths[1]) if paths is not None else None
     sources = tuple(consumption(find_sites(spec))) if isinstance(spec, dict) else ()
     _current = review
-    return Prepared("plan", namespace=namespace, sources=sources, **base)
+    return Prepared("taken", intake=what, namespace=namespace, sources=sources, **base)
 
 
 class _Missing(Exception):

@@ -34,6 +34,7 @@ from webhook.core.preview import (
     summary,
     wants_plan,
 )
+from webhook.metrics import AdmissionResult
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, patched
 
 SOURCE_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
@@ -79,11 +80,13 @@ class SourceWrites:
         self.preview = preview
         self.clock = clock
 
-    def review(self, review: Review, write: SourceWrite) -> tuple[AdmissionReviewOut, str]:
+    def review(
+        self, review: Review, write: SourceWrite
+    ) -> tuple[AdmissionReviewOut, AdmissionResult]:
         """The answer to an UPDATE or DELETE of a ConfigMap or Secret in a namespace
         configpin acts in, with the result label of `configpin_admissions_total`."""
         if write.excluded is not None or write.bad:
-            return allowed(review), "skipped"
+            return allowed(review), AdmissionResult.SKIPPED
         namespace = review.namespace
         sid = SourceId(write.kind, write.name)
         ops = [] if write.deleting else self._audit(review, write, namespace, sid)
@@ -108,8 +111,8 @@ class SourceWrites:
                     write.kind, namespace, write.name, write.changed, rows, deleted=write.deleting
                 )
         if ops:
-            return patched(review, ops, warnings), "patched"
-        return allowed(review, warnings), "unchanged"
+            return patched(review, ops, warnings), AdmissionResult.PATCHED
+        return allowed(review, warnings), AdmissionResult.UNCHANGED
 
     def _approve(
         self, review: Review, write: SourceWrite, namespace: str, sid: SourceId
