@@ -25,10 +25,7 @@ import base64
 import contextlib
 import copy
 import json
-import os
 import ssl
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -45,16 +42,17 @@ from harness.configpin import Configpin, instance_namespace
 from harness.controlplane import (
     ControlPlane,
     chart_webhooks,
-    service_account_kubeconfig,
     wait_for,
 )
 from harness.kubelet import Kubelet, carrying
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from tests.integration.instances import leader, replicas_fixture
 from tests.integration.workloads import (
-    Impersonating,
+    As,
     annotation,
     get,
+    kubectl_configpin,
+    namespace_editor,
     record,
     sources,
     stamped,
@@ -89,11 +87,6 @@ replicas = replicas_fixture(INSTANCE, "preview", ARGS)
 def namespaces(k8s: client.ApiClient, replicas: list[Configpin]) -> Iterator[Callable[[], str]]:
     with contextlib.ExitStack() as stack:
         yield lambda: stack.enter_context(instance_namespace(k8s, INSTANCE, "preview"))
-
-
-def As(api: client.ApiClient, user: str) -> Impersonating:
-    """Requests made as `user`, a cluster admin."""
-    return Impersonating(api, user, "system:masters")
 
 
 _write = write_warned
@@ -178,10 +171,11 @@ def _review(old: Mapping[str, Any], new: Mapping[str, Any], *, user: str) -> dic
 
 
 def _ask(cp: Configpin, review: Mapping[str, Any]) -> dict[str, Any]:
-    """POST a review to one replica, as the API server does; its response."""
+    """POST a review to one replica's sources webhook, as the API server does; its
+    response."""
     ctx = ssl.create_default_context(cafile=str(cp.ca_file))
     req = urllib.request.Request(
-        cp.url + "/mutate",
+        cp.url + "/sources",
         data=json.dumps(review).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
@@ -191,56 +185,12 @@ def _ask(cp: Configpin, review: Mapping[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _configpin(argv: Sequence[str], kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    """`kubectl configpin ARGV` with `kubeconfig`."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    plugin = str(Path(sys.executable).parent / "kubectl-configpin")
-    return subprocess.run(
-        [plugin, *argv], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-
-
 def _events(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
     """The notes of Events `reason` about `name`."""
     found = kube.get(
         f"/apis/events.k8s.io/v1/namespaces/{ns}/events", fieldSelector=f"regarding.name={name}"
     )
     return [e.get("note") or "" for e in found.get("items") or () if e.get("reason") == reason]
-
-
-def _editor(
-    plane: ControlPlane,
-    kube: Kube,
-    ns: str,
-    tmp: Path,
-    verbs: Sequence[str] = ("get", "list", "update", "patch"),
-) -> Path:
-    """A kubeconfig of ServiceAccount `editor` of `ns`, allowed `verbs` on that namespace's
-    ConfigMaps and nothing else."""
-    kube.create(path("serviceaccounts", ns), {"metadata": {"name": "editor"}})
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    kube.create(
-        f"{rbac}/namespaces/{ns}/roles",
-        {
-            "metadata": {"name": "editor"},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": list(verbs),
-                }
-            ],
-        },
-    )
-    kube.create(
-        f"{rbac}/namespaces/{ns}/rolebindings",
-        {
-            "metadata": {"name": "editor"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "editor"},
-            "subjects": [{"kind": "ServiceAccount", "name": "editor", "namespace": ns}],
-        },
-    )
-    return service_account_kubeconfig(plane, kube.api, ns, "editor", tmp / "editor.kubeconfig")
 
 
 def _consumers(
@@ -397,11 +347,11 @@ def test_plan_prints_every_workload_from_a_dry_run(
     ns = namespaces()
     names = [f"app-{i}" for i in range(3)]
     before, waves = _consumers(kube, ns, names)
-    editor = _editor(control_plane, kube, ns, tmp_path)
+    editor = namespace_editor(control_plane, kube, ns, tmp_path)
     manifest = tmp_path / "cfg.yaml"
     manifest.write_text(yaml.safe_dump(configmap("cfg", {"a": "2", "b": "1"})))
 
-    done = _configpin(["plan", "-f", str(manifest), "-n", ns, "-o", "json"], editor)
+    done = kubectl_configpin(["plan", "-f", str(manifest), "-n", ns, "-o", "json"], editor)
     assert done.returncode == 0, done.stderr
     [plan] = json.loads(done.stdout)
     assert plan["keys"] == ["a"]
@@ -412,7 +362,7 @@ def test_plan_prints_every_workload_from_a_dry_run(
         "live": ("refresh", ["a"], None),
         "other": ("nothing", [], None),
     }
-    table = _configpin(["plan", "-f", str(manifest), "-n", ns], editor)
+    table = kubectl_configpin(["plan", "-f", str(manifest), "-n", ns], editor)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == f"ConfigMap {ns}/cfg: keys a"
@@ -443,7 +393,9 @@ def test_the_editor_is_named_and_the_waves_after_approve_wait_for_an_approval(
     then they roll. A newer change needs its own approval."""
     ns = namespaces()
     names = [f"app-{i}" for i in range(3)]
-    editor = _editor(control_plane, kube, ns, tmp_path, verbs=("get", "update"))  # no patch
+    editor = namespace_editor(
+        control_plane, kube, ns, tmp_path, verbs=("get", "update")
+    )  # no patch
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow(*names)
         kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
@@ -472,7 +424,7 @@ def test_the_editor_is_named_and_the_waves_after_approve_wait_for_an_approval(
         assert all(rows[n]["state"] == "awaiting-approval" for n in later), rows
         assert all(sources(get(kube, ns, n)) == v1[n] for n in later)
 
-        done = _configpin(["approve", "configmap/cfg", "-n", ns], editor)
+        done = kubectl_configpin(["approve", "configmap/cfg", "-n", ns], editor)
         assert done.returncode == 0, done.stderr + done.stdout
         assert f"system:serviceaccount:{ns}:editor" in done.stdout, done.stdout
         wait_for(

@@ -1,5 +1,6 @@
 """What the integration tests read of a workload and its rollout, and the few writes they
-all make: the template record, the rollout record, Events, `configpin status`, readiness."""
+all make: the template record, the rollout record, Events, `configpin status`, readiness; and
+who makes them (a user impersonated, a namespace's editor, `kubectl configpin` as either)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.controlplane import ControlPlane, wait_for
+from kubernetes import client
+
+from harness.controlplane import ControlPlane, service_account_kubeconfig, wait_for
 from webhook.core.constants import ANN_ROLLOUT, ANN_SOURCES
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
@@ -122,3 +125,53 @@ class Impersonating(Kube):
         if self.group is not None:
             headers["Impersonate-Group"] = self.group
         return headers
+
+
+def As(api: client.ApiClient, user: str) -> Impersonating:
+    """Requests made as `user`, a cluster admin."""
+    return Impersonating(api, user, "system:masters")
+
+
+def namespace_editor(
+    plane: ControlPlane,
+    kube: Kube,
+    ns: str,
+    tmp: Path,
+    verbs: Sequence[str] = ("get", "list", "update", "patch"),
+    resource: str = "configmaps",
+) -> Path:
+    """A kubeconfig of ServiceAccount `editor` of `ns`, allowed `verbs` on that namespace's
+    ConfigMaps (or `resource`: Secrets) and nothing else."""
+    kube.create(path("serviceaccounts", ns), {"metadata": {"name": "editor"}})
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kube.create(
+        f"{rbac}/namespaces/{ns}/roles",
+        {
+            "metadata": {"name": "editor"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": [resource],
+                    "verbs": list(verbs),
+                }
+            ],
+        },
+    )
+    kube.create(
+        f"{rbac}/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": "editor"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "editor"},
+            "subjects": [{"kind": "ServiceAccount", "name": "editor", "namespace": ns}],
+        },
+    )
+    return service_account_kubeconfig(plane, kube.api, ns, "editor", tmp / "editor.kubeconfig")
+
+
+def kubectl_configpin(argv: Sequence[str], kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    """`kubectl configpin ARGV` with `kubeconfig`."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    plugin = str(Path(sys.executable).parent / "kubectl-configpin")
+    return subprocess.run(
+        [plugin, *argv], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
