@@ -45,14 +45,18 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.kubelet import Kubelet, carrying
-from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from harness.manifests import configmap, container, deployment, pod_spec
 from tests.integration.instances import leader, replicas_fixture
 from tests.integration.workloads import (
     As,
     annotation,
+    changed_by,
     get,
     kubectl_configpin,
     namespace_editor,
+    notes,
+    quiet,
+    reader,
     record,
     sources,
     stamped,
@@ -106,26 +110,6 @@ def _patch_cm(
     )
 
 
-def _app(
-    name: str,
-    *,
-    keys: Sequence[str] = ("a",),
-    replicas: int = 1,
-    annotations: Mapping[str, str] | None = None,
-    optional: bool = False,
-) -> dict[str, Any]:
-    """Deployment `name` reading `keys` of ConfigMap `cfg` into its env."""
-    env = [env_key_ref("configmap", "cfg", k, k.upper()) for k in keys]
-    if optional:
-        for e in env:
-            e["valueFrom"]["configMapKeyRef"]["optional"] = True
-    dep = deployment(
-        name, pod_spec(container(env=env)), replicas=replicas, annotations=dict(annotations or {})
-    )
-    dep["spec"]["progressDeadlineSeconds"] = 600
-    return dep
-
-
 def _live(name: str) -> dict[str, Any]:
     """Deployment `name` mounting all of `cfg`, refreshed in place on a change."""
     spec = pod_spec(container())
@@ -138,11 +122,6 @@ def _order(ns: str, names: Sequence[str]) -> list[list[str]]:
     """The waves configpin cuts a change of healthy Deployments of one namespace into."""
     members = [Member(0, ns, "Deployment", n) for n in names]
     return [[m.name for m in wave] for wave in wave_plan(members, WAVES)]
-
-
-def _changed_by(kube: Kube, ns: str, name: str = "cfg") -> dict[str, Any] | None:
-    found: dict[str, Any] | None = annotation(get(kube, ns, name, "configmaps"), ANN_CHANGED_BY)
-    return found
 
 
 def _review(old: Mapping[str, Any], new: Mapping[str, Any], *, user: str) -> dict[str, Any]:
@@ -185,14 +164,6 @@ def _ask(cp: Configpin, review: Mapping[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _events(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
-    """The notes of Events `reason` about `name`."""
-    found = kube.get(
-        f"/apis/events.k8s.io/v1/namespaces/{ns}/events", fieldSelector=f"regarding.name={name}"
-    )
-    return [e.get("note") or "" for e in found.get("items") or () if e.get("reason") == reason]
-
-
 def _consumers(
     kube: Kube, ns: str, names: Sequence[str]
 ) -> tuple[dict[str, dict[str, str]], list[list[str]]]:
@@ -203,21 +174,12 @@ def _consumers(
         kubelet.allow(*names)
         kube.create(path("configmaps", ns), configmap("cfg", {"a": "1", "b": "1"}))
         for name in names:
-            kube.create(path("deployments", ns), _app(name))
-        kube.create(path("deployments", ns), _app("other", keys=("b",), replicas=0))
+            kube.create(path("deployments", ns), reader(name))
+        kube.create(path("deployments", ns), reader("other", keys=("b",), replicas=0))
         kube.create(path("deployments", ns), _live("live"))
         before = {n: sources(stamped(kube, ns, n)) for n in [*names, "other", "live"]}
         wait_healthy(kube, ns, names)
     return before, _order(ns, names)
-
-
-def _quiet(kube: Kube, ns: str, before: Mapping[str, Mapping[str, str]], seconds: float) -> None:
-    """Nothing of `before` is re-stamped for `seconds` (several resyncs)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        moved = [n for n, s in before.items() if sources(get(kube, ns, n)) != s]
-        assert not moved, f"re-stamped: {moved}"
-        time.sleep(0.3)
 
 
 # --- preview --------------------------------------------------------------------------------
@@ -252,8 +214,8 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
     # the dry run's result carries the record it would write; nothing is stored
     assert ANN_CHANGED_BY in new["metadata"]["annotations"]
     assert get(kube, ns, "cfg", "configmaps")["data"] == {"a": "1", "b": "1"}
-    assert _changed_by(kube, ns) is None
-    _quiet(kube, ns, before, 2 * RESYNC)
+    assert changed_by(kube, ns) is None
+    quiet(kube, ns, before, 2 * RESYNC)
 
     # every replica answers, leader or not, from what it holds: the same review, straight
     follower = next(cp for cp in replicas if cp is not leader(replicas))
@@ -266,7 +228,7 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
     # the write itself: the same preview; who made it, signed, on the ConfigMap
     _, said = _patch_cm(As(k8s, EDITOR), ns, {"a": VALUE})
     assert said == warnings
-    recorded = _changed_by(kube, ns)
+    recorded = changed_by(kube, ns)
     assert recorded is not None and recorded["user"] == EDITOR, recorded
     assert abs(recorded["at"] - time.time()) < 60 and VALUE not in json.dumps(recorded)
 
@@ -290,7 +252,7 @@ def test_a_change_of_rejected_content_is_previewed_as_held(
     later write bringing that content back says so."""
     ns = namespaces()
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
-    app = _app("web")
+    app = reader("web")
     app["spec"]["progressDeadlineSeconds"] = 5
     with Kubelet(kube, ns) as kubelet:
         kube.create(path("deployments", ns), app)
@@ -319,8 +281,8 @@ def test_deleting_a_consumed_source_says_who_breaks(
     rolls without it."""
     ns = namespaces()
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
-    kube.create(path("deployments", ns), _app("need", replicas=0))
-    kube.create(path("deployments", ns), _app("maybe", replicas=0, optional=True))
+    kube.create(path("deployments", ns), reader("need", replicas=0))
+    kube.create(path("deployments", ns), reader("maybe", replicas=0, optional=True))
     stamped(kube, ns, "need")
     stamped(kube, ns, "maybe")
     expected = [
@@ -371,9 +333,9 @@ def test_plan_prints_every_workload_from_a_dry_run(
     assert len(lines) == 2 + 5
     # nothing changed: the content, the annotations, the workloads
     cfg = get(kube, ns, "cfg", "configmaps")
-    assert cfg["data"] == {"a": "1", "b": "1"} and _changed_by(kube, ns) is None
+    assert cfg["data"] == {"a": "1", "b": "1"} and changed_by(kube, ns) is None
     assert not (cfg["metadata"].get("annotations") or {})
-    _quiet(kube, ns, before, 2 * RESYNC)
+    quiet(kube, ns, before, 2 * RESYNC)
 
 
 # --- audit and approval ---------------------------------------------------------------------
@@ -400,7 +362,7 @@ def test_the_editor_is_named_and_the_waves_after_approve_wait_for_an_approval(
         kubelet.allow(*names)
         kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
         for name in names:
-            kube.create(path("deployments", ns), _app(name))
+            kube.create(path("deployments", ns), reader(name))
         v1 = {n: sources(stamped(kube, ns, n)) for n in names}
         wait_healthy(kube, ns, names)
         [[canary], later] = _order(ns, names)
@@ -413,12 +375,12 @@ def test_the_editor_is_named_and_the_waves_after_approve_wait_for_an_approval(
         )
         by = record(get(kube, ns, canary))["by"]
         assert by.startswith(f"{EDITOR} at "), by
-        assert any(f"changed by {EDITOR}" in n for n in _events(kube, ns, canary, "RolloutStarted"))
+        assert any(f"changed by {EDITOR}" in n for n in notes(kube, ns, canary, "RolloutStarted"))
         assert status(control_plane, ns)[canary]["rollout"]["by"] == by
 
         for name in later:
             wait_event(kube, ns, name, "ConfigRolloutAwaitingApproval", "Normal")
-        [note] = _events(kube, ns, later[0], "ConfigRolloutAwaitingApproval")
+        [note] = notes(kube, ns, later[0], "ConfigRolloutAwaitingApproval")
         assert f"kubectl configpin approve configmap/cfg -n {ns}" in note, note
         rows = status(control_plane, ns)
         assert all(rows[n]["state"] == "awaiting-approval" for n in later), rows
@@ -444,7 +406,7 @@ def test_the_editor_is_named_and_the_waves_after_approve_wait_for_an_approval(
             what="the canary re-stamped for a=3",
         )
         wait_for(
-            lambda: len(_events(kube, ns, later[0], "ConfigRolloutAwaitingApproval")) == 2,
+            lambda: len(notes(kube, ns, later[0], "ConfigRolloutAwaitingApproval")) == 2,
             timeout=60,
             what="a second approval awaited",
         )
@@ -460,13 +422,13 @@ def test_a_record_written_around_configpin_is_not_believed(
     else, rolls as "changed by unknown"."""
     ns = namespaces()
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
-    kube.create(path("deployments", ns), _app("web", replicas=0))
+    kube.create(path("deployments", ns), reader("web", replicas=0))
     v1 = sources(stamped(kube, ns, "web"))
     forged = ChangedBy("mallory", time.time(), "0" * 20).encode(b"not the key", ns, CFG)
 
     body = {"metadata": {"annotations": {ANN_CHANGED_BY: forged}}, "data": {"a": "2"}}
     _write(As(k8s, EDITOR), "PATCH", path("configmaps", ns, "cfg"), body, content_type=MERGE_PATCH)
-    real = _changed_by(kube, ns)
+    real = changed_by(kube, ns)
     assert real is not None and real["user"] == EDITOR
     wait_for(lambda: sources(get(kube, ns, "web")) != v1, what="web re-stamped for a=2")
     assert record(get(kube, ns, "web"))["by"].startswith(EDITOR)
@@ -474,13 +436,13 @@ def test_a_record_written_around_configpin_is_not_believed(
 
     annotated = {"metadata": {"annotations": {ANN_CHANGED_BY: forged}}}
     _write(kube, "PATCH", path("configmaps", ns, "cfg"), annotated, content_type=MERGE_PATCH)
-    assert _changed_by(kube, ns) == real
+    assert changed_by(kube, ns) == real
 
     # configpin out of the path: the forged record is stored, and not believed
     with _sources_hook_bypassed(k8s, kube, ns):
         body = {"metadata": {"annotations": {ANN_CHANGED_BY: forged}}, "data": {"a": "3"}}
         _write(kube, "PATCH", path("configmaps", ns, "cfg"), body, content_type=MERGE_PATCH)
-    assert (_changed_by(kube, ns) or {}).get("user") == "mallory"
+    assert (changed_by(kube, ns) or {}).get("user") == "mallory"
     wait_for(lambda: sources(get(kube, ns, "web")) != v2, what="web re-stamped for a=3")
     assert record(get(kube, ns, "web"))["by"] == "unknown"
 
@@ -510,7 +472,7 @@ def _sources_hook_bypassed(k8s: client.ApiClient, kube: Kube, ns: str) -> Iterat
 
         def bypassed() -> bool:
             _patch_cm(kube, ns, {"x": str(time.monotonic())}, name="probe")
-            return _changed_by(kube, ns, "probe") is None
+            return changed_by(kube, ns, "probe") is None
 
         wait_for(bypassed, what="configpin's source webhook out of the path")
         yield
@@ -553,7 +515,7 @@ def test_writes_configpin_has_nothing_to_say_about_never_reach_it(
         configmap("quiet", {"a": "1"}, annotations={"configpin.io/ignore": "true"}),
     )
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
-    kube.create(path("deployments", ns), _app("web", replicas=0))
+    kube.create(path("deployments", ns), reader("web", replicas=0))
     stamped(kube, ns, "web")
     called = replicas[0]  # the replica the webhook calls
 

@@ -1,6 +1,7 @@
 """What the integration tests read of a workload and its rollout, and the few writes they
 all make: the template record, the rollout record, Events, `configpin status`, readiness; and
-who makes them (a user impersonated, a namespace's editor, `kubectl configpin` as either)."""
+who makes them (a user impersonated, a namespace's editor, `kubectl configpin` as either) and
+who the source says made them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ from typing import Any
 from kubernetes import client
 
 from harness.controlplane import ControlPlane, service_account_kubeconfig, wait_for
-from webhook.core.constants import ANN_ROLLOUT, ANN_SOURCES
+from harness.manifests import container, deployment, env_key_ref, pod_spec
+from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT, ANN_SOURCES
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 
@@ -56,13 +59,51 @@ def replicasets(kube: Kube, ns: str, app: str) -> int:
     return len(page.get("items") or ())
 
 
+def reader(
+    name: str,
+    *,
+    keys: Sequence[str] = ("a",),
+    replicas: int = 1,
+    annotations: Mapping[str, str] | None = None,
+    optional: bool = False,
+    deadline: int = 600,
+) -> dict[str, Any]:
+    """Deployment `name` reading `keys` of ConfigMap `cfg` into its env; `deadline`: its
+    progressDeadlineSeconds (a short one where a failure is wanted)."""
+    env = [env_key_ref("configmap", "cfg", k, k.upper()) for k in keys]
+    if optional:
+        for e in env:
+            e["valueFrom"]["configMapKeyRef"]["optional"] = True
+    dep = deployment(
+        name, pod_spec(container(env=env)), replicas=replicas, annotations=dict(annotations or {})
+    )
+    dep["spec"]["progressDeadlineSeconds"] = deadline
+    return dep
+
+
 def stamped(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     wait_for(lambda: sources(get(kube, ns, name)), what=f"{name} stamped")
     return get(kube, ns, name)
 
 
+def quiet(kube: Kube, ns: str, before: Mapping[str, Mapping[str, str]], seconds: float) -> None:
+    """Nothing of `before` ({name: template record}) is re-stamped for `seconds` (several
+    resyncs)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        moved = [n for n, s in before.items() if sources(get(kube, ns, n)) != s]
+        assert not moved, f"re-stamped: {moved}"
+        time.sleep(0.3)
+
+
 def set_cm(kube: Kube, ns: str, value: str, source: str = "cfg") -> None:
     kube.patch(path("configmaps", ns, source), {"data": {"a": value}}, content_type=MERGE_PATCH)
+
+
+def changed_by(kube: Kube, ns: str, name: str = "cfg") -> dict[str, Any] | None:
+    """The record of who changed ConfigMap `name` (configpin.io/changed-by), as stored."""
+    found: dict[str, Any] | None = annotation(get(kube, ns, name, "configmaps"), ANN_CHANGED_BY)
+    return found
 
 
 def events(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
@@ -78,6 +119,14 @@ def wait_event(kube: Kube, ns: str, name: str, reason: str, type_: str) -> None:
         lambda: (reason, type_) in events(kube, ns, name),
         what=f"a {type_} Event {reason} about {ns}/{name}",
     )
+
+
+def notes(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
+    """The notes of Events `reason` about `name`."""
+    found = kube.get(
+        f"/apis/events.k8s.io/v1/namespaces/{ns}/events", fieldSelector=f"regarding.name={name}"
+    )
+    return [e.get("note") or "" for e in found.get("items") or () if e.get("reason") == reason]
 
 
 def status(plane: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
