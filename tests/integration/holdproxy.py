@@ -1,5 +1,6 @@
 """A reverse proxy in front of the API server that can hold back the events of ConfigMap
-watches: what a replica whose watch lags looks like, made on purpose and released at will.
+watches: what a replica whose watch lags looks like, made on purpose and released at will; and
+that can refuse chosen requests as the API server refuses one its user may not make (403).
 
 Everything else (lists, GETs, writes, other watches) passes straight through. The proxy
 terminates TLS with a certificate of its own and forwards each request, its bearer token
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import http.client
+import json
 import queue
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,6 +33,9 @@ class HoldProxy:
         self.plane = plane
         self.hold = threading.Event()  # set: ConfigMap watch events wait until cleared
         self._released = threading.Condition()
+        # (method, path with query) -> refused: answered 403 Forbidden here, never forwarded
+        self.refuse: Callable[[str, str], bool] | None = None
+        self.refused: list[str] = []  # what was refused ("GET /api/v1/...")
         upstream = urlsplit(plane.host)
         self._upstream = (upstream.hostname or "127.0.0.1", upstream.port or 443)
         self._upstream_tls = ssl.create_default_context(cafile=str(plane.ca_file))
@@ -119,6 +124,10 @@ def _handler(proxy: HoldProxy) -> type[BaseHTTPRequestHandler]:
         def _relay(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
+            if proxy.refuse is not None and proxy.refuse(self.command, self.path):
+                proxy.refused.append(f"{self.command} {self.path}")
+                self._forbidden()
+                return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
             conn = proxy.upstream()
             try:
@@ -139,6 +148,22 @@ def _handler(proxy: HoldProxy) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             finally:
                 conn.close()
+
+        def _forbidden(self) -> None:
+            status = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": f"{self.command} {urlsplit(self.path).path} is forbidden (the proxy)",
+                "reason": "Forbidden",
+                "code": 403,
+            }
+            data = json.dumps(status).encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _stream(self, resp: http.client.HTTPResponse, *, held: bool) -> None:
             self.send_response(200)

@@ -1,0 +1,515 @@
+"""Audit and approval against the API server (shared/SPEC.md "Change preview and audit"), with
+the webhook registered as the chart registers it (both entries: workloads, and updates and
+deletions of ConfigMaps and Secrets), two replicas running as the chart runs them:
+
+- a workload whose own wave list holds `approve` waits for the change's approval, though the
+  cluster's waves ask for none, while the others of the change roll;
+- an approval is believed only for the source and the content it was given for: one copied
+  from another namespace approves nothing; one given after a person rolled the canary back
+  starts no wave; a newer content needs its own, and the record names the approver, never a
+  value;
+- the record of who changed a source outlives a re-apply that drops it (`kubectl replace`, a
+  GitOps tool's update), and a re-apply that changes the content records its user;
+- the preview follows the source's consumers as they come, change and go;
+- who changed a source is named by the rollout record, the rollout Events and `configpin
+  status`, a failed rollout's Event included; `unknown` where configpin could not read it,
+  and the rollout goes on.
+
+No kubelet: pods stay Pending unless the fake `Kubelet` reports them Ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from kubernetes import client
+
+from harness.apps import rollout_undo, write_warned
+from harness.configpin import Configpin, ensure_namespace, instance_namespace, running_configpin
+from harness.controlplane import ControlPlane, wait_for
+from harness.kubelet import Kubelet, carrying
+from harness.manifests import configmap
+from tests.integration.holdproxy import HoldProxy, hold_proxy
+from tests.integration.instances import replicas_fixture
+from tests.integration.workloads import (
+    As,
+    changed_by,
+    get,
+    kubectl_configpin,
+    namespace_editor,
+    notes,
+    quiet,
+    reader,
+    record,
+    set_cm,
+    sources,
+    stamped,
+    state,
+    status,
+    wait_event,
+    wait_healthy,
+)
+from webhook.core.constants import (
+    ANN_APPROVED,
+    ANN_CHANGED_BY,
+    ANN_MODE,
+    ANN_ROLLOUT_WAVES,
+    ANN_WAVE,
+    MODE_SNAPSHOT,
+)
+from webhook.kube.raw import MERGE_PATCH, Kube, path
+
+RESYNC = 2.0
+_COMMON = [
+    "--coalesce-window", "0.5",
+    "--min-rollout-interval", "0",
+    "--resync-period", str(RESYNC),
+]  # fmt: skip
+APPROVING = "audit"  # the cluster's waves hold `approve`
+PLAIN = "audit-plain"  # they do not
+APPROVING_ARGS = [*_COMMON, "--rollout-waves", "1,approve,100%"]
+PLAIN_ARGS = [*_COMMON, "--rollout-waves", "1,100%"]
+ALICE = "alice@example.com"
+BOB = "bob@example.com"
+CAROL = "carol@example.com"
+VALUE = "s3cr3t-value"  # a value that must never be shown
+CANARY = {ANN_WAVE: "-1"}  # first, alone in the first wave
+
+replicas = replicas_fixture(APPROVING, "audit", APPROVING_ARGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plain:
+    """Two replicas of PLAIN: `leader` talks to the API server through `proxy` (which may
+    refuse what a test says); the webhook calls `follower`, straight."""
+
+    proxy: HoldProxy
+    leader: Configpin
+    follower: Configpin
+
+
+@pytest.fixture(scope="module")
+def plain(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plain]:
+    work = tmp_path_factory.mktemp("configpin-audit-plain")
+    with control_plane.api_client() as api:
+        ensure_namespace(api)
+    proxied = dataclasses.replace(control_plane, kubeconfig=work / "proxy" / "kubeconfig")
+    with (
+        hold_proxy(control_plane, work / "proxy") as proxy,
+        running_configpin(proxied, work / "b", args=PLAIN_ARGS, instance=PLAIN) as b,
+    ):
+        wait_for(lambda: b.metric("configpin_leader") == 1, what="the proxied replica leading")
+        with running_configpin(
+            control_plane,
+            work / "a",
+            args=PLAIN_ARGS,
+            instance=PLAIN,
+            webhook_name="configpin-audit-plain",
+        ) as a:
+            yield Plain(proxy, b, a)
+
+
+def _factory(k8s: client.ApiClient, instance: str) -> Iterator[Callable[[], str]]:
+    with contextlib.ExitStack() as stack:
+        yield lambda: stack.enter_context(instance_namespace(k8s, instance, "audit"))
+
+
+@pytest.fixture
+def namespaces(k8s: client.ApiClient, replicas: list[Configpin]) -> Iterator[Callable[[], str]]:
+    """Fresh namespaces of the configpin whose waves hold `approve`."""
+    yield from _factory(k8s, APPROVING)
+
+
+@pytest.fixture
+def plain_namespaces(k8s: client.ApiClient, plain: Plain) -> Iterator[Callable[[], str]]:
+    """Fresh namespaces of the configpin whose waves hold no `approve`."""
+    yield from _factory(k8s, PLAIN)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _workloads(
+    kube: Kube, ns: str, names: dict[str, dict[str, str]], *, value: str = "1"
+) -> dict[str, dict[str, str]]:
+    """ConfigMap `cfg` (`a: value`) and Deployments `names` reading it (each with the
+    annotations given), Ready and healthy; the template record each was stamped with."""
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(*names)
+        kube.create(path("configmaps", ns), configmap("cfg", {"a": value}))
+        for name, notes_ in names.items():
+            kube.create(path("deployments", ns), reader(name, annotations=notes_))
+        before = {n: sources(stamped(kube, ns, n)) for n in names}
+        wait_healthy(kube, ns, list(names))
+    return before
+
+
+def _wait_state(kube: Kube, ns: str, name: str, wanted: str, timeout: float = 60) -> None:
+    wait_for(
+        lambda: state(get(kube, ns, name)) == wanted,
+        timeout=timeout,
+        what=f"{ns}/{name}'s rollout {wanted}",
+    )
+
+
+def _approve(kubeconfig: Path, ns: str) -> str:
+    done = kubectl_configpin(["approve", "configmap/cfg", "-n", ns], kubeconfig)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.stdout
+
+
+def _approved_text(kube: Kube, ns: str) -> str | None:
+    """The approval record on ConfigMap `cfg`, as stored."""
+    found = (get(kube, ns, "cfg", "configmaps")["metadata"].get("annotations") or {}).get(
+        ANN_APPROVED
+    )
+    return str(found) if found is not None else None
+
+
+# --- approval -------------------------------------------------------------------------------
+
+
+def test_a_workload_that_asks_for_approval_waits_for_it_though_the_cluster_does_not(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    plain_namespaces: Callable[[], str],
+    tmp_path: Path,
+) -> None:
+    """The cluster's waves (1,100%) hold no `approve`; `gated`'s own wave list does: a change
+    rolls the canary and `api`, and `gated` waits, said by an Event and status, until the
+    change is approved. Then it rolls, and its record names who changed the source."""
+    ns = plain_namespaces()
+    own = {ANN_ROLLOUT_WAVES: "1,approve,100%"}
+    before = _workloads(kube, ns, {"web": CANARY, "api": {}, "gated": own})
+    editor = namespace_editor(control_plane, kube, ns, tmp_path)
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("web", "api", "gated")
+        set_cm(As(k8s, ALICE), ns, "2")
+        for name in ("web", "api"):
+            _wait_state(kube, ns, name, "complete")
+        wait_event(kube, ns, "gated", "ConfigRolloutAwaitingApproval", "Normal")
+        [note] = notes(kube, ns, "gated", "ConfigRolloutAwaitingApproval")
+        assert ANN_ROLLOUT_WAVES in note, note
+        assert f"kubectl configpin approve configmap/cfg -n {ns}" in note, note
+        assert status(control_plane, ns)["gated"]["state"] == "awaiting-approval"
+        quiet(kube, ns, {"gated": before["gated"]}, 2 * RESYNC)
+
+        _approve(editor, ns)
+        _wait_state(kube, ns, "gated", "complete")
+        assert sources(get(kube, ns, "gated")) == sources(get(kube, ns, "api"))
+        assert record(get(kube, ns, "gated"))["by"].startswith(f"{ALICE} at ")
+
+
+def test_an_approval_copied_from_another_namespace_is_not_believed(
+    kube: Kube, k8s: client.ApiClient, control_plane: ControlPlane, namespaces: Callable[[], str]
+) -> None:
+    """Namespace `a`'s approval of the very content `b`'s source now holds, copied onto `b`'s
+    source of the same name: `b`'s waves after `approve` stay waiting. `b`'s own approval
+    rolls them."""
+    a, b = namespaces(), namespaces()
+    before = _workloads(kube, b, {"canary": CANARY, "later": {}})
+    with Kubelet(kube, b) as kubelet:
+        kubelet.allow("canary", "later")
+        set_cm(As(k8s, ALICE), b, "2")
+        _wait_state(kube, b, "canary", "complete")
+        wait_event(kube, b, "later", "ConfigRolloutAwaitingApproval", "Normal")
+
+        kube.create(path("configmaps", a), configmap("cfg", {"a": "2"}))
+        _approve(control_plane.kubeconfig, a)
+        copied = _approved_text(kube, a)
+        assert copied is not None
+        kube.patch(
+            path("configmaps", b, "cfg"),
+            {"metadata": {"annotations": {ANN_APPROVED: copied}}},
+            content_type=MERGE_PATCH,
+        )
+        assert _approved_text(kube, b) == copied  # stored as written: configpin changes no data
+        assert get(kube, b, "cfg", "configmaps")["data"] == {"a": "2"}
+        quiet(kube, b, {"later": before["later"]}, 3 * RESYNC)
+        assert status(control_plane, b)["later"]["state"] == "awaiting-approval"
+
+        _approve(control_plane.kubeconfig, b)
+        _wait_state(kube, b, "later", "complete")
+
+
+def test_an_approval_after_a_persons_rollback_starts_no_wave(
+    kube: Kube, k8s: client.ApiClient, control_plane: ControlPlane, namespaces: Callable[[], str]
+) -> None:
+    """The canary of a change is rolled back by a person (`kubectl rollout undo`) while
+    configpin rolls it: the change has failed, its later waves are stopped, and approving the
+    change afterwards starts none of them."""
+    ns = namespaces()
+    before = _workloads(kube, ns, {"canary": CANARY, "later-0": {}, "later-1": {}})
+    later = {n: s for n, s in before.items() if n != "canary"}
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(carrying(before["canary"]))  # the change's pods stay Pending
+        set_cm(As(k8s, ALICE), ns, "2")
+        _wait_state(kube, ns, "canary", "rolling")
+        rollout_undo(k8s, ns, "canary")
+        _wait_state(kube, ns, "canary", "failed")
+        assert record(get(kube, ns, "canary"))["action"] == "rolled-back-by-person"
+        wait_event(kube, ns, "later-0", "ConfigRolloutWaiting", "Normal")
+
+        said = _approve(control_plane.kubeconfig, ns)
+        assert "approved configmap/cfg" in said, said
+        assert _approved_text(kube, ns) is not None
+        quiet(kube, ns, later, 3 * RESYNC)
+        rows = status(control_plane, ns)
+        for name in later:
+            assert rows[name]["state"] == "waiting", rows[name]
+            assert "failed" in rows[name]["reason"], rows[name]
+            assert not notes(kube, ns, name, "ConfigRolloutAwaitingApproval")
+
+
+def test_an_approval_names_its_approver_and_approves_only_the_content_it_saw(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    namespaces: Callable[[], str],
+    tmp_path: Path,
+) -> None:
+    """`configpin approve`, given while the canary still rolls, records on the source who
+    approved and the digest of the content it holds then, never a value. The content changes
+    again before the later waves are reached: the approval stays on the source, and the new
+    content waits for its own."""
+    ns = namespaces()
+    before = _workloads(kube, ns, {"canary": CANARY, "later-0": {}, "later-1": {}})
+    later = {n: s for n, s in before.items() if n != "canary"}
+    editor = namespace_editor(control_plane, kube, ns, tmp_path, verbs=("get", "update"))
+    approver = f"system:serviceaccount:{ns}:editor"
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(carrying(before["canary"]))  # the canary rolls on, not complete
+        set_cm(As(k8s, ALICE), ns, VALUE)
+        _wait_state(kube, ns, "canary", "rolling")
+        said = _approve(editor, ns)
+        assert approver in said and VALUE not in said, said
+        text = _approved_text(kube, ns)
+        assert text is not None and VALUE not in text, text
+        first = json.loads(text)
+        assert first["user"] == approver, first
+        assert re.fullmatch(r"[0-9a-f]{20}", first["content"]), first
+        assert abs(first["at"] - time.time()) < 60, first
+
+        rolling = sources(get(kube, ns, "canary"))
+        set_cm(As(k8s, ALICE), ns, "3")
+        wait_for(
+            lambda: sources(get(kube, ns, "canary")) not in (rolling, before["canary"]),
+            what="the canary re-stamped for a=3",
+        )
+        kubelet.allow("canary", "later-0", "later-1")
+        _wait_state(kube, ns, "canary", "complete")
+        for name in later:
+            wait_event(kube, ns, name, "ConfigRolloutAwaitingApproval", "Normal")
+        assert _approved_text(kube, ns) == text  # still there, for the content it saw
+        quiet(kube, ns, later, 3 * RESYNC)
+        rows = status(control_plane, ns)
+        assert all(rows[n]["state"] == "awaiting-approval" for n in later), rows
+
+        _approve(editor, ns)
+        second = json.loads(_approved_text(kube, ns) or "{}")
+        assert second["user"] == approver and second["content"] != first["content"], second
+        for name in later:
+            _wait_state(kube, ns, name, "complete")
+        assert all(sources(get(kube, ns, n)) == sources(get(kube, ns, "canary")) for n in later)
+
+
+# --- who changed it -------------------------------------------------------------------------
+
+
+def _replace_as(kube: Kube, user: str, ns: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """`kubectl replace -f` (a GitOps tool's update; `kubectl create configmap --dry-run=client
+    -o yaml | kubectl replace -f -`) of `manifest`, as `user`: the annotations stored are
+    those of the manifest, and of admission. Returns them."""
+    current = get(kube, ns, "cfg", "configmaps")
+    body = json.loads(json.dumps(manifest))
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    As(kube.api, user).replace(path("configmaps", ns, "cfg"), body)
+    found: dict[str, Any] = get(kube, ns, "cfg", "configmaps")["metadata"].get("annotations") or {}
+    return found
+
+
+def test_a_reapply_that_drops_the_record_of_who_changed_it_keeps_it(
+    kube: Kube, plain_namespaces: Callable[[], str]
+) -> None:
+    """A source's manifest never holds configpin's record. Re-applied with its content
+    unchanged by a whole-object update (`kubectl replace`, a GitOps tool's update), the
+    request drops the record and admission puts it back as it was; re-applied with new
+    content, the record names the user of that write. (`kubectl apply`, client-side or
+    server-side, leaves the record alone: no manager owns what admission added, measured on
+    1.20.2 and 1.36.2.)"""
+    ns = plain_namespaces()
+    kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
+    manifest = configmap("cfg", {"a": "2"}, annotations={"team": "web"})
+
+    stored = _replace_as(kube, ALICE, ns, manifest)
+    kept = stored[ANN_CHANGED_BY]
+    assert (changed_by(kube, ns) or {}).get("user") == ALICE
+    stored = _replace_as(kube, BOB, ns, manifest)  # the same manifest again
+    assert stored == {ANN_CHANGED_BY: kept, "team": "web"}, stored
+
+    stored = _replace_as(kube, CAROL, ns, configmap("cfg", {"a": "3"}))
+    assert (changed_by(kube, ns) or {}).get("user") == CAROL and "team" not in stored
+
+
+def test_an_editor_configpin_cannot_read_is_unknown_and_the_rollout_goes_on(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    plain: Plain,
+    plain_namespaces: Callable[[], str],
+) -> None:
+    """The leader's read of who changed the source is refused (403): the rollout goes on,
+    and its record, its Event and `configpin status` say the change was made by `unknown`."""
+    ns = plain_namespaces()
+    assert plain.leader.metric("configpin_leader") == 1
+    before = _workloads(kube, ns, {"web": {}})
+    source = path("configmaps", ns, "cfg")
+    refused_before = len(plain.proxy.refused)
+    plain.proxy.refuse = lambda method, target: method == "GET" and urlsplit(target).path == source
+    try:
+        with Kubelet(kube, ns) as kubelet:
+            kubelet.allow("web")
+            set_cm(As(k8s, ALICE), ns, "2")
+            wait_for(lambda: sources(get(kube, ns, "web")) != before["web"], what="web re-stamped")
+            _wait_state(kube, ns, "web", "complete")
+    finally:
+        plain.proxy.refuse = None
+    assert len(plain.proxy.refused) > refused_before  # the read was made, and refused
+    assert (changed_by(kube, ns) or {}).get("user") == ALICE  # the record is there
+    assert record(get(kube, ns, "web"))["by"] == "unknown"
+    [note] = notes(kube, ns, "web", "RolloutStarted")
+    assert "(changed by unknown)" in note, note
+    assert status(control_plane, ns)["web"]["rollout"]["by"] == "unknown"
+
+
+def test_a_failed_rollout_names_who_changed_the_source(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    plain_namespaces: Callable[[], str],
+) -> None:
+    """A change alice made, whose new pods never become Ready within the Deployment's
+    progress deadline: the Warning Event (ConfigRolloutFailed in checksum mode, held;
+    ConfigRolledBack in snapshot mode, undone) and `configpin status` name her."""
+    kinds = {plain_namespaces(): "ConfigRolloutFailed", plain_namespaces(): "ConfigRolledBack"}
+    modes = {"ConfigRolloutFailed": {}, "ConfigRolledBack": {ANN_MODE: MODE_SNAPSHOT}}
+    with Kubelet(kube, *kinds) as kubelet:
+        kubelet.allow("web")
+        for ns, reason in kinds.items():
+            kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
+            kube.create(
+                path("deployments", ns), reader("web", annotations=modes[reason], deadline=5)
+            )
+        before = {ns: sources(stamped(kube, ns, "web")) for ns in kinds}
+        for ns in kinds:
+            wait_healthy(kube, ns, ["web"])
+        kubelet.clear()
+        for ns in kinds:  # the change's pods never start
+            kubelet.allow(carrying(before[ns]))
+        for ns in kinds:
+            set_cm(As(k8s, ALICE), ns, "2")
+        for ns, reason in kinds.items():
+            _wait_state(kube, ns, "web", "failed", timeout=90)
+            wait_event(kube, ns, "web", reason, "Warning")
+            [note] = notes(kube, ns, "web", reason)
+            assert f"changed by {ALICE} at " in note, note
+            row = status(control_plane, ns)["web"]
+            assert row["state"] == "failed", row
+            assert row["rollout"]["by"].startswith(f"{ALICE} at "), row
+            assert f"(changed by {ALICE} at " in row["reason"], row
+
+
+# --- the preview ----------------------------------------------------------------------------
+
+
+def _preview(kube: Kube, ns: str) -> str:
+    """What a dry run of a change of key `a` of `cfg` says first."""
+    _, said = write_warned(
+        kube,
+        "PATCH",
+        path("configmaps", ns, "cfg"),
+        {"data": {"a": str(time.monotonic())}},
+        content_type=MERGE_PATCH,
+        dry_run=True,
+    )
+    return said[0] if said else ""
+
+
+def test_the_preview_follows_its_consumers_as_they_come_change_and_go(
+    kube: Kube, control_plane: ControlPlane, plain_namespaces: Callable[[], str], tmp_path: Path
+) -> None:
+    """Each write's preview names the consumers the index holds at that moment: a workload
+    that starts consuming the source, one that stops, one deleted, each moves the next
+    preview (the lists of consumers are kept between writes, per version of the index)."""
+    ns = plain_namespaces()
+    kube.create(path("configmaps", ns), configmap("cfg", {"a": "1", "b": "1"}))
+    kube.create(path("configmaps", ns), configmap("elsewhere", {"a": "1"}))
+    kube.create(path("deployments", ns), reader("web", replicas=0))
+    kube.create(path("deployments", ns), reader("other", keys=("b",), replicas=0))
+    late = reader("late", replicas=0)
+    late["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"][
+        "name"
+    ] = "elsewhere"
+    kube.create(path("deployments", ns), late)
+    for name in ("web", "other", "late"):
+        stamped(kube, ns, name)
+    manifest = tmp_path / "cfg.yaml"
+
+    def plan() -> dict[str, str]:
+        manifest.write_text(yaml.safe_dump(configmap("cfg", {"a": str(time.monotonic())})))
+        done = kubectl_configpin(
+            ["plan", "-f", str(manifest), "-n", ns, "-o", "json"], control_plane.kubeconfig
+        )
+        assert done.returncode == 0, done.stderr
+        [found] = json.loads(done.stdout)
+        return {r["name"]: r["action"] for r in found["rows"]}
+
+    def moves_to(wanted: dict[str, str], count: int) -> None:
+        line = f"configpin: ConfigMap {ns}/cfg keys [a] -> {count} workloads:"
+        wait_for(
+            lambda: _preview(kube, ns).startswith(line) and plan() == wanted,
+            timeout=30,
+            what=f"the preview naming {sorted(wanted)}",
+        )
+
+    moves_to({"web": "roll", "other": "nothing"}, 2)
+    # starts consuming it (its template changed to read `cfg`)
+    kube.patch(
+        path("deployments", ns, "late"),
+        [
+            {
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name",
+                "value": "cfg",
+            }
+        ],
+        content_type="application/json-patch+json",
+    )
+    moves_to({"web": "roll", "other": "nothing", "late": "roll"}, 3)
+    # stops consuming it
+    kube.patch(
+        path("deployments", ns, "web"),
+        [
+            {
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name",
+                "value": "elsewhere",
+            }
+        ],
+        content_type="application/json-patch+json",
+    )
+    moves_to({"other": "nothing", "late": "roll"}, 2)
+    # deleted
+    kube.delete(path("deployments", ns, "late"))
+    moves_to({"other": "nothing"}, 1)
