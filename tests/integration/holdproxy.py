@@ -1,6 +1,7 @@
 """A reverse proxy in front of the API server that can hold back the events of ConfigMap
-watches: what a replica whose watch lags looks like, made on purpose and released at will; and
-that can refuse chosen requests as the API server refuses one its user may not make (403).
+watches: what a replica whose watch lags looks like, made on purpose and released at will; that
+can refuse chosen requests as the API server refuses one its user may not make (403); and that
+can hold chosen requests back until let go (a read that reaches the server late).
 
 Everything else (lists, GETs, writes, other watches) passes straight through. The proxy
 terminates TLS with a certificate of its own and forwards each request, its bearer token
@@ -36,6 +37,10 @@ class HoldProxy:
         # (method, path with query) -> refused: answered 403 Forbidden here, never forwarded
         self.refuse: Callable[[str, str], bool] | None = None
         self.refused: list[str] = []  # what was refused ("GET /api/v1/...")
+        # (method, path with query) -> held: forwarded only once `let_go()` is called
+        self._stall: Callable[[str, str], bool] | None = None
+        self.stalled: list[str] = []  # what was held back
+        self._go = threading.Event()
         upstream = urlsplit(plane.host)
         self._upstream = (upstream.hostname or "127.0.0.1", upstream.port or 443)
         self._upstream_tls = ssl.create_default_context(cafile=str(plane.ca_file))
@@ -87,11 +92,22 @@ class HoldProxy:
             while self.hold.is_set():
                 self._released.wait(1.0)
 
+    def stall(self, chosen: Callable[[str, str], bool]) -> None:
+        """Hold back the requests `chosen` picks (method, path with query) until `let_go`."""
+        self._go.clear()
+        self._stall = chosen
+
+    def let_go(self) -> None:
+        """Forward the requests held back; hold back none from now on."""
+        self._stall = None
+        self._go.set()
+
     def start(self) -> None:
         threading.Thread(target=self.server.serve_forever, name="hold-proxy", daemon=True).start()
 
     def stop(self) -> None:
         self.release()
+        self.let_go()
         self.server.shutdown()
         self.server.server_close()
 
@@ -128,6 +144,10 @@ def _handler(proxy: HoldProxy) -> type[BaseHTTPRequestHandler]:
                 proxy.refused.append(f"{self.command} {self.path}")
                 self._forbidden()
                 return
+            stall = proxy._stall
+            if stall is not None and stall(self.command, self.path):
+                proxy.stalled.append(f"{self.command} {self.path}")
+                proxy._go.wait(60)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
             conn = proxy.upstream()
             try:

@@ -140,13 +140,14 @@ def plain_namespaces(k8s: client.ApiClient, plain: Plain) -> Iterator[Callable[[
 
 
 def _workloads(
-    kube: Kube, ns: str, names: dict[str, dict[str, str]], *, value: str = "1"
+    kube: Kube, ns: str, names: dict[str, dict[str, str]], data: dict[str, str] | None = None
 ) -> dict[str, dict[str, str]]:
-    """ConfigMap `cfg` (`a: value`) and Deployments `names` reading it (each with the
-    annotations given), Ready and healthy; the template record each was stamped with."""
+    """ConfigMap `cfg` (`data`, by default `a: "1"`) and Deployments `names` reading its key
+    `a` (each with the annotations given), Ready and healthy; the template record each was
+    stamped with."""
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow(*names)
-        kube.create(path("configmaps", ns), configmap("cfg", {"a": value}))
+        kube.create(path("configmaps", ns), configmap("cfg", data or {"a": "1"}))
         for name, notes_ in names.items():
             kube.create(path("deployments", ns), reader(name, annotations=notes_))
         before = {n: sources(stamped(kube, ns, n)) for n in names}
@@ -259,7 +260,14 @@ def test_an_approval_after_a_persons_rollback_starts_no_wave(
         rollout_undo(k8s, ns, "canary")
         _wait_state(kube, ns, "canary", "failed")
         assert record(get(kube, ns, "canary"))["action"] == "rolled-back-by-person"
-        wait_event(kube, ns, "later-0", "ConfigRolloutWaiting", "Normal")
+        for name in later:  # stopped, said before the approval
+            wait_for(
+                lambda name=name: any(
+                    "the waves after it are not rolled" in n
+                    for n in notes(kube, ns, name, "ConfigRolloutWaiting")
+                ),
+                what=f"{name} stopped by the canary's failure",
+            )
 
         said = _approve(control_plane.kubeconfig, ns)
         assert "approved configmap/cfg" in said, said
@@ -387,6 +395,41 @@ def test_an_editor_configpin_cannot_read_is_unknown_and_the_rollout_goes_on(
         plain.proxy.refuse = None
     assert len(plain.proxy.refused) > refused_before  # the read was made, and refused
     assert (changed_by(kube, ns) or {}).get("user") == ALICE  # the record is there
+    assert record(get(kube, ns, "web"))["by"] == "unknown"
+    [note] = notes(kube, ns, "web", "RolloutStarted")
+    assert "(changed by unknown)" in note, note
+    assert status(control_plane, ns)["web"]["rollout"]["by"] == "unknown"
+
+
+def test_an_editor_read_after_the_source_moved_on_is_unknown_and_the_rollout_goes_on(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    plain: Plain,
+    plain_namespaces: Callable[[], str],
+) -> None:
+    """alice changes key `a`, which `web` reads; the leader's read of who did reaches the API
+    server only after bob changed key `b`, which `web` does not read. The record the source
+    carries then is bob's, for other content than the one `web` rolls to: `web`'s rollout
+    says the change was made by `unknown` (never bob), and goes on."""
+    ns = plain_namespaces()
+    assert plain.leader.metric("configpin_leader") == 1
+    before = _workloads(kube, ns, {"web": {}}, {"a": "1", "b": "1"})
+    source = path("configmaps", ns, "cfg")
+    plain.proxy.stall(lambda method, target: method == "GET" and urlsplit(target).path == source)
+    try:
+        with Kubelet(kube, ns) as kubelet:
+            kubelet.allow("web")
+            set_cm(As(k8s, ALICE), ns, "2")
+            wait_for(lambda: plain.proxy.stalled, what="the leader reading who changed cfg")
+            cfg = path("configmaps", ns, "cfg")
+            As(k8s, BOB).patch(cfg, {"data": {"b": "2"}}, content_type=MERGE_PATCH)
+            assert (changed_by(kube, ns) or {}).get("user") == BOB
+            plain.proxy.let_go()
+            wait_for(lambda: sources(get(kube, ns, "web")) != before["web"], what="web re-stamped")
+            _wait_state(kube, ns, "web", "complete")
+    finally:
+        plain.proxy.let_go()
     assert record(get(kube, ns, "web"))["by"] == "unknown"
     [note] = notes(kube, ns, "web", "RolloutStarted")
     assert "(changed by unknown)" in note, note
