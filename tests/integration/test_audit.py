@@ -12,8 +12,8 @@ deletions of ConfigMaps and Secrets), two replicas running as the chart runs the
   GitOps tool's update), and a re-apply that changes the content records its user;
 - the preview follows the source's consumers as they come, change and go;
 - who changed a source is named by the rollout record, the rollout Events and `configpin
-  status`, a failed rollout's Event included; `unknown` where configpin could not read it,
-  and the rollout goes on.
+  status`, a failed rollout's Event included; `unknown` where configpin could not read it
+  (refused, or the source moved on before the read), and the rollout goes on.
 
 No kubelet: pods stay Pending unless the fake `Kubelet` reports them Ready.
 """
@@ -90,8 +90,8 @@ replicas = replicas_fixture(APPROVING, "audit", APPROVING_ARGS)
 
 @dataclasses.dataclass(frozen=True)
 class Plain:
-    """Two replicas of PLAIN: `leader` talks to the API server through `proxy` (which may
-    refuse what a test says); the webhook calls `follower`, straight."""
+    """Two replicas of PLAIN: `leader` talks to the API server through `proxy` (which refuses
+    or holds back what a test says); the webhook calls `follower`, straight."""
 
     proxy: HoldProxy
     leader: Configpin
