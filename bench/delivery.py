@@ -52,7 +52,7 @@ from harness.controlplane import ControlPlane, running_control_plane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_MODE, ANN_ROLLOUT, ANN_SOURCES
-from webhook.core.delivery import Member, parse_waves, wave_plan
+from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.client import connect
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 

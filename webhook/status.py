@@ -41,7 +41,6 @@ from webhook.core.constants import (
     LABEL_SNAPSHOT,
     OWNED_PIN,
 )
-from webhook.core.delivery import Action, digest_mapping_any, rejected
 from webhook.core.kinds import (
     BUILTIN_KINDS,
     custom_kind,
@@ -54,6 +53,7 @@ from webhook.core.kinds import (
 from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
 from webhook.core.plan import parse_mapping
+from webhook.core.record import Action, digest_mapping_any, rejected
 from webhook.core.refs import RefSite, find_sites, get_path
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube, path

@@ -77,7 +77,7 @@ from webhook.core.constants import (
     ANN_REJECTED,
     ANN_WAVE,
 )
-from webhook.core.delivery import Member, parse_waves, wave_plan
+from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.errors import Conflict, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 

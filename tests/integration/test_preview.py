@@ -66,8 +66,8 @@ from tests.integration.workloads import (
 )
 from webhook.core.audit import ChangedBy
 from webhook.core.constants import ANN_CHANGED_BY, ANN_ON_CHANGE, ANN_REJECTED
-from webhook.core.delivery import Member, parse_waves, wave_plan
 from webhook.core.model import SourceId, SourceKind
+from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "preview"

@@ -36,7 +36,7 @@ from webhook.core.constants import (
     ANN_ROLLOUT,
     ANN_SOURCES,
 )
-from webhook.core.delivery import Member, parse_waves, wave_plan
+from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "deliver"

@@ -24,9 +24,9 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT
-from webhook.core.delivery import Action, RolloutRecord, State, rollout_record, workload_identity
 from webhook.core.model import JSONObject, Plan
 from webhook.core.plan import dumps_mapping, plan_object
+from webhook.core.record import Action, RolloutRecord, State, rollout_record, workload_identity
 
 NOW = 1_800_000_000.0
 SPEC = pod_spec(container(env=[env_cm("cfg", "a")]))

@@ -1,5 +1,5 @@
-"""Safe delivery's decisions (webhook/core/delivery.py): the rollout record, how a rollout is
-going by each kind's status and its pods, undo, and waves."""
+"""Safe delivery's decisions (webhook/core/record.py, progress.py, waves.py): the rollout
+record, how a rollout is going by each kind's status and its pods, undo, and waves."""
 
 from __future__ import annotations
 
@@ -21,37 +21,41 @@ from webhook.core.constants import (
     ANN_SOURCES,
     ANN_WAVE,
 )
-from webhook.core.delivery import (
+from webhook.core.kinds import builtin
+from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.progress import (
+    Standing,
+    assess,
+    on_failure_policy,
+    progress_deadline,
+    standing,
+    undo_ops,
+)
+from webhook.core.record import (
     Action,
     Change,
-    Member,
     RolloutRecord,
-    Standing,
     State,
-    WaveStep,
-    approval_from,
-    asks_approval,
-    assess,
-    cut_waves,
-    on_failure_policy,
-    parse_waves,
-    progress_deadline,
     proven,
     rolled_back,
     rollout_record,
-    standing,
     started,
     template_fingerprint,
-    undo_ops,
+    workload_identity,
+)
+from webhook.core.times import format_time
+from webhook.core.waves import (
+    Member,
+    WaveStep,
+    approval_from,
+    asks_approval,
+    cut_waves,
+    parse_waves,
     wave_of,
     wave_order,
     wave_plan,
     wave_sizes,
-    workload_identity,
 )
-from webhook.core.kinds import builtin
-from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.core.times import format_time
 
 COMPLETE, FAILED, ROLLING, LEFT = State.COMPLETE, State.FAILED, State.ROLLING, State.LEFT
 DEPLOYMENT, STATEFULSET, DAEMONSET, REPLICASET = (

@@ -11,9 +11,9 @@ from tests.unit.conftest import HKEY
 from webhook.controller.editors import UNKNOWN, Editors
 from webhook.core import digest
 from webhook.core.constants import ANN_CHANGED_BY
-from webhook.core.delivery import Change
 from webhook.core.model import SourceId, SourceKind
 from webhook.core.preview import ChangedBy
+from webhook.core.record import Change
 
 NS = "shop"
 CFG = SourceId(SourceKind.CONFIGMAP, "web-config")

@@ -43,12 +43,13 @@ from webhook.core.constants import (
     ANN_SOURCES,
 )
 from webhook.core.current import Lookup, WorkloadRef, entry_from_object
-from webhook.core.delivery import Change, Wait, WaitReason, rollout_record
 from webhook.core.kinds import WorkloadKind, builtin
 from webhook.core.model import JSONObject
 from webhook.core.plan import dumps_mapping, observed_ops
 from webhook.core.reasons import Fallback, SkipReason
+from webhook.core.record import Change, rollout_record
 from webhook.core.times import format_time
+from webhook.core.waves import Wait, WaitReason
 from webhook.kube.errors import Forbidden
 
 NOW = 1_800_000_000.0  # the decision's wall clock

@@ -30,16 +30,9 @@ from webhook.core.constants import (
     ANN_WAVE,
 )
 from webhook.core.current import WorkloadRef, entry_from_object
-from webhook.core.delivery import (
-    Action,
-    Change,
-    RolloutRecord,
-    State,
-    Wait,
-    WaitReason,
-    identity,
-)
 from webhook.core.model import SourceId, SourceKind
+from webhook.core.record import Action, Change, RolloutRecord, State, identity
+from webhook.core.waves import Wait, WaitReason
 
 CFG = SourceId(SourceKind.CONFIGMAP, "cfg")
 UNAVAILABLE = {"conditions": [{"type": "Available", "status": "False"}]}

@@ -12,8 +12,8 @@ from collections import OrderedDict
 from typing import Final
 
 from webhook.core import digest
-from webhook.core.delivery import Change
 from webhook.core.preview import changed_by_of
+from webhook.core.record import Change
 from webhook.kube.copies import RESOURCE
 from webhook.kube.errors import KubeError
 from webhook.kube.ratelimit import LimitedKube

@@ -1,7 +1,7 @@
 """Following the config rollouts configpin starts (safe delivery).
 
 When configpin re-stamps a workload it writes, in the same write, a rollout record on the
-workload (webhook.core.delivery.RolloutRecord): what it rolled to and from, when, the previous
+workload (webhook.core.record.RolloutRecord): what it rolled to and from, when, the previous
 references. While that record says `rolling`, the controller looks at the workload again
 (on its watch events, and every few seconds for deadlines and restarts) until its status says
 complete, a failure signal fires, it is scaled to zero (it left: it proves nothing), or a
@@ -29,23 +29,25 @@ from dataclasses import dataclass
 from webhook.core import digest
 from webhook.core.constants import ANN_OBSERVED, ANN_REJECTED, ANN_ROLLOUT
 from webhook.core.current import WorkloadRef
-from webhook.core.delivery import (
-    Action,
+from webhook.core.kinds import WorkloadKind
+from webhook.core.model import JSONObject, PatchOp, SourceId
+from webhook.core.progress import (
     Progress,
-    RolloutRecord,
-    State,
     assess,
     on_failure_policy,
     poll_after,
+    undo_ops,
+    without_pods,
+)
+from webhook.core.record import (
+    Action,
+    RolloutRecord,
+    State,
     proven,
     record_ops,
     rejected_text,
-    undo_ops,
-    without_pods,
     workload_identity,
 )
-from webhook.core.kinds import WorkloadKind
-from webhook.core.model import JSONObject, PatchOp, SourceId
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
 from webhook.core.current import Consumed, WorkloadEntry
-from webhook.core.delivery import Member, Standing, approval_from, cut_waves, wave_order
 from webhook.core.model import SourceId, SourceRecord
 from webhook.core.preview import Effect, Row
+from webhook.core.progress import Standing
+from webhook.core.waves import Member, approval_from, cut_waves, wave_order
 from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
 

@@ -12,11 +12,12 @@ from typing import Final
 from webhook.controller.follow import Ended
 from webhook.core.constants import ANN_OWNED, ANN_REJECTED, OWNED_PIN
 from webhook.core.current import WorkloadRef
-from webhook.core.delivery import Action, RolloutRecord, Wait, WaitReason
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.owners import controller_of
 from webhook.core.plan import RollInstead
 from webhook.core.reasons import SkipReason
+from webhook.core.record import Action, RolloutRecord
+from webhook.core.waves import Wait, WaitReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.metrics import Metrics
 

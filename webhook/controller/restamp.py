@@ -39,22 +39,6 @@ from webhook.core.current import (
     entry_from_object,
     stale_sources,
 )
-from webhook.core.delivery import (
-    Action,
-    Change,
-    Progress,
-    RolloutRecord,
-    Standing,
-    State,
-    Wait,
-    identity,
-    record_ops,
-    rolled_back,
-    rollout_record,
-    standing,
-    started,
-    template_sources,
-)
 from webhook.core.kinds import WorkloadKind, template_paths
 from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotRequest, SourceId
 from webhook.core.names import pointer
@@ -69,9 +53,23 @@ from webhook.core.plan import (
     roll_instead,
     rolled_at_ops,
 )
+from webhook.core.progress import Progress, Standing, standing
 from webhook.core.reasons import Fallback, SkipReason
+from webhook.core.record import (
+    Action,
+    Change,
+    RolloutRecord,
+    State,
+    identity,
+    record_ops,
+    rolled_back,
+    rollout_record,
+    started,
+    template_sources,
+)
 from webhook.core.refs import Consumption
 from webhook.core.times import format_time, parse_time
+from webhook.core.waves import Wait
 
 log = logging.getLogger(__name__)
 

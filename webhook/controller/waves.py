@@ -1,7 +1,7 @@
 """Which stale workloads may roll now: the waves of each change, and the cap on rollouts in
 flight (`--rollout-waves`, `--max-rolling`).
 
-A change is one source's new content in one namespace (webhook.core.delivery.Change), or in
+A change is one source's new content in one namespace (webhook.core.record.Change), or in
 every namespace whose source of that name is marked `configpin.io/shared`. Its members are the
 workloads it reaches: those that rolled for it (their rollout record names it, whatever came
 of it) and those still stale for it. They are ordered the same way on every replica, from
@@ -33,18 +33,10 @@ from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
 from webhook.core.current import WorkloadEntry, WorkloadRef, stale_sources
-from webhook.core.delivery import (
-    Change,
-    Member,
-    Standing,
-    State,
-    Wait,
-    WaitReason,
-    approval_from,
-    cut_waves,
-    wave_order,
-)
 from webhook.core.model import SourceId, SourceRecord
+from webhook.core.progress import Standing
+from webhook.core.record import Change, State
+from webhook.core.waves import Member, Wait, WaitReason, approval_from, cut_waves, wave_order
 from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
 

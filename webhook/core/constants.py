@@ -61,7 +61,7 @@ ANN_REFRESHED: Final = "configpin.io/refreshed"
 # Safe delivery. On a workload's own metadata, set by its owner:
 #   what configpin does when a rollout it started fails: undo (snapshot mode's default: back
 #   to the previous copies), hold (checksum mode's: start nothing more for that change), none
-#   (webhook.core.delivery.Action)
+#   (webhook.core.record.Action)
 ANN_ON_FAILURE: Final = "configpin.io/on-failure"
 #   seconds its updated pods have to be Ready (kinds without a progress deadline of their own)
 ANN_PROGRESS_DEADLINE: Final = "configpin.io/progress-deadline"

@@ -36,24 +36,16 @@ from webhook.core.constants import (
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
-from webhook.core.delivery import (
-    Change,
-    RolloutRecord,
-    Standing,
-    State,
-    asks_approval,
-    rejected,
-    rollout_record,
-    standing,
-    wave_of,
-)
 from webhook.core.kinds import template_paths, workload_kind, workload_ref
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
+from webhook.core.progress import Standing, standing
 from webhook.core.reasons import SkipReason
+from webhook.core.record import Change, RolloutRecord, State, rejected, rollout_record
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.core.times import parse_time
+from webhook.core.waves import asks_approval, wave_of
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -86,9 +78,9 @@ class RolloutBrief:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """What safe delivery keeps of a workload (webhook.core.delivery), compactly: only a
-    workload with something to say has one (a record, rejected content, a wave, a standing
-    other than healthy, a paused rollout)."""
+    """What safe delivery keeps of a workload (webhook.core.record, progress, waves),
+    compactly: only a workload with something to say has one (a record, rejected content, a
+    wave, a standing other than healthy, a paused rollout)."""
 
     rollout: RolloutBrief | None
     rejected: tuple[tuple[str, str], ...] | None

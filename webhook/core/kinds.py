@@ -19,7 +19,7 @@ Path = tuple[str | int, ...]
 
 
 class RolloutStyle(StrEnum):
-    """How a kind's status says a rolling update of its pods went (webhook.core.delivery)."""
+    """How a kind's status says a rolling update of its pods went (webhook.core.progress)."""
 
     DEPLOYMENT = "deployment"
     STATEFULSET = "statefulset"
@@ -49,7 +49,7 @@ class WorkloadKind:
     revisions: str | None = None  # the kind that keeps each version of its template
     pods_via: str | None = None  # the kind its pods are owned through (a Deployment's ReplicaSets)
     copies: CopyOwner = CopyOwner.NEVER
-    # how its status says a rolling update went (webhook.core.delivery), where re-stamping its
+    # how its status says a rolling update went (webhook.core.progress), where re-stamping its
     # template replaces its pods; None: nothing to follow (its pods are not replaced)
     rollout: RolloutStyle | None = None
     short_names: tuple[str, ...] = ()  # as kubectl knows them (`configpin status`)

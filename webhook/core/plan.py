@@ -33,17 +33,6 @@ from webhook.core.constants import (
     ON_CHANGE_ROLL,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
-from webhook.core.delivery import (
-    Change,
-    RolloutRecord,
-    Standing,
-    State,
-    identity,
-    rejected,
-    standing,
-    started,
-    workload_identity,
-)
 from webhook.core.kinds import (
     POD,
     Path,
@@ -64,7 +53,17 @@ from webhook.core.model import (
 )
 from webhook.core.names import SUFFIX_LEN, pointer, snapshot_name
 from webhook.core.owners import left_to_owner
+from webhook.core.progress import Standing, standing
 from webhook.core.reasons import Fallback, SkipReason
+from webhook.core.record import (
+    Change,
+    RolloutRecord,
+    State,
+    identity,
+    rejected,
+    started,
+    workload_identity,
+)
 from webhook.core.refs import (
     Consumption,
     consumption,
