@@ -110,6 +110,7 @@ from harness.manifests import pod_spec as pod_spec_manifest
 from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
+from webhook.controller.waves import WaveCut
 from webhook.core import digest
 from webhook.core.audit import ChangedBy
 from webhook.core.constants import ANN_CHANGED_BY, ANN_SOURCES
@@ -249,7 +250,8 @@ def build_admitter(consumers: int) -> Admitter:
         assert isinstance(entry, WorkloadEntry), entry
         index.put(entry)
     cache = StoreCache({NS: store}, frozen=True)
-    previewer = Previewer(index, cache, HKEY, Settings(), ready=lambda: True)  # type: ignore[arg-type]
+    cut = WaveCut(index, cache, HKEY, Settings(), in_scope=lambda _ns: True)  # type: ignore[arg-type]
+    previewer = Previewer(cut, ready=lambda: True)
     sources = FileSources(HKEY, [])
     return Admitter(hkey=HKEY, sources=sources, metrics=Metrics(), preview=previewer)
 

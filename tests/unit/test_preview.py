@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.controller import StoreCache
 from tests.unit.conftest import (
@@ -27,6 +29,7 @@ from tests.unit.conftest import (
 from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
+from webhook.controller.waves import Gate, WaveCut
 from webhook.core import digest
 from webhook.core.constants import (
     ANN_APPROVE,
@@ -36,6 +39,9 @@ from webhook.core.constants import (
     ANN_ON_CHANGE,
     ANN_PLAN,
     ANN_REJECTED,
+    ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
+    ANN_SHARED,
     ANN_WAVE,
 )
 from webhook.core.current import entry_from_object
@@ -51,12 +57,22 @@ from webhook.core.preview import (
     source_write,
     summary,
 )
+from webhook.core.record import Change, RolloutRecord, State, identity
 from webhook.server.admission import Review
 from webhook.server.writes import SourceWrites
 
 NS = "shop"
 CFG = SourceId(SourceKind.CONFIGMAP, "web-config")
 NOW = 1_800_000_000.0
+
+
+FAST = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def _cm(data: dict[str, str], **kw: Any) -> JSONObject:
@@ -244,8 +260,8 @@ def _world(store: Store, apps: dict[str, JSONObject]) -> tuple[Previewer, Worklo
         obj = apply(obj, plan(obj, store))
         obj.update(spec_and_notes.get("extra", {}))
         index.put(entry_from_object(obj, "checksum", hkey=HKEY))
-    cache = StoreCache({NS: store})
-    previewer = Previewer(index, cache, HKEY, Settings(), ready=lambda: True)  # type: ignore[arg-type]
+    cut = WaveCut(index, StoreCache({NS: store}), HKEY, Settings(), in_scope=lambda _ns: True)  # type: ignore[arg-type]
+    previewer = Previewer(cut, ready=lambda: True)
     return previewer, index
 
 
@@ -327,10 +343,188 @@ def test_what_a_workload_of_the_namespace_does_since_is_in_the_next_preview() ->
 
 def test_no_preview_before_the_index_has_every_workload() -> None:
     store = Store([configmap("web-config", {"a": "1"}, namespace=NS)])
-    previewer = Previewer(
-        WorkloadIndex(), StoreCache({NS: store}), HKEY, Settings(), ready=lambda: False
-    )  # type: ignore[arg-type]
+    cache = StoreCache({NS: store})
+    cut = WaveCut(WorkloadIndex(), cache, HKEY, Settings(), in_scope=lambda _ns: True)  # type: ignore[arg-type]
+    previewer = Previewer(cut, ready=lambda: False)
     assert previewer.rows(NS, CFG, frozenset({"a"}), None) is None
+
+
+# --- the preview names the gate's waves -----------------------------------------------------
+
+SHARED_NOTE = {ANN_SHARED: "true"}
+UNAVAILABLE = {"status": {"conditions": [{"type": "Available", "status": "False"}]}}
+
+
+def _shared_world(
+    apps: dict[str, dict[str, JSONObject]], *, waves: str = "1,10%,100%"
+) -> tuple[Previewer, WorkloadIndex, dict[str, Store]]:
+    """Deployments reading key `a` of `web-config` in each namespace of `apps` (name -> its
+    annotations and extra fields), stamped while the source held a=1 everywhere."""
+    stores = {
+        ns: Store([configmap("web-config", {"a": "1"}, namespace=ns, annotations=SHARED_NOTE)])
+        for ns in apps
+    }
+    index = WorkloadIndex()
+    reads = pod_spec(container(env=[env_cm("web-config", "a")]))
+    for ns, named in apps.items():
+        for name, extra in named.items():
+            notes = extra.get("annotations")
+            obj = workload("Deployment", reads, name=name, namespace=ns, annotations=notes)
+            obj = apply(obj, plan(obj, stores[ns]))
+            obj.update(extra.get("extra", {}))
+            index.put(entry_from_object(obj, "checksum", hkey=HKEY))
+    settings = Settings(rollout_waves=waves)
+    cut = WaveCut(index, StoreCache(stores), HKEY, settings, in_scope=lambda _ns: True)
+    return Previewer(cut, ready=lambda: True), index, stores
+
+
+def _gate_waves(
+    index: WorkloadIndex, stores: dict[str, Store], namespace: str, waves: str
+) -> dict[tuple[str, str], int]:
+    """The wave (from 1) of each workload the gate rolls for the change its source in
+    `namespace` is at now."""
+    settings = Settings(rollout_waves=waves)
+    gate = Gate(index, StoreCache(stores), HKEY, settings, in_scope=lambda _ns: True)
+    [change] = gate.changes(namespace, [CFG])
+    plan_ = gate.cut.plan(change)
+    return {(r.namespace, r.name): i for i, wave in enumerate(plan_, 1) for r in wave}
+
+
+def _previewed(
+    previewer: Previewer, namespace: str, new: JSONObject
+) -> tuple[dict[tuple[str, str], int], list[str]]:
+    record = digest.record_from_object(HKEY, CFG.kind, new)
+    rows = previewer.rows(namespace, CFG, frozenset({"a"}), record)
+    assert rows is not None
+    waves = {(r.namespace, r.name): r.wave for r in rows if r.wave}
+    return waves, summary(CFG.kind, namespace, CFG.name, {"a"}, rows)
+
+
+def test_a_shared_source_previews_the_first_wave_the_gate_rolls_in_another_namespace() -> None:
+    """`web-config` is shared by two namespaces; `b` holds a=2 already (its workloads wait for
+    their own approval), and `b`'s `first` goes first (configpin.io/wave -1). A write of a=2
+    in `a` joins that change: the preview names b's `first` as wave 1, as the gate rolls it,
+    and every workload in the wave the gate gives it."""
+    first = {"annotations": {ANN_WAVE: "-1", ANN_ROLLOUT_WAVES: "approve"}}
+    apps = {
+        "a": {f"a-{i}": {} for i in range(4)},
+        "b": {"first": first, "b-1": {}},
+    }
+    previewer, index, stores = _shared_world(apps)
+    new = {"a": "2"}
+    stores["b"].put(configmap("web-config", new, namespace="b", annotations=SHARED_NOTE))
+    written = configmap("web-config", new, namespace="a", annotations=SHARED_NOTE)
+    waves, said = _previewed(previewer, "a", written)
+    assert said[1] == "configpin: wave 1: Deployment b/first", said
+
+    stores["a"].put(written)  # as the gate sees it once the write is stored
+    assert _gate_waves(index, stores, "a", "1,10%,100%") == waves
+    assert waves[("b", "first")] == 1 and len(waves) == 6
+
+
+_APP = st.fixed_dictionaries(
+    {
+        # reads `a` (what the write changes), `b` (not), `b` stamped for older content (stale
+        # already), all of it mounted and refreshed in place, `a` with the new content
+        # rejected before
+        "how": st.sampled_from(["a", "a", "a", "b", "stale-b", "refresh", "held"]),
+        "wave": st.sampled_from([None, None, "-1", "1"]),
+        "broken": st.sampled_from([False, False, False, True]),
+        "approve": st.sampled_from([False, False, False, True]),
+        # (readers of `a`) its rollout record names the change already, and how it stands
+        "rolled": st.sampled_from([None, None, None, State.COMPLETE, State.ROLLING, State.LEFT]),
+    }
+)
+
+
+@FAST
+@given(
+    apps=st.lists(st.lists(_APP, max_size=5), min_size=1, max_size=3),
+    shared=st.booleans(),
+    at=st.lists(st.booleans(), min_size=3, max_size=3),
+    scope=st.lists(st.booleans(), min_size=3, max_size=3),
+    waves=st.sampled_from(["1,10%,100%", "1,approve,100%", "2,50%", "approve,1", "off"]),
+)
+def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
+    apps: list[list[dict[str, Any]]],
+    shared: bool,
+    at: list[bool],
+    scope: list[bool],
+    waves: str,
+) -> None:
+    """Whatever the workloads (their waves, health, keys, refresh, rejected content, records of
+    the change), the namespaces in scope and which of them hold the content already: the
+    preview of a write in namespace `n0` gives every member of the change the wave the gate
+    gives it once the write is stored, and says await exactly where the gate waits for an
+    approval."""
+    names = [f"n{i}" for i in range(len(apps))]
+    notes = SHARED_NOTE if shared else None
+    old, new = {"a": "1", "b": "1"}, {"a": "2", "b": "1"}
+    stores = {
+        ns: Store([configmap("web-config", old, namespace=ns, annotations=notes)]) for ns in names
+    }
+    written = configmap("web-config", new, namespace="n0", annotations=notes)
+    content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, written))
+    change = Change.of("n0", CFG, content, shared=shared)
+    index = WorkloadIndex()
+    for ns, named in zip(names, apps, strict=True):
+        nskey = digest.namespace_key(HKEY, ns)
+        held = digest.source_digest(
+            nskey, digest.record_from_object(HKEY, CFG.kind, written), {"a"}
+        )
+        for i, app in enumerate(named):
+            how = app["how"]
+            notes_of: dict[str, str] = {}
+            if app["wave"] is not None:
+                notes_of[ANN_WAVE] = app["wave"]
+            if app["approve"]:
+                notes_of[ANN_ROLLOUT_WAVES] = "1,approve"
+            if how == "refresh":
+                spec = pod_spec(container(), volumes=[vol_cm("web-config")])
+                notes_of[ANN_ON_CHANGE] = "refresh"
+            else:
+                spec = pod_spec(container(env=[env_cm("web-config", "b" if "b" in how else "a")]))
+            if how == "held":
+                notes_of[ANN_REJECTED] = dumps_mapping({str(CFG): held})
+            stamp = stores[ns]
+            if how == "stale-b":
+                stamp = Store([configmap("web-config", {"a": "1", "b": "0"}, namespace=ns)])
+            obj = workload("Deployment", spec, name=f"w{i}", namespace=ns, annotations=notes_of)
+            obj = apply(obj, plan(obj, stamp))
+            if app["broken"]:
+                obj.update(UNAVAILABLE)
+            if app["rolled"] is not None and how == "a":
+                rolled = RolloutRecord(app["rolled"], {}, {}, 0.0, (change,), healthy=True)
+                ident = identity("Deployment", ns, f"w{i}")
+                obj["metadata"].setdefault("annotations", {})[ANN_ROLLOUT] = rolled.encode(
+                    HKEY, ident
+                )
+            index.put(entry_from_object(obj, "checksum", hkey=HKEY))
+    for ns, holds in zip(names[1:], at, strict=False):
+        if holds:
+            stores[ns].put(configmap("web-config", new, namespace=ns, annotations=notes))
+    in_scope = {"n0"} | {ns for ns, yes in zip(names[1:], scope, strict=False) if yes}
+    settings = Settings(rollout_waves=waves)
+    cache = StoreCache(stores)
+    cut = WaveCut(index, cache, HKEY, settings, in_scope=in_scope.__contains__)
+    rows = Previewer(cut, ready=lambda: True).rows(
+        "n0", CFG, frozenset({"a"}), digest.record_from_object(HKEY, CFG.kind, written)
+    )
+    assert rows is not None
+    previewed = {(r.namespace, r.name): (r.wave, r.action) for r in rows if r.wave}
+
+    stores["n0"].put(written)
+    gate = Gate(index, StoreCache(stores), HKEY, settings, in_scope=in_scope.__contains__)
+    assert gate.changes("n0", [CFG]) == (change,)
+    gated = {}
+    for i, wave in enumerate(gate.cut.plan(change)):
+        for ref in wave:
+            entry = index.get(ref)
+            assert entry is not None
+            own = entry.delivery is not None and entry.delivery.approve
+            awaits = gate.cut.after_approve(i) or own
+            gated[(ref.namespace, ref.name)] = (i + 1, Effect.AWAIT if awaits else Effect.ROLL)
+    assert previewed == gated
 
 
 # --- approval -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from tests.unit.conftest import (
     env_cm,
     plan,
     pod_spec,
+    vol_cm,
     workload,
 )
 from webhook.config import Settings
@@ -24,6 +25,7 @@ from webhook.core import digest
 from webhook.core.audit import APPROVED, ChangedBy
 from webhook.core.constants import (
     ANN_APPROVED,
+    ANN_ON_CHANGE,
     ANN_ROLLOUT,
     ANN_ROLLOUT_WAVES,
     ANN_SHARED,
@@ -106,7 +108,7 @@ def _may(gate: Gate, ref: WorkloadRef, change: Change) -> bool:
 def test_the_first_wave_goes_alone_and_the_next_when_it_completed() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(12)]})
     [change] = gate.changes("team-a", [CFG])
-    plan_ = gate.plan(change)
+    plan_ = gate.cut.plan(change)
     assert [len(w) for w in plan_] == [1, 2, 9]
     first, second, third = plan_
     assert gate.wait(first[0], [change]) is None
@@ -123,7 +125,7 @@ def test_the_first_wave_goes_alone_and_the_next_when_it_completed() -> None:
 def test_a_failure_stops_every_later_wave() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(5)]})
     [change] = gate.changes("team-a", [CFG])
-    first, *later = gate.plan(change)
+    first, *later = gate.cut.plan(change)
     _record(index, objs[first[0]], first[0], change, State.FAILED, action=Action.HOLD)
     for wave in later:
         waiting = gate.wait(wave[0], [change])
@@ -133,7 +135,7 @@ def test_a_failure_stops_every_later_wave() -> None:
 def test_a_persons_rollback_of_the_canary_stops_every_later_wave() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(5)]})
     [change] = gate.changes("team-a", [CFG])
-    first, *later = gate.plan(change)
+    first, *later = gate.cut.plan(change)
     _record(index, objs[first[0]], first[0], change, State.FAILED, action=Action.PERSON)
     assert all(_why(gate.wait(wave[0], [change])).endswith("not rolled") for wave in later)
 
@@ -141,13 +143,13 @@ def test_a_persons_rollback_of_the_canary_stops_every_later_wave() -> None:
 def test_a_canary_scaled_to_zero_or_deleted_proves_nothing_the_next_one_vouches() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(12)]})
     [change] = gate.changes("team-a", [CFG])
-    canary = gate.plan(change)[0][0]
+    canary = gate.cut.plan(change)[0][0]
     _record(index, objs[canary], canary, change, State.LEFT)  # scaled to zero while rolling
-    first, second, _ = gate.plan(change)
+    first, second, _ = gate.cut.plan(change)
     assert canary not in first and gate.wait(first[0], [change]) is None
     assert gate.wait(second[0], [change]) is not None  # the new canary has proved nothing yet
     index.remove(first[0])  # ... and it is deleted
-    new_first, new_second, _ = gate.plan(change)
+    new_first, new_second, _ = gate.cut.plan(change)
     assert first[0] not in new_first and gate.wait(new_second[0], [change]) is not None
     _record(index, objs[new_first[0]], new_first[0], change, State.COMPLETE)
     assert gate.wait(new_second[0], [change]) is None
@@ -157,7 +159,7 @@ def test_a_workload_broken_before_the_change_is_no_canary_and_stops_nothing() ->
     names = [f"w{i}" for i in range(6)]
     gate, index, _, objs = _setup({"team-a": names}, broken={"w0", "w1", "w2"})
     [change] = gate.changes("team-a", [CFG])
-    first, second, last = gate.plan(change)
+    first, second, last = gate.cut.plan(change)
     broken = {WorkloadRef("Deployment", "team-a", n) for n in ("w0", "w1", "w2")}
     assert not broken & {*first, *second} and broken <= set(last)
     # healthy ones go first; a broken one's failure (it was broken before) stops nothing
@@ -173,25 +175,46 @@ def test_a_change_is_its_namespaces_own_unless_its_source_is_shared() -> None:
     changes = {gate.changes(ns, [CFG]) for ns in ("dev", "stage", "prod")}
     assert len(changes) == 3  # the same content, three tenants: three changes
     [dev] = gate.changes("dev", [CFG])
-    assert {r.namespace for wave in gate.plan(dev) for r in wave} == {"dev"}
-    first = gate.plan(dev)[0][0]
+    assert {r.namespace for wave in gate.cut.plan(dev) for r in wave} == {"dev"}
+    first = gate.cut.plan(dev)[0][0]
     _record(index, objs[first], first, dev, State.FAILED, action=Action.HOLD)
     [prod] = gate.changes("prod", [CFG])
-    assert gate.wait(gate.plan(prod)[0][0], [prod]) is None  # dev's failure stops nothing here
+    assert gate.wait(gate.cut.plan(prod)[0][0], [prod]) is None  # dev's failure stops nothing here
 
     gate, *_ = _setup(names, shared=True)
     changes = {gate.changes(ns, [CFG]) for ns in ("dev", "stage", "prod")}
     assert len(changes) == 1
     [[change]] = changes
-    order = [ref for wave in gate.plan(change) for ref in wave]
+    order = [ref for wave in gate.cut.plan(change) for ref in wave]
     assert {r.namespace for r in order[:3]} == {"dev", "stage", "prod"}
+
+
+def test_a_workload_that_takes_the_change_in_place_holds_no_wave() -> None:
+    """A workload refreshed in place (on-change: refresh, a whole-volume mount) rolls nothing
+    and never writes a rollout record: were it a member, the wave it held would never be
+    complete, and every later one would wait (until a resync)."""
+    gate, index, *_ = _setup({"team-a": ["w0", "w1", "w2"]})
+    live = workload(
+        "Deployment",
+        pod_spec(container(), volumes=[vol_cm("cfg")]),
+        name="live",
+        namespace="team-a",
+        annotations={ANN_ON_CHANGE: "refresh", ANN_WAVE: "-1"},  # (first, were it a member)
+    )
+    stamp = Store([configmap("cfg", {"a": "1"}, namespace="team-a")])
+    index.put(entry_from_object(apply(live, plan(live, stamp)), "checksum", hkey=HKEY))
+    [change] = gate.changes("team-a", [CFG])
+    waves = gate.cut.plan(change)
+    assert WorkloadRef("Deployment", "team-a", "live") not in {r for w in waves for r in w}
+    assert [len(w) for w in waves] == [1, 1, 1]
+    assert gate.wait(waves[0][0], [change]) is None
 
 
 def test_workloads_configpin_does_not_act_for_hold_no_wave() -> None:
     names = {"team-a": ["w0", "w1"], "elsewhere": ["x0", "x1", "x2"]}
     gate, *_ = _setup(names, scope={"team-a"}, shared=True)
     [change] = gate.changes("team-a", [CFG])
-    assert {r.namespace for r in gate.order(change)} == {"team-a"}
+    assert {r.namespace for r in gate.cut.order(change)} == {"team-a"}
 
 
 def test_the_wave_annotation_goes_first() -> None:
@@ -200,7 +223,7 @@ def test_the_wave_annotation_goes_first() -> None:
     objs[canary]["metadata"].setdefault("annotations", {})[ANN_WAVE] = "-1"
     index.put(entry_from_object(objs[canary], "checksum", hkey=HKEY))
     [change] = gate.changes("team-a", [CFG])
-    assert gate.plan(change, refresh=True)[0] == [canary]
+    assert gate.cut.plan(change, refresh=True)[0] == [canary]
 
 
 def test_waves_off_roll_every_workload_at_once_under_the_cap() -> None:
@@ -269,7 +292,7 @@ def test_the_waves_after_approve_wait_for_the_changes_approval() -> None:
         {"team-a": [f"w{i}" for i in range(5)]}, waves="1,approve,100%"
     )
     [change] = gate.changes("team-a", [CFG])
-    first, second = gate.plan(change)
+    first, second = gate.cut.plan(change)
     assert len(first) == 1 and len(second) == 4
     assert _may(gate, first[0], change)  # the canary needs no approval
     _record(index, objs[first[0]], first[0], change, State.COMPLETE)
@@ -303,7 +326,7 @@ def test_an_approval_copied_from_another_namespace_approves_nothing() -> None:
     """Namespace b's approval of the same content, copied by a tenant onto a's source."""
     gate, index, stores, objs = _setup({"a": ["w0", "w1"], "b": ["x0"]}, waves="1,approve,100%")
     [change] = gate.changes("a", [CFG])
-    first, second = gate.plan(change)
+    first, second = gate.cut.plan(change)
     _record(index, objs[first[0]], first[0], change, State.COMPLETE)
     _approve(stores["b"], "b")
     copied = stores["b"].objects[CFG]["metadata"]["annotations"][ANN_APPROVED]
@@ -321,7 +344,7 @@ def test_an_approval_does_not_start_waves_a_persons_rollback_stopped() -> None:
         {"team-a": [f"w{i}" for i in range(3)]}, waves="1,approve,100%"
     )
     [change] = gate.changes("team-a", [CFG])
-    first, second = gate.plan(change)
+    first, second = gate.cut.plan(change)
     _record(index, objs[first[0]], first[0], change, State.FAILED, action=Action.PERSON)
     _approve(stores["team-a"], "team-a")
     waiting = gate.wait(second[0], [change])

@@ -3,29 +3,35 @@ holds (the workload index and the source cache): no API call on the write's path
 on every replica, leader or not.
 
 For each workload the index says consumes the source (by its own name, or through a snapshot
-copy of it), one row (webhook.core.preview.Row): it rolls, in which wave (the change's waves,
-cut over the workloads that would roll as the gate cuts them); it refreshes its pods in place;
-nothing happens to it (it consumes other keys); it holds (that content was rejected there).
-A deletion says who consumes the source and what breaks.
+copy of it), one row (webhook.core.preview.Row): it rolls, in which wave; it refreshes its pods
+in place; nothing happens to it (it consumes other keys); it holds (that content was rejected
+there). A deletion says who consumes the source and what breaks.
+
+The waves are the gate's own (webhook.controller.waves.WaveCut, one object both hold): the
+members of the change the write makes are those of the written namespace the write leaves
+stale (judged as `stale_sources` judges them, on the content as written) or whose record
+names that change, and, for a source shared across namespaces (`configpin.io/shared`), the
+members in every other namespace that holds the same content, each with a row of its own. So
+the preview names what the gate will roll, in the wave it will roll it.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from webhook.config import Settings
-from webhook.controller.index import WorkloadIndex
+from webhook.controller.waves import Elsewhere, WaveCut, member_of, vouches
 from webhook.core import digest
-from webhook.core.current import Consumed, WorkloadEntry
+from webhook.core.current import Consumed, RolloutBrief, WorkloadEntry
 from webhook.core.model import SourceId, SourceRecord
 from webhook.core.preview import Effect, Row
 from webhook.core.progress import Standing
-from webhook.core.waves import Member, approval_from, cut_waves, wave_order
-from webhook.kube.cache import SourceCache
+from webhook.core.record import Change
+from webhook.core.waves import Member, wave_order
 from webhook.sources import Miss
 
 
@@ -37,48 +43,36 @@ class _Consumer:
     namespace: str
     kind: str
     name: str
+    member: Member
     keys: frozenset[str] | None
     required: bool
-    healthy: bool  # it vouches for a change: cut into the waves, not joining the last
+    recorded: str | None  # the digest of the source it was last brought up to date with
+    healthy: bool  # (its standing) it vouches for a change it has not rolled for
+    standing: Standing
+    brief: RolloutBrief | None  # (what its rollout record says)
     rejected: tuple[tuple[str, str], ...]
-    refreshes: frozenset[str]
+    in_place: bool  # a change of the source reaches its pods in place (on-change: refresh)
     approve: bool
 
 
-def _consumer(entry: WorkloadEntry, consumed: Consumed) -> _Consumer:
-    ref, delivery = entry.ref, entry.delivery
-    return _Consumer(
-        ref.namespace,
-        ref.kind,
-        ref.name,
-        consumed.keys,
-        consumed.required,
-        entry.standing is Standing.HEALTHY,
-        (delivery.rejected or ()) if delivery is not None else (),
-        (delivery.refreshes or frozenset()) if delivery is not None else frozenset(),
-        delivery is not None and delivery.approve,
-    )
+# A member of the change: the consumer here (or the member elsewhere), its keys of the change,
+# whether it rolls now (not: it holds its place in the waves by its record alone), whether it
+# vouches for the change.
+_InWave = tuple[_Consumer | Elsewhere, tuple[str, ...], bool, bool]
+_vouches = operator.itemgetter(3)
 
 
 _LISTS_MAX: Final = 256  # (namespace, source) lists kept, the most recently asked
 
 
 class Previewer:
-    def __init__(
-        self,
-        index: WorkloadIndex,
-        cache: SourceCache,
-        hkey: bytes,
-        settings: Settings,
-        *,
-        ready: Callable[[], bool],
-    ) -> None:
-        """`ready()`: the index holds every workload (the controller has synced)."""
-        self.index = index
-        self.cache = cache
-        self.hkey = hkey
-        self.steps = settings.waves()
-        self.approval = approval_from(self.steps)
+    def __init__(self, cut: WaveCut, *, ready: Callable[[], bool]) -> None:
+        """`cut`: the wave gate's own; `ready()`: the index holds every workload (the
+        controller has synced)."""
+        self.cut = cut
+        self.index = cut.index
+        self.cache = cut.cache
+        self.hkey = cut.hkey
         self.ready = ready
         self._lock = threading.Lock()
         # (namespace, source) -> (the index's version, its consumers in wave order)
@@ -95,6 +89,24 @@ class Previewer:
                     return c
         return None
 
+    def _consumer(self, entry: WorkloadEntry, consumed: Consumed, sid: SourceId) -> _Consumer:
+        delivery, ref = entry.delivery, entry.ref
+        return _Consumer(
+            ref.namespace,
+            ref.kind,
+            ref.name,
+            member_of(entry),
+            consumed.keys,
+            consumed.required,
+            entry.recorded_for(str(sid)),
+            entry.standing is Standing.HEALTHY,
+            entry.standing,
+            entry.rollout,
+            (delivery.rejected or ()) if delivery is not None else (),
+            self.cut.in_place(entry, sid),
+            delivery is not None and delivery.approve,
+        )
+
     def consumers(self, namespace: str, sid: SourceId) -> list[_Consumer]:
         """The workloads that consume `sid` in `namespace`, in the order a change of it rolls
         them (`wave_order`): worked out again only once the index moved, so that a write
@@ -110,9 +122,8 @@ class Previewer:
         for entry in self.index.consumers(namespace, sid):
             consumed = self._consumed(entry, namespace, sid)
             if consumed is not None:
-                ref = entry.ref
-                member = Member(entry.wave, ref.namespace, ref.kind, ref.name)
-                by_member[member] = _consumer(entry, consumed)
+                consumer = self._consumer(entry, consumed, sid)
+                by_member[consumer.member] = consumer
         ordered = [by_member[m] for m in wave_order(by_member)]
         with self._lock:
             self._lists[key] = (version, ordered)
@@ -128,8 +139,9 @@ class Previewer:
         changed: frozenset[str],
         new: SourceRecord | None,
     ) -> list[Row] | None:
-        """One row per workload consuming `sid` (`new` None: it is being deleted); None when
-        this replica cannot tell yet (its index is still filling)."""
+        """One row per workload consuming `sid` (`new` None: it is being deleted), and per
+        member of its change elsewhere (a shared source); None when this replica cannot tell
+        yet (its index is still filling)."""
         if not self.ready():
             return None
         consumers = self.consumers(namespace, sid)
@@ -138,36 +150,61 @@ class Previewer:
                 Row(c.namespace, c.kind, c.name, Effect.BREAKS if c.required else Effect.ABSENT)
                 for c in consumers
             ]
+        change = self.cut.change_to(namespace, sid, new)
         nskey = digest.namespace_key(self.hkey, namespace)
         key = str(sid)
         rows: list[Row] = []
-        rolling: list[tuple[_Consumer, tuple[str, ...]]] = []
-        after: dict[frozenset[str] | None, str] = {}  # the new content's digest, per key set
+        members: list[_InWave] = []  # the change's members here, in wave order
+        # per key set consumed: the new content's digest, and the keys of the write among them
+        after: dict[frozenset[str] | None, tuple[str, tuple[str, ...]]] = {}
         for c in consumers:
-            mine = changed if c.keys is None else changed & c.keys
-            if not mine:
+            found = after.get(c.keys)
+            if found is None:
+                found = after[c.keys] = (
+                    digest.source_digest(nskey, new, c.keys),
+                    tuple(sorted(changed if c.keys is None else changed & c.keys)),
+                )
+            content, keys = found
+            brief = c.brief
+            if content == c.recorded:  # (as `stale_sources` judges: not stale once written)
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.NOTHING))
-                continue
-            keys = tuple(sorted(mine))
-            if c.rejected:
-                content = after.get(c.keys)
-                if content is None:
-                    content = after[c.keys] = digest.source_digest(nskey, new, c.keys)
-                if (key, content) in c.rejected:
-                    rows.append(Row(c.namespace, c.kind, c.name, Effect.HOLD, keys, 0, "rejected"))
-                    continue
-            if key in c.refreshes:
+                keys = ()
+            elif c.rejected and (key, content) in c.rejected:
+                rows.append(Row(c.namespace, c.kind, c.name, Effect.HOLD, keys, 0, "rejected"))
+            elif c.in_place:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.REFRESH, keys))
+            else:  # it rolls
+                vouch = c.healthy if brief is None else vouches(brief, c.standing, change)
+                members.append((c, keys, True, vouch))
                 continue
-            rolling.append((c, keys))
-        plan = cut_waves(rolling, _vouches, self.steps)
-        for i, wave in enumerate(plan, 1):
-            gated = self.approval is not None and i > self.approval
-            for c, keys in wave:
-                effect = Effect.AWAIT if gated or c.approve else Effect.ROLL
-                rows.append(Row(c.namespace, c.kind, c.name, effect, keys, i))
+            if brief is not None and change in brief.changes:
+                # its record names the change: it holds its place in the waves, rolling nothing
+                members.append((c, keys, False, vouches(brief, c.standing, change)))
+        rows += self._waves(change, namespace, members)
+        return rows
+
+    def _waves(self, change: Change, namespace: str, members: list[_InWave]) -> list[Row]:
+        """The rows of the change's members that roll (here, and elsewhere for a shared
+        source), numbered by the waves the gate cuts them into."""
+        cut = self.cut
+        elsewhere = cut.elsewhere(change, namespace)
+        ordered = members  # (one namespace: its consumers are in wave order, a subset keeps it)
+        if elsewhere:
+            by_member: dict[Member, _InWave] = {m[0].member: m for m in members}
+            by_member.update((e.member, (e, (), True, e.vouches)) for e in elsewhere)
+            ordered = [by_member[m] for m in wave_order(by_member)]
+        rows: list[Row] = []
+        for i, wave in enumerate(cut.waves(ordered, _vouches), 1):
+            gated = cut.after_approve(i - 1)
+            for c, keys, rolls, _ in wave:
+                if rolls:
+                    effect = Effect.AWAIT if gated or c.approve else Effect.ROLL
+                    note = "" if c.__class__ is _Consumer else _note(c)
+                    rows.append(Row(c.namespace, c.kind, c.name, effect, keys, i, note))
         return rows
 
 
-def _vouches(rolling: tuple[_Consumer, tuple[str, ...]]) -> bool:
-    return rolling[0].healthy
+def _note(member: _Consumer | Elsewhere) -> str:
+    """(a member elsewhere) that it rolled for the change already, and how that stands."""
+    state = member.state if isinstance(member, Elsewhere) else None
+    return f"rolled: {state}" if state is not None else ""

@@ -159,7 +159,7 @@ class RolloutController:
         )
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         # What a write of a source will do (admission's preview, on every replica)
-        self.preview = Previewer(self.index, cache, hkey, settings, ready=self.synced)
+        self.preview = Previewer(self.gate.cut, ready=self.synced)
         self.runner: Runner[WorkloadRef, SourceId] = Runner(
             "rollout",
             self._reconcile,

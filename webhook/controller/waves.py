@@ -4,35 +4,40 @@ flight (`--rollout-waves`, `--max-rolling`).
 A change is one source's new content in one namespace (webhook.core.record.Change), or in
 every namespace whose source of that name is marked `configpin.io/shared`. Its members are the
 workloads it reaches: those that rolled for it (their rollout record names it, whatever came
-of it) and those still stale for it. They are ordered the same way on every replica, from
-what the workloads say (their records, their `configpin.io/wave`), and cut into waves over
-those that can vouch for the change (healthy with pods before it); the others join the last
-wave. So a new leader carries on where the last one was: a wave may start when every member
-of the waves before it that vouches has completed its rollout, never after one failed or was
-rolled back by a person. A member scaled to zero, deleted or broken before the change proves
-nothing either way.
+of it) and those still stale for it that roll (not those that take it in place: on-change
+refresh). They are ordered the same way on every replica, from what the workloads say (their
+records, their `configpin.io/wave`), and cut into waves over those that can vouch for the
+change (healthy with pods before it); the others join the last wave. So a new leader carries
+on where the last one was: a wave may start when every member of the waves before it that
+vouches has completed its rollout, never after one failed or was rolled back by a person. A
+member scaled to zero, deleted or broken before the change proves nothing either way.
 
-The cap counts, per namespace (a tenant's rollouts never wait for another's), the rollouts
-configpin follows there, less those that hold no place: paused, or superseded by a newer
-change of their source (which rolls at once).
+`WaveCut` is that cut, the one the gate admits by and the preview names (webhook.controller.
+preview: what a write will roll, in which wave, before it is stored). The cap counts, per
+namespace (a tenant's rollouts never wait for another's), the rollouts configpin follows
+there, less those that hold no place: paused, or superseded by a newer change of their source
+(which rolls at once).
 
 The order of a change's members is worked out once (from the index and the source cache, in
 memory) and kept until the next resync or leadership, so that rolling a thousand workloads
-does not work it out a thousand times; who vouches is read live.
+does not work it out a thousand times; who vouches is read live. The members in a namespace
+are kept per version of the index there, for the preview of the next write.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
-from webhook.core.current import WorkloadEntry, WorkloadRef, stale_sources
+from webhook.core.current import RolloutBrief, WorkloadEntry, WorkloadRef, stale_sources
+from webhook.core.kinds import workload_kind
 from webhook.core.model import SourceId, SourceRecord
 from webhook.core.progress import Standing
 from webhook.core.record import Change, State
@@ -41,7 +46,51 @@ from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
 
 _ORDERS_MAX: Final = 4096
+_MEMBERS_MAX: Final = 256  # (namespace, change) member lists kept, the most recently asked
 _RESERVED_FOR: Final = 60.0  # seconds a place stays reserved for a rollout being started
+
+_T = TypeVar("_T")
+
+
+def member_of(entry: WorkloadEntry) -> Member:
+    """What orders a workload among a change's members."""
+    ref = entry.ref
+    return Member(entry.wave, ref.namespace, ref.kind, ref.name)
+
+
+def rolled_for(brief: RolloutBrief | None, change: Change) -> bool:
+    """Its rollout record names the change: it is one of its members, whatever came of it."""
+    return brief is not None and change in brief.changes
+
+
+def vouches(brief: RolloutBrief | None, standing: Standing, change: Change) -> bool:
+    """Whether a member can prove or disprove the change: it was healthy with pods before it
+    (as its record says once it rolled for it), and is not scaled to zero since."""
+    if brief is not None and change in brief.changes:
+        return brief.healthy and brief.state is not State.LEFT
+    return standing is Standing.HEALTHY
+
+
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """A member of a change, as the preview of a write in another namespace shows it."""
+
+    member: Member
+    vouches: bool
+    approve: bool  # its own wave list holds approve
+    state: State | None  # how its rollout for the change stands (None: not rolled yet)
+
+    @property
+    def namespace(self) -> str:
+        return self.member.namespace
+
+    @property
+    def kind(self) -> str:
+        return self.member.kind
+
+    @property
+    def name(self) -> str:
+        return self.member.name
 
 
 @dataclass(frozen=True)
@@ -54,7 +103,11 @@ class _Cut:
     vouching: list[list[WorkloadRef]]  # the members of each wave that vouch
 
 
-class Gate:
+class WaveCut:
+    """The one cut of a change into waves: its members (`member`), their order and the waves
+    it is cut into (`waves`), and which waves wait for the change's approval. The gate admits
+    by it; the preview names from it what a write will roll, in the wave the gate rolls it."""
+
     def __init__(
         self,
         index: WorkloadIndex,
@@ -67,59 +120,107 @@ class Gate:
         """`in_scope(namespace)`: configpin acts there (a workload elsewhere is no member of
         any change: it is never rolled, so it must not hold a wave)."""
         self.index = index
-        self.in_scope = in_scope
         self.cache = cache
         self.hkey = hkey
+        self.in_scope = in_scope
         self.steps = settings.waves()
-        self.approval = approval_from(self.steps)  # the first wave that waits for approval
-        self.cap = settings.max_rolling
+        self.approval = approval_from(self.steps)  # the first wave (from 0) that waits for it
+        self.refresh_pods = settings.refresh_pods
         self._lock = threading.Lock()
         self._orders: dict[Change, list[WorkloadRef]] = {}
         self._cuts: dict[Change, _Cut] = {}
-        # Places taken by rollouts being started, until their write is in the index (several
-        # workers ask at once: each must see the places the others took).
-        self._reserved: dict[WorkloadRef, float] = {}
-        self._place = threading.Lock()
+        # (namespace, change) -> (the index's version there, whether its source is at the
+        # change, the members there)
+        self._members: OrderedDict[tuple[str, Change], tuple[int, bool, list[WorkloadEntry]]] = (
+            OrderedDict()
+        )
 
     def forget(self) -> None:
         """Work every change's membership out again (a resync, a new leadership)."""
         with self._lock:
             self._orders.clear()
             self._cuts.clear()
+            self._members.clear()
 
     # --- what a change is
-    def _peek(self, namespace: str, sid: SourceId) -> SourceRecord | None:
+    def peek(self, namespace: str, sid: SourceId) -> SourceRecord | None:
         found = self.cache.peek(namespace, sid)
         return None if isinstance(found, Miss) else found
 
     def change(self, namespace: str, sid: SourceId) -> Change | None:
         """The change a source of `namespace` is at (None: it does not exist)."""
-        record = self._peek(namespace, sid)
-        if record is None:
-            return None
+        record = self.peek(namespace, sid)
+        return None if record is None else self.change_to(namespace, sid, record)
+
+    def change_to(self, namespace: str, sid: SourceId, record: SourceRecord) -> Change:
+        """The change a source of `namespace` is at when it holds `record` (as written)."""
         content = digest.source_digest(self.hkey, record)
         return Change.of(namespace, sid, content, shared=record.shared)
 
-    def changes(self, namespace: str, stale: Iterable[SourceId]) -> tuple[Change, ...]:
-        found = (self.change(namespace, sid) for sid in sorted(stale))
-        return tuple(c for c in found if c is not None)
-
-    def superseded(self, entry: WorkloadEntry) -> bool:
-        """Its rollout rolled to content a source has moved on from since: a newer change
-        rolls it, and the old rollout holds nothing up."""
-        brief = entry.rollout
-        ns = entry.ref.namespace
-        return brief is not None and any(self.change(ns, c.source) != c for c in brief.changes)
-
-    # --- its members and waves
-    def _member(self, entry: WorkloadEntry, change: Change) -> bool:
-        brief = entry.rollout
-        if brief is not None and change in brief.changes:
-            return True
-        ns, sid = entry.ref.namespace, change.source
-        if self.change(ns, sid) != change:
+    # --- its members
+    def in_place(self, entry: WorkloadEntry, sid: SourceId) -> bool:
+        """`entry` takes a change of `sid` in place (on-change: refresh, through whole-volume
+        mounts only): its pods are refreshed, nothing rolls, it is no member of the waves."""
+        delivery = entry.delivery
+        if not self.refresh_pods or delivery is None or not delivery.refreshes:
             return False
-        return sid in stale_sources(entry, lambda s: self._peek(ns, s), self.hkey)
+        kind = workload_kind(entry.ref.kind)
+        return str(sid) in delivery.refreshes and kind is not None and kind.refreshable
+
+    def member(self, entry: WorkloadEntry, change: Change, at: bool) -> bool:
+        """Whether `entry` is a member of `change`; `at`: its namespace's source is at it."""
+        if rolled_for(entry.rollout, change):
+            return True
+        if not at or self.in_place(entry, change.source):
+            return False
+        ns = entry.ref.namespace
+        return change.source in stale_sources(entry, lambda s: self.peek(ns, s), self.hkey)
+
+    def namespaces(self, change: Change) -> list[str]:
+        """The namespaces a change can reach, where configpin acts."""
+        sid = change.source
+        found = self.index.namespaces_of(sid) if change.shared else [change.namespace]
+        return [ns for ns in found if self.in_scope(ns)]
+
+    def members_in(self, namespace: str, change: Change) -> list[WorkloadEntry]:
+        """The members of `change` in `namespace` (worked out again once a workload there
+        moved, or its source did)."""
+        sid = change.source
+        at = self.change(namespace, sid) == change
+        version = self.index.version(namespace)
+        key = (namespace, change)
+        with self._lock:
+            found = self._members.get(key)
+            if found is not None and found[0] == version and found[1] == at:
+                self._members.move_to_end(key)
+                return found[2]
+        members = [e for e in self.index.consumers(namespace, sid) if self.member(e, change, at)]
+        with self._lock:
+            self._members[key] = (version, at, members)
+            self._members.move_to_end(key)
+            while len(self._members) > _MEMBERS_MAX:
+                self._members.popitem(last=False)
+        return members
+
+    def elsewhere(self, change: Change, namespace: str) -> list[Elsewhere]:
+        """The members of a shared change outside `namespace` (none for a namespace's own)."""
+        if not change.shared:
+            return []
+        out = []
+        for ns in self.namespaces(change):
+            if ns == namespace:
+                continue
+            for entry in self.members_in(ns, change):
+                brief, delivery = entry.rollout, entry.delivery
+                out.append(
+                    Elsewhere(
+                        member_of(entry),
+                        vouches(brief, entry.standing, change),
+                        delivery is not None and delivery.approve,
+                        brief.state if brief is not None and change in brief.changes else None,
+                    )
+                )
+        return out
 
     def order(self, change: Change, refresh: bool = False) -> list[WorkloadRef]:
         """The members of a change, in the order they roll."""
@@ -127,16 +228,9 @@ class Gate:
             found = self._orders.get(change)
         if found is not None and not refresh:
             return found
-        sid = change.source
-        namespaces = self.index.namespaces_of(sid) if change.shared else [change.namespace]
-        members = []
-        for ns in namespaces:
-            if not self.in_scope(ns):
-                continue
-            for entry in self.index.consumers(ns, sid):
-                if self._member(entry, change):
-                    ref = entry.ref
-                    members.append(Member(entry.wave, ns, ref.kind, ref.name))
+        members = [
+            member_of(e) for ns in self.namespaces(change) for e in self.members_in(ns, change)
+        ]
         ordered = [WorkloadRef(m.kind, m.namespace, m.name) for m in wave_order(members)]
         with self._lock:
             if len(self._orders) >= _ORDERS_MAX:
@@ -144,21 +238,25 @@ class Gate:
             self._orders[change] = ordered
         return ordered
 
+    # --- its waves
+    def waves(self, ordered: Sequence[_T], vouch: Callable[[_T], bool]) -> list[list[_T]]:
+        """Members in the order they roll, cut into the waves of `--rollout-waves`."""
+        return cut_waves(ordered, vouch, self.steps)
+
+    def after_approve(self, wave: int) -> bool:
+        """Wave `wave` (from 0) waits for the change's approval."""
+        return self.approval is not None and wave >= self.approval
+
     def vouches(self, ref: WorkloadRef, change: Change) -> bool:
-        """Whether `ref` can prove or disprove the change: it was healthy with pods before it
-        (as its record says once it rolled), and still exists with pods."""
         entry = self.index.get(ref)
         if entry is None:
             return False  # deleted: it proves nothing
-        brief = entry.rollout
-        if brief is not None and change in brief.changes:
-            return brief.healthy and brief.state is not State.LEFT
-        return entry.standing is Standing.HEALTHY
+        return vouches(entry.rollout, entry.standing, change)
 
     def plan(self, change: Change, refresh: bool = False) -> list[list[WorkloadRef]]:
-        return cut_waves(self.order(change, refresh), lambda r: self.vouches(r, change), self.steps)
+        return self.waves(self.order(change, refresh), lambda r: self.vouches(r, change))
 
-    def _cut(self, change: Change, refresh: bool = False) -> _Cut:
+    def current(self, change: Change, refresh: bool = False) -> _Cut:
         """The waves of a change, worked out again only when the index moved since (a
         thousand members asking one after another cost one pass over them, not a thousand)."""
         generation = self.index.generation
@@ -178,6 +276,46 @@ class Gate:
                 self._cuts.clear()
             self._cuts[change] = cut
         return cut
+
+
+class Gate:
+    def __init__(
+        self,
+        index: WorkloadIndex,
+        cache: SourceCache,
+        hkey: bytes,
+        settings: Settings,
+        *,
+        in_scope: Callable[[str], bool],
+    ) -> None:
+        """`in_scope(namespace)`: configpin acts there (see WaveCut)."""
+        self.index = index
+        self.cut = WaveCut(index, cache, hkey, settings, in_scope=in_scope)
+        self.steps = self.cut.steps
+        self.cap = settings.max_rolling
+        self._lock = threading.Lock()
+        # Places taken by rollouts being started, until their write is in the index (several
+        # workers ask at once: each must see the places the others took).
+        self._reserved: dict[WorkloadRef, float] = {}
+        self._place = threading.Lock()
+
+    def forget(self) -> None:
+        """Work every change's membership out again (a resync, a new leadership)."""
+        self.cut.forget()
+
+    def change(self, namespace: str, sid: SourceId) -> Change | None:
+        return self.cut.change(namespace, sid)
+
+    def changes(self, namespace: str, stale: Iterable[SourceId]) -> tuple[Change, ...]:
+        found = (self.cut.change(namespace, sid) for sid in sorted(stale))
+        return tuple(c for c in found if c is not None)
+
+    def superseded(self, entry: WorkloadEntry) -> bool:
+        """Its rollout rolled to content a source has moved on from since: a newer change
+        rolls it, and the old rollout holds nothing up."""
+        brief = entry.rollout
+        ns = entry.ref.namespace
+        return brief is not None and any(self.cut.change(ns, c.source) != c for c in brief.changes)
 
     def _state(self, ref: WorkloadRef, change: Change) -> State | None:
         entry = self.index.get(ref)
@@ -237,7 +375,7 @@ class Gate:
     def approved(self, namespace: str, change: Change) -> bool:
         """The change's content was approved (`configpin approve`, recorded and signed by
         admission on the source) in the workload's namespace."""
-        record = self._peek(namespace, change.source)
+        record = self.cut.peek(namespace, change.source)
         return record is not None and record.approved == change.content
 
     def _unapproved(self, ref: WorkloadRef, change: Change, wave: str) -> Wait:
@@ -265,10 +403,10 @@ class Gate:
     def _in_waves(self, ref: WorkloadRef, change: Change) -> tuple[Wait | None, str]:
         """Why `ref` waits for the earlier waves of `change` (None: it does not), and, when
         its wave comes after an `approve` step, which wave that is ("": it does not)."""
-        cut = self._cut(change)
+        cut = self.cut.current(change)
         at = cut.at.get(ref)
         if at is None:
-            cut = self._cut(change, refresh=True)  # stale since the order was made
+            cut = self.cut.current(change, refresh=True)  # stale since the order was made
             at = cut.at.get(ref, len(cut.plan))
         waves = len(cut.plan)
         for i, vouching in enumerate(cut.vouching):
@@ -289,7 +427,7 @@ class Gate:
                     f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
                     f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
                 ), ""
-        if self.approval is not None and at >= self.approval:
+        if self.cut.after_approve(at):
             return None, f"wave {at + 1} of {waves} comes after approve"
         return None, ""
 

@@ -200,11 +200,16 @@ def summary(
     lowest = min((r.wave for r in rolling), default=0)
     first = sorted(r for r in rolling if r.wave == lowest)
     if first and len(rolling) > 1:
-        names = [f"{r.kind} {r.name}" for r in first]
-        lines.append(f"configpin: wave 1: {_listed(names, _NAMES_SHOWN)}")
+        # (a shared source's members elsewhere are named with their namespace)
+        names = [f"{r.kind} {_where(r, namespace)}{r.name}" for r in first]
+        lines.append(f"configpin: wave {lowest}: {_listed(names, _NAMES_SHOWN)}")
     if len(counts) > 1 or Effect.NOTHING not in counts:  # (all others: nothing to list)
         lines.append(f"configpin: the list: kubectl configpin plan -n {shown(namespace)} -f FILE")
     return lines
+
+
+def _where(row: Row, namespace: str) -> str:
+    return "" if row.namespace == namespace else f"{row.namespace}/"
 
 
 def _deletion(what: str, rows: Sequence[Row]) -> list[str]:
