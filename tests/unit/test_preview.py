@@ -426,8 +426,8 @@ _APP = st.fixed_dictionaries(
     {
         # reads `a` (what the write changes), `b` (not), `b` stamped for older content (stale
         # already), all of it mounted and refreshed in place, `a` with the new content
-        # rejected before
-        "how": st.sampled_from(["a", "a", "a", "b", "stale-b", "refresh", "held"]),
+        # rejected before (and held on it: checksum mode's hold)
+        "how": st.sampled_from(["a", "a", "a", "b", "stale-b", "refresh", "held", "held-at"]),
         "wave": st.sampled_from([None, None, "-1", "1"]),
         "broken": st.sampled_from([False, False, False, True]),
         "approve": st.sampled_from([False, False, False, True]),
@@ -484,11 +484,13 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
                 notes_of[ANN_ON_CHANGE] = "refresh"
             else:
                 spec = pod_spec(container(env=[env_cm("web-config", "b" if "b" in how else "a")]))
-            if how == "held":
+            if how.startswith("held"):
                 notes_of[ANN_REJECTED] = dumps_mapping({str(CFG): held})
             stamp = stores[ns]
             if how == "stale-b":
                 stamp = Store([configmap("web-config", {"a": "1", "b": "0"}, namespace=ns)])
+            if how == "held-at":
+                stamp = Store([configmap("web-config", new, namespace=ns)])
             obj = workload("Deployment", spec, name=f"w{i}", namespace=ns, annotations=notes_of)
             obj = apply(obj, plan(obj, stamp))
             if app["broken"]:
@@ -512,6 +514,8 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
     )
     assert rows is not None
     previewed = {(r.namespace, r.name): (r.wave, r.action) for r in rows if r.wave}
+    held = {f"w{i}" for i, app in enumerate(apps[0]) if app["how"].startswith("held")}
+    assert {r.name for r in rows if r.action is Effect.HOLD} == held
 
     stores["n0"].put(written)
     gate = Gate(index, StoreCache(stores), HKEY, settings, in_scope=in_scope.__contains__)

@@ -166,11 +166,15 @@ class Previewer:
                 )
             content, keys = found
             brief = c.brief
-            if content == c.recorded:  # (as `stale_sources` judges: not stale once written)
+            # (as `stale_sources` judges: it is current once written, or the content is one
+            # rejected there; either way it is no member, unless its record names the change)
+            current = content == c.recorded
+            if current and not keys:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.NOTHING))
-                keys = ()
             elif c.rejected and (key, content) in c.rejected:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.HOLD, keys, 0, "rejected"))
+            elif current:  # (it has that content already: held on it, say)
+                rows.append(Row(c.namespace, c.kind, c.name, Effect.NOTHING))
             elif c.in_place:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.REFRESH, keys))
             else:  # it rolls
