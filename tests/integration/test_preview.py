@@ -64,8 +64,16 @@ from tests.integration.workloads import (
     wait_event,
     wait_healthy,
 )
+from tests.timing import SETTLE
 from webhook.core.audit import ChangedBy
-from webhook.core.constants import ANN_CHANGED_BY, ANN_ON_CHANGE, ANN_REJECTED
+from webhook.core.constants import (
+    ANN_CHANGED_BY,
+    ANN_ON_CHANGE,
+    ANN_REJECTED,
+    ANN_ROLLOUT_WAVES,
+    ANN_SHARED,
+    ANN_WAVE,
+)
 from webhook.core.model import SourceId, SourceKind
 from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.raw import MERGE_PATCH, Kube, path
@@ -193,9 +201,10 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
 ) -> None:
     """A dry run (`kubectl apply --dry-run=server`) of a change of key `a` is answered with
     the preview, and changes nothing: 4 Deployments roll in 2 waves (1, 3), the 3 of the
-    second waiting for an approval; 1 refreshes in place; 1 consumes other keys. The replica
-    that does not lead answers the same review with the same lines. The write itself, made as
-    a user, gets the same warnings and records that user, signed, on the ConfigMap."""
+    second waiting for an approval; 1 refreshes in place; 1 consumes other keys. Both
+    replicas, the one leading and the other, answer the same review with the same lines.
+    The write itself, made as a user, gets the same warnings and records that user, signed,
+    on the ConfigMap."""
     ns = namespaces()
     names = [f"app-{i}" for i in range(4)]
     before, waves = _consumers(kube, ns, names)
@@ -217,13 +226,18 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
     assert changed_by(kube, ns) is None
     quiet(kube, ns, before, 2 * RESYNC)
 
-    # every replica answers, leader or not, from what it holds: the same review, straight
-    follower = next(cp for cp in replicas if cp is not leader(replicas))
+    # every replica answers, leader or not, from what it holds: the same review, asked of
+    # each straight (the webhook called the first; either may lead)
+    lead = leader(replicas)
+    assert lead is not None, "not one replica leading"
     wanted = copy.deepcopy(old)
     wanted["data"]["a"] = VALUE
-    answer = _ask(follower, _review(old, wanted, user=EDITOR))
-    assert answer["allowed"] is True
-    assert answer.get("warnings") == warnings
+    answers = {cp.url: _ask(cp, _review(old, wanted, user=EDITOR)) for cp in replicas}
+    said_by = {("leader" if cp is lead else "not leading"): answers[cp.url] for cp in replicas}
+    assert len(said_by) == 2, said_by
+    for role, answer in said_by.items():
+        assert answer["allowed"] is True, role
+        assert answer.get("warnings") == warnings, (role, answer.get("warnings"))
 
     # the write itself: the same preview; who made it, signed, on the ConfigMap
     _, said = _patch_cm(As(k8s, EDITOR), ns, {"a": VALUE})
@@ -232,17 +246,86 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
     assert recorded is not None and recorded["user"] == EDITOR, recorded
     assert abs(recorded["at"] - time.time()) < 60 and VALUE not in json.dumps(recorded)
 
-    # a write of a key nobody reads, of the annotations only: nothing to preview
+    # a write of a key nobody reads while the rest of that change awaits its approval: the
+    # canary has what it reads; the three waiting roll to the content this write makes, a
+    # change of its own (the gate's members: stale for it), which needs its own approval
+    canary = waves[0][0]
+    wait_for(lambda: sources(get(kube, ns, canary)) != before[canary], what="canary re-stamped")
     _, said = _patch_cm(kube, ns, {"c": "1"})
     assert said[0] == (
-        f"configpin: ConfigMap {ns}/cfg keys [c] -> 6 workloads: 1 refresh in place, "
-        "5 consume other keys"
+        f"configpin: ConfigMap {ns}/cfg keys [c] -> 6 workloads: 3 roll in 2 waves (1, 2), "
+        "2 wait for an approval, 1 refresh in place, 2 consume other keys"
     ), said
+    # of the annotations only: nothing to preview
     meta_only = {"metadata": {"labels": {"team": "web"}}}
     _, said = _write(
         kube, "PATCH", path("configmaps", ns, "cfg"), meta_only, content_type=MERGE_PATCH
     )
     assert said == []
+
+
+def test_a_shared_source_previews_the_workload_the_gate_rolls_first_in_another_namespace(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    namespaces: Callable[[], str],
+) -> None:
+    """ConfigMap `cfg`, marked `configpin.io/shared` in two namespaces, is one change across
+    them once both hold the same content. `theirs` holds it first: its Deployment `first`
+    (configpin.io/wave -1, its own rollouts approved one by one) is the change's wave 1 and
+    waits for its approval. A write of the same content in `ours` joins that change: the
+    warnings kubectl gets name `first`, of the other namespace, as wave 1, and `ours`'s three
+    Deployments in wave 2. So it goes: approved in `ours`, they wait for wave 1; approved in
+    `theirs`, `first` is re-stamped while they are not; once it is complete, they roll."""
+    ours, theirs = namespaces(), namespaces()
+    names = [f"app-{i}" for i in range(3)]
+    shared = {ANN_SHARED: "true"}
+    with Kubelet(kube, ours, theirs) as kubelet:
+        kubelet.allow(*names)
+        for ns in (ours, theirs):
+            kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}, annotations=shared))
+        for name in names:
+            kube.create(path("deployments", ours), reader(name))
+        own = {ANN_WAVE: "-1", ANN_ROLLOUT_WAVES: "approve"}
+        kube.create(path("deployments", theirs), reader("first", annotations=own))
+        v1 = {n: sources(stamped(kube, ours, n)) for n in names}
+        first_v1 = sources(stamped(kube, theirs, "first"))
+        kubelet.allow(carrying(first_v1))  # (its pods of the new content: later)
+        wait_healthy(kube, ours, names)
+        wait_healthy(kube, theirs, ["first"])
+
+        _patch_cm(kube, theirs, {"a": "2"})
+        wait_event(kube, theirs, "first", "ConfigRolloutAwaitingApproval", "Normal")
+        _, warnings = _patch_cm(As(k8s, EDITOR), ours, {"a": "2"})
+        assert warnings[:2] == [
+            f"configpin: ConfigMap {ours}/cfg keys [a] -> 4 workloads: 4 roll in 2 waves "
+            "(1, 3), 4 wait for an approval",
+            f"configpin: wave 1: Deployment {theirs}/first",
+        ], warnings
+
+        for name in names:  # the gate's own cut: theirs first, then ours
+            wait_event(kube, ours, name, "ConfigRolloutWaiting", "Normal")
+            said = notes(kube, ours, name, "ConfigRolloutWaiting")
+            assert any("wave 2 of 2 starts when wave 1 is complete" in n for n in said), said
+        approve = ["approve", "configmap/cfg"]
+        done = kubectl_configpin([*approve, "-n", ours], control_plane.kubeconfig)
+        assert done.returncode == 0, done.stderr + done.stdout
+        quiet(kube, ours, v1, SETTLE)  # approved here, they wait for wave 1 still
+        done = kubectl_configpin([*approve, "-n", theirs], control_plane.kubeconfig)
+        assert done.returncode == 0, done.stderr + done.stdout
+        wait_for(
+            lambda: sources(get(kube, theirs, "first")) != first_v1,
+            timeout=30,
+            what="first re-stamped",
+        )
+        quiet(kube, ours, v1, SETTLE)  # wave 2 waits for first to complete
+        kubelet.allow("first")
+        wait_for(
+            lambda: all(sources(get(kube, ours, n)) != v1[n] for n in names),
+            timeout=60,
+            what="wave 2 re-stamped once first completed",
+        )
+        assert record(get(kube, theirs, "first"))["state"] == "complete"
 
 
 def test_a_change_of_rejected_content_is_previewed_as_held(
