@@ -303,10 +303,8 @@ class Gate:
         """Work every change's membership out again (a resync, a new leadership)."""
         self.cut.forget()
 
-    def change(self, namespace: str, sid: SourceId) -> Change | None:
-        return self.cut.change(namespace, sid)
-
     def changes(self, namespace: str, stale: Iterable[SourceId]) -> tuple[Change, ...]:
+        """The changes the stale sources of a workload of `namespace` are at."""
         found = (self.cut.change(namespace, sid) for sid in sorted(stale))
         return tuple(c for c in found if c is not None)
 
