@@ -27,7 +27,7 @@ from typing import Final
 from webhook.controller.waves import Elsewhere, WaveCut, member_of, vouches
 from webhook.core import digest
 from webhook.core.current import Consumed, RolloutBrief, WorkloadEntry
-from webhook.core.model import SourceId, SourceRecord
+from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.preview import Effect, Row
 from webhook.core.progress import Standing
 from webhook.core.record import Change
@@ -63,6 +63,8 @@ _vouches = operator.itemgetter(3)
 
 
 _LISTS_MAX: Final = 256  # (namespace, source) lists kept, the most recently asked
+# (a change no record names and no namespace shares: where nothing asks which change it is)
+_UNNAMED: Final = Change("-", SourceId(SourceKind.CONFIGMAP, ""), "")
 
 
 class Previewer:
@@ -75,8 +77,9 @@ class Previewer:
         self.hkey = cut.hkey
         self.ready = ready
         self._lock = threading.Lock()
-        # (namespace, source) -> (the index's version, its consumers in wave order)
-        self._lists: OrderedDict[tuple[str, str], tuple[int, list[_Consumer]]] = OrderedDict()
+        # (namespace, source) -> (the index's version, its consumers in wave order, whether
+        # any of them has a rollout record)
+        self._lists: OrderedDict[tuple[str, str], tuple[int, list[_Consumer], bool]] = OrderedDict()
 
     def _consumed(self, entry: WorkloadEntry, namespace: str, sid: SourceId) -> Consumed | None:
         """What `entry` consumes of `sid`: by its name, or through a copy of it."""
@@ -107,17 +110,18 @@ class Previewer:
             delivery is not None and delivery.approve,
         )
 
-    def consumers(self, namespace: str, sid: SourceId) -> list[_Consumer]:
+    def consumers(self, namespace: str, sid: SourceId) -> tuple[list[_Consumer], bool]:
         """The workloads that consume `sid` in `namespace`, in the order a change of it rolls
-        them (`wave_order`): worked out again only once the index moved, so that a write
-        costs a pass over its consumers, not their ordering."""
+        them (`wave_order`), and whether any has a rollout record: worked out again only once
+        the index moved, so that a write costs a pass over its consumers, not their
+        ordering."""
         key = (namespace, str(sid))
         version = self.index.version(namespace)
         with self._lock:
             found = self._lists.get(key)
             if found is not None and found[0] == version:
                 self._lists.move_to_end(key)
-                return found[1]
+                return found[1], found[2]
         by_member: dict[Member, _Consumer] = {}
         for entry in self.index.consumers(namespace, sid):
             consumed = self._consumed(entry, namespace, sid)
@@ -125,12 +129,13 @@ class Previewer:
                 consumer = self._consumer(entry, consumed, sid)
                 by_member[consumer.member] = consumer
         ordered = [by_member[m] for m in wave_order(by_member)]
+        briefs = any(c.brief is not None for c in ordered)
         with self._lock:
-            self._lists[key] = (version, ordered)
+            self._lists[key] = (version, ordered, briefs)
             self._lists.move_to_end(key)
             while len(self._lists) > _LISTS_MAX:
                 self._lists.popitem(last=False)
-        return ordered
+        return ordered, briefs
 
     def rows(
         self,
@@ -144,13 +149,15 @@ class Previewer:
         yet (its index is still filling)."""
         if not self.ready():
             return None
-        consumers = self.consumers(namespace, sid)
+        consumers, briefs = self.consumers(namespace, sid)
         if new is None:
             return [
                 Row(c.namespace, c.kind, c.name, Effect.BREAKS if c.required else Effect.ABSENT)
                 for c in consumers
             ]
-        change = self.cut.change_to(namespace, sid, new)
+        # The change the write makes, where anything asks for it (a record that may name it,
+        # members elsewhere): its digest of all the content is one more pass over it.
+        change = self.cut.change_to(namespace, sid, new) if briefs or new.shared else _UNNAMED
         nskey = digest.namespace_key(self.hkey, namespace)
         key = str(sid)
         rows: list[Row] = []
