@@ -74,6 +74,10 @@ if have_all; then
 fi
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# Every apt-get goes through harness/apt.py: it waits for apt's locks (up to
+# $CONFIGPIN_APT_LOCK_TIMEOUT s, default 600) instead of failing while unattended-upgrades holds
+# them on a fresh machine, and says so on stderr. (The machine's python3: no virtualenv needed.)
+apt_get=(python3 "$here/../harness/apt.py")
 
 mapfile -t need_pkgs < <(missing_pkgs | sort -u)
 command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
@@ -83,10 +87,10 @@ command -v make >/dev/null 2>&1 || need_pkgs+=(make)
 command -v xz >/dev/null 2>&1 || need_pkgs+=(xz-utils)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
-  sudo_ apt-get update -qq >&2
+  sudo_ "${apt_get[@]}" update -qq >&2
   # etcd-server's and containerd's maintainer scripts may try to start a service: stop that,
   # we start our own.
-  sudo_ env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >&2
+  sudo_ env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 "${apt_get[@]}" install -y -qq --no-install-recommends "${need_pkgs[@]}" >&2
 fi
 etcd_bin=$(command -v etcd || echo /usr/bin/etcd)
 cp -f "$etcd_bin" "$assets/etcd"
@@ -142,13 +146,13 @@ apt_opts=(-o "Dir::Etc::SourceList=$work/apt/configpin.sources" -o Dir::Etc::Sou
           -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache::Archives=$work/apt/archives"
           -o APT::Get::List-Cleanup=0 -o Debug::NoLocking=1)
 log "updating private apt lists"
-apt-get "${apt_opts[@]}" update -qq >&2
+"${apt_get[@]}" "${apt_opts[@]}" update -qq >&2
 
 # Go 1.15 from bullseye, unpacked (not installed).
 goroot="$work/go115/usr/lib/go-1.15"
 if [ ! -x "$goroot/bin/go" ]; then
   log "fetching Go 1.15 from bullseye"
-  (cd "$work/apt" && apt-get "${apt_opts[@]}" download golang-1.15-go golang-1.15-src >&2)
+  (cd "$work/apt" && "${apt_get[@]}" "${apt_opts[@]}" download golang-1.15-go golang-1.15-src >&2)
   rm -rf "$work/go115"
   for deb in "$work"/apt/golang-1.15-*.deb; do dpkg -x "$deb" "$work/go115"; done
 fi
@@ -160,7 +164,7 @@ tree=$(ls -d "$src"/kubernetes-*/ 2>/dev/null | head -n 1 || true)
 if [ -z "$tree" ] || [ ! -f "$tree/Makefile" ]; then
   log "fetching the kubernetes source package from bookworm"
   rm -rf "$src"; mkdir -p "$src"
-  (cd "$src" && apt-get "${apt_opts[@]}" source --download-only kubernetes >&2)
+  (cd "$src" && "${apt_get[@]}" "${apt_opts[@]}" source --download-only kubernetes >&2)
   dsc=$(ls "$src"/kubernetes_*.dsc | head -n 1)
   (cd "$src" && dpkg-source --no-check -x "$dsc" >&2)
   tree=$(ls -d "$src"/kubernetes-*/ | head -n 1)

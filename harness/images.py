@@ -21,7 +21,8 @@ The tools (docs/image.md says why these): mmdebstrap writes the Debian trees (dp
 maintainer scripts run in a chroot, as in any Debian install), umoci writes the OCI layout
 (layer blobs, manifest, config), and the layout is packed into one tar that
 ``ctr -n k8s.io images import`` takes; its index names the image ``Image.ref``
-(``io.containerd.image.name``). Missing tools are installed with apt-get.
+(``io.containerd.image.name``). Missing tools are installed with apt-get (harness/apt.py:
+it waits for apt's locks).
 
 Everything is cached under ~/.cache/configpin/images (``$CONFIGPIN_CACHE_DIR/images``): the
 downloaded .debs, the two Debian trees (rebuilt when their package lists change, or with
@@ -52,6 +53,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from harness import apt
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "build" / "images"
@@ -214,25 +217,17 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _sudo(argv: list[str]) -> list[str]:
-    return argv if os.geteuid() == 0 else ["sudo", *argv]
-
-
 def _apt_install(packages: Iterable[str]) -> None:
     wanted = sorted(set(packages))
     if not wanted:
         return
     _log(f"installing {' '.join(wanted)} with apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    quiet = {"stdout": subprocess.DEVNULL}
-    lock_wait = ["-o", "DPkg::Lock::Timeout=600"]
-    _run(_sudo(["apt-get", "update", "-qq"]), env=env, **quiet)
-    # Another build installing at the same moment holds dpkg's lock: wait for it.
-    _run(
-        _sudo(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *lock_wait, *wanted]),
-        env=env,
-        **quiet,
-    )
+    # harness/apt: waits while unattended-upgrades (or another build) holds apt's locks
+    noninteractive = {"DEBIAN_FRONTEND": "noninteractive"}
+    quiet = {"stdout": subprocess.DEVNULL, "say": _log}
+    apt.run(["update", "-qq"], sudo=True, env=noninteractive, **quiet)
+    install = ["install", "-y", "-qq", "--no-install-recommends", *wanted]
+    apt.run(install, sudo=True, env=noninteractive, **quiet)
 
 
 def _require(commands: dict[str, str], *, static_libc: bool = False) -> None:
@@ -502,9 +497,9 @@ def _busybox_deb(*, refresh: bool) -> Path:
     where.mkdir(parents=True, exist_ok=True)
     options = _apt_options(cache_dir() / "apt")
     _log("downloading busybox-static")
-    _run(["apt-get", *options, "update", "-qq"], stdout=subprocess.DEVNULL)
+    apt.run([*options, "update", "-qq"], stdout=subprocess.DEVNULL, say=_log)
     with tempfile.TemporaryDirectory(dir=where) as tmp:
-        _run(["apt-get", *options, "download", "-qq", "busybox-static"], cwd=tmp)
+        apt.run([*options, "download", "-qq", "busybox-static"], cwd=tmp, stdout=2, say=_log)
         (downloaded,) = Path(tmp).glob("busybox-static_*.deb")
         for old in where.glob("busybox-static_*.deb"):
             old.unlink()
