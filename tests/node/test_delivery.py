@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -34,6 +34,16 @@ from harness.apps import (
 )
 from harness.controlplane import wait_for
 from harness.release import Release
+from tests.node.rollouts import (
+    all_ready_reading,
+    deployment_annotations,
+    events,
+    rolled_out_reading,
+    rollout_record,
+    set_greeting,
+    template_config,
+    until,
+)
 from tests.timing import NODE_SETTLE
 from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT, MODE_SNAPSHOT
 from webhook.kube.raw import Kube, path
@@ -47,81 +57,10 @@ PATIENT = 15  # minReadySeconds where a rollout must stay in progress: a new pod
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-def _settings(
-    api: client.ApiClient, namespace: str, greeting: str, *, create: bool = False
-) -> None:
-    core = client.CoreV1Api(api)
-    if create:
-        body = {"metadata": {"name": "settings"}, "data": {"greeting": greeting}}
-        core.create_namespaced_config_map(namespace, body)
-    else:
-        core.patch_namespaced_config_map("settings", namespace, {"data": {"greeting": greeting}})
-
-
 def _app(name: str, **kw: Any) -> dict[str, Any]:
     app = reader_workload("Deployment", name, images.SHELL.ref, configmap="settings", **kw)
     app["spec"]["progressDeadlineSeconds"] = DEADLINE
     return app
-
-
-def _annotations(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
-    d = client.AppsV1Api(api).read_namespaced_deployment(name, namespace)
-    return dict(d.metadata.annotations or {})
-
-
-def _events(api: client.ApiClient, namespace: str, reason: str) -> list[Any]:
-    items = client.CoreV1Api(api).list_namespaced_event(namespace).items
-    return [e for e in items if e.reason == reason]
-
-
-def _record(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    """The rollout record on the Deployment ({} when it has none)."""
-    text = _annotations(api, namespace, name).get(ANN_ROLLOUT)
-    return json.loads(text) if text else {}
-
-
-def _template_config(api: client.ApiClient, namespace: str, name: str) -> str:
-    d = client.AppsV1Api(api).read_namespaced_deployment(name, namespace)
-    [volume] = [v for v in d.spec.template.spec.volumes if v.name == "config"]
-    return str(volume.config_map.name)
-
-
-def _rolled_out_reading(
-    api: client.ApiClient, namespace: str, name: str, key: str, value: str
-) -> bool:
-    """`name` rolled out, and every pod of it read `value` last."""
-    if deployment_rolled_out(api, namespace, name) is None:
-        return False
-    pods = workload_pods(api, namespace, name)
-    return bool(pods) and all(
-        (s := last_seen(api, namespace, p.metadata.name)) is not None and s.values.get(key) == value
-        for p in pods
-    )
-
-
-def _until(
-    predicate: Callable[[], Any], *, never: Callable[[], str | None], what: str, **kw: Any
-) -> Any:
-    """Wait for `predicate`, failing at once, saying why, as soon as `never` says something
-    that must not happen did."""
-
-    def check() -> Any:
-        said = never()
-        if said:
-            raise AssertionError(f"while waiting for {what}: {said}")
-        return predicate()
-
-    return wait_for(check, what=what, **kw)
-
-
-def _all_ready_reading(
-    api: client.ApiClient, namespace: str, name: str, key: str, value: str
-) -> None:
-    """Every pod of `name` is Ready and what it read last is `value`: none reads anything else."""
-    for pod in workload_pods(api, namespace, name):
-        assert is_ready(pod), pod.metadata.name
-        seen = last_seen(api, namespace, pod.metadata.name)
-        assert seen is not None and seen.values[key] == value, (pod.metadata.name, seen)
 
 
 def test_a_change_that_makes_the_application_unready_is_undone_and_its_pods_read_the_old_content(
@@ -129,19 +68,17 @@ def test_a_change_that_makes_the_application_unready_is_undone_and_its_pods_read
 ) -> None:
     """Undone, the Deployment stays on the first copy: a re-apply of its manifest, which names
     the ConfigMap itself (now the rejected content), is kept there, with a warning."""
-    _settings(k8s, namespace, "good", create=True)
+    set_greeting(k8s, namespace, "good", create=True)
     app = _app("app", files=["greeting"], annotations={ANN_MODE: MODE_SNAPSHOT})
     manifest = copy.deepcopy(app)
     client.AppsV1Api(k8s).create_namespaced_deployment(namespace, app)
     wait_deployment(k8s, namespace, "app")
-    first = _template_config(k8s, namespace, "app")
+    first = template_config(k8s, namespace, "app")
     wait_all_read(k8s, namespace, "app", {"file:/config/greeting": "good"})
 
-    _settings(k8s, namespace, "invalid")
+    set_greeting(k8s, namespace, "invalid")
     # The new revision's pod reads the new copy, and is not Ready: the rollout cannot progress.
-    wait_for(
-        lambda: _template_config(k8s, namespace, "app") != first, timeout=60, what="re-stamped"
-    )
+    wait_for(lambda: template_config(k8s, namespace, "app") != first, timeout=60, what="re-stamped")
     wait_for(
         lambda: any(
             (s := last_seen(k8s, namespace, p.metadata.name)) is not None
@@ -153,17 +90,17 @@ def test_a_change_that_makes_the_application_unready_is_undone_and_its_pods_read
     )
     # The Deployment controller says the deadline passed; configpin undoes.
     wait_for(
-        lambda: _template_config(k8s, namespace, "app") == first,
+        lambda: template_config(k8s, namespace, "app") == first,
         timeout=DEADLINE + 90,
         what="the template back on the first copy",
     )
     wait_deployment(k8s, namespace, "app")
     wait_all_read(k8s, namespace, "app", {"file:/config/greeting": "good"})
-    _all_ready_reading(k8s, namespace, "app", "file:/config/greeting", "good")
-    annotations = _annotations(k8s, namespace, "app")
+    all_ready_reading(k8s, namespace, "app", "file:/config/greeting", "good")
+    annotations = deployment_annotations(k8s, namespace, "app")
     assert '"state":"failed"' in annotations[ANN_ROLLOUT].replace(" ", "")
     assert ANN_REJECTED in annotations
-    assert _events(k8s, namespace, "ConfigRolledBack")
+    assert events(k8s, namespace, "ConfigRolledBack")
     # The source is the user's: configpin leaves it as they wrote it, and does not roll to it.
     source = client.CoreV1Api(k8s).read_namespaced_config_map("settings", namespace)
     assert source.data == {"greeting": "invalid"}
@@ -190,21 +127,21 @@ def test_a_change_that_makes_the_application_unready_is_undone_and_its_pods_read
     assert applied_volume["configMap"]["name"] == first, "re-pointed at the rejected content"
     assert "rejected" in warnings, warnings
     time.sleep(SETTLE)
-    assert _template_config(k8s, namespace, "app") == first
+    assert template_config(k8s, namespace, "app") == first
     assert [rs.metadata.name for rs in replica_sets(k8s, namespace, "app")] == revisions
     assert deployment_rolled_out(k8s, namespace, "app") is not None
-    _all_ready_reading(k8s, namespace, "app", "file:/config/greeting", "good")
+    all_ready_reading(k8s, namespace, "app", "file:/config/greeting", "good")
 
     # The fix is a new change: it rolls as usual.
-    _settings(k8s, namespace, "fixed")
+    set_greeting(k8s, namespace, "fixed")
     wait_for(
-        lambda: _template_config(k8s, namespace, "app") not in (first,),
+        lambda: template_config(k8s, namespace, "app") not in (first,),
         timeout=60,
         what="the fix re-stamped",
     )
     wait_deployment(k8s, namespace, "app")
     wait_all_read(k8s, namespace, "app", {"file:/config/greeting": "fixed"}, timeout=90)
-    _all_ready_reading(k8s, namespace, "app", "file:/config/greeting", "fixed")
+    all_ready_reading(k8s, namespace, "app", "file:/config/greeting", "fixed")
 
 
 def test_a_failed_first_wave_holds_the_change_and_the_other_workloads_keep_the_old_content(
@@ -212,7 +149,7 @@ def test_a_failed_first_wave_holds_the_change_and_the_other_workloads_keep_the_o
 ) -> None:
     """Checksum mode, three Deployments reading the greeting from their environment (what a
     running container cannot be changed under: only a rollout brings it)."""
-    _settings(k8s, namespace, "good", create=True)
+    set_greeting(k8s, namespace, "good", create=True)
     names = ("one", "two", "three")
     apps = client.AppsV1Api(k8s)
     for name in names:
@@ -223,31 +160,29 @@ def test_a_failed_first_wave_holds_the_change_and_the_other_workloads_keep_the_o
         wait_deployment(k8s, namespace, name)
         wait_all_read(k8s, namespace, name, {"env:GREETING": "good"})
 
-    _settings(k8s, namespace, "invalid")
+    set_greeting(k8s, namespace, "invalid")
 
     def rolled() -> list[str]:
-        return [n for n in names if ANN_ROLLOUT in _annotations(k8s, namespace, n)]
+        return [n for n in names if ANN_ROLLOUT in deployment_annotations(k8s, namespace, n)]
 
     [first] = wait_for(rolled, timeout=60, what="the first wave")
     rest = [n for n in names if n != first]
     wait_for(
-        lambda: (
-            '"state":"failed"' in _annotations(k8s, namespace, first)[ANN_ROLLOUT].replace(" ", "")
-        ),
+        lambda: rollout_record(k8s, namespace, first).get("state") == "failed",
         timeout=DEADLINE + 90,
         what="the first wave failed",
     )
-    assert _events(k8s, namespace, "ConfigRolloutFailed")
+    assert events(k8s, namespace, "ConfigRolloutFailed")
     time.sleep(SETTLE)
     assert rolled() == [first]  # held: no later wave
     for name in rest:
-        _all_ready_reading(k8s, namespace, name, "env:GREETING", "good")
+        all_ready_reading(k8s, namespace, name, "env:GREETING", "good")
 
     # The fix is a new change: every workload rolls to it, the held one too.
-    _settings(k8s, namespace, "fixed")
+    set_greeting(k8s, namespace, "fixed")
     for name in names:  # in waves: one, then the rest, each once the one before is complete
         wait_for(
-            lambda n=name: _rolled_out_reading(k8s, namespace, n, "env:GREETING", "fixed"),
+            lambda n=name: rolled_out_reading(k8s, namespace, n, "env:GREETING", "fixed"),
             timeout=180,
             interval=1.0,
             what=f"{name} rolled out, every pod reading the fix",
@@ -262,7 +197,7 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
     rollout is in progress (`minReadySeconds`: the old pods are not scaled down yet). That is a
     verdict: the record ends failed, rolled back by a person, a Warning Event says so, its pods
     read the old copy, and the other two are never rolled; the next change rolls to all."""
-    _settings(k8s, namespace, "good", create=True)
+    set_greeting(k8s, namespace, "good", create=True)
     names = ("one", "two", "three")
     apps = client.AppsV1Api(k8s)
     for name in names:
@@ -281,7 +216,7 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
     for name in names:  # available, so each can vouch for a change (a canary)
         wait_deployment(k8s, namespace, name, timeout=PATIENT + 120)
         wait_all_read(k8s, namespace, name, {"file:/config/greeting": "good"})
-    first = {name: _template_config(k8s, namespace, name) for name in names}
+    first = {name: template_config(k8s, namespace, name) for name in names}
     revisions = {
         name: [rs.metadata.name for rs in replica_sets(k8s, namespace, name)] for name in names
     }
@@ -289,10 +224,10 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
         name: {p.metadata.name for p in workload_pods(k8s, namespace, name)} for name in names
     }
 
-    _settings(k8s, namespace, "suspicious")
+    set_greeting(k8s, namespace, "suspicious")
 
     def rolled() -> list[str]:
-        return [n for n in names if ANN_ROLLOUT in _annotations(k8s, namespace, n)]
+        return [n for n in names if ANN_ROLLOUT in deployment_annotations(k8s, namespace, n)]
 
     def later_wave(rest: Sequence[str]) -> str | None:
         started = [n for n in rest if n in rolled()]
@@ -300,10 +235,10 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
 
     [canary] = wait_for(rolled, timeout=60, what="the first wave")
     rest = [n for n in names if n != canary]
-    assert _template_config(k8s, namespace, canary) != first[canary]
+    assert template_config(k8s, namespace, canary) != first[canary]
     # Its new pod reads the new copy, Ready; the rollout waits for it to be available.
     old_pods = before[canary]
-    _until(
+    until(
         lambda: any(
             p.metadata.name not in old_pods
             and is_ready(p)
@@ -316,7 +251,7 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
         interval=0.3,
         what=f"a new pod of {canary} Ready reading the new content",
     )
-    rolling = _record(k8s, namespace, canary)
+    rolling = rollout_record(k8s, namespace, canary)
     assert rolling.get("state") == "rolling", rolling
     assert deployment_rolled_out(k8s, namespace, canary) is None
     assert old_pods <= {p.metadata.name for p in workload_pods(k8s, namespace, canary)}
@@ -325,44 +260,44 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
     rollout_undo(k8s, namespace, canary)
 
     def counted_complete() -> str | None:
-        if _record(k8s, namespace, canary).get("state") == "complete":
+        if rollout_record(k8s, namespace, canary).get("state") == "complete":
             return f"{canary}'s rollout was counted complete"
         return later_wave(rest)
 
-    _until(
-        lambda: _record(k8s, namespace, canary).get("state") == "failed",
+    until(
+        lambda: rollout_record(k8s, namespace, canary).get("state") == "failed",
         never=counted_complete,
         timeout=60,
         interval=0.3,
         what=f"{canary}'s change failed by the person's rollback",
     )
-    record = _record(k8s, namespace, canary)
+    record = rollout_record(k8s, namespace, canary)
     assert record["action"] == "rolled-back-by-person", record
-    rejected = json.loads(_annotations(k8s, namespace, canary)[ANN_REJECTED])
+    rejected = json.loads(deployment_annotations(k8s, namespace, canary)[ANN_REJECTED])
     assert rejected == {"configmap/settings": rolling["to"]["configmap/settings"]}
     wait_for(
-        lambda: _events(k8s, namespace, "ConfigRolledBackByPerson"),
+        lambda: events(k8s, namespace, "ConfigRolledBackByPerson"),
         timeout=30,
         what="a ConfigRolledBackByPerson Event",
     )
-    assert all(e.type == "Warning" for e in _events(k8s, namespace, "ConfigRolledBackByPerson"))
+    assert all(e.type == "Warning" for e in events(k8s, namespace, "ConfigRolledBackByPerson"))
     # Where the person put it: the old copy, which every pod of it reads, Ready.
-    assert _template_config(k8s, namespace, canary) == first[canary]
+    assert template_config(k8s, namespace, canary) == first[canary]
     wait_deployment(k8s, namespace, canary)
-    _all_ready_reading(k8s, namespace, canary, "file:/config/greeting", "good")
+    all_ready_reading(k8s, namespace, canary, "file:/config/greeting", "good")
     # There it stays, and no later wave starts, however long one waits (here twice as long as
     # elsewhere: the next change waits for the canary's minimum rollout interval, 30 s from its
     # re-stamp with the chart's defaults, so this costs nothing).
     settle = time.monotonic() + 2 * SETTLE
     while time.monotonic() < settle:
         assert rolled() == [canary], "a later wave started"
-        assert _template_config(k8s, namespace, canary) == first[canary]
+        assert template_config(k8s, namespace, canary) == first[canary]
         time.sleep(0.5)
     for name in rest:
-        assert _template_config(k8s, namespace, name) == first[name]
+        assert template_config(k8s, namespace, name) == first[name]
         assert [rs.metadata.name for rs in replica_sets(k8s, namespace, name)] == revisions[name]
-        _all_ready_reading(k8s, namespace, name, "file:/config/greeting", "good")
-    _all_ready_reading(k8s, namespace, canary, "file:/config/greeting", "good")
+        all_ready_reading(k8s, namespace, name, "file:/config/greeting", "good")
+    all_ready_reading(k8s, namespace, canary, "file:/config/greeting", "good")
     source = client.CoreV1Api(k8s).read_namespaced_config_map("settings", namespace)
     assert source.data == {"greeting": "suspicious"}
 
@@ -370,13 +305,13 @@ def test_a_persons_rollback_of_the_canary_is_a_verdict_and_no_later_wave_starts(
     # minReadySeconds each rollout completes once its pods are Ready.
     for name in names:
         apps.patch_namespaced_deployment(name, namespace, {"spec": {"minReadySeconds": 0}})
-    _settings(k8s, namespace, "fixed")
+    set_greeting(k8s, namespace, "fixed")
     for name in names:
         wait_for(
-            lambda n=name: _rolled_out_reading(k8s, namespace, n, "file:/config/greeting", "fixed"),
+            lambda n=name: rolled_out_reading(k8s, namespace, n, "file:/config/greeting", "fixed"),
             timeout=180,
             interval=1.0,
             what=f"{name} rolled out, every pod reading the fix",
         )
     for name in names:
-        _all_ready_reading(k8s, namespace, name, "file:/config/greeting", "fixed")
+        all_ready_reading(k8s, namespace, name, "file:/config/greeting", "fixed")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -18,7 +17,8 @@ from harness.apps import reader_workload, wait_all_read, wait_deployment, write_
 from harness.controlplane import service_account_kubeconfig, wait_for
 from harness.node import Node
 from harness.release import Release
-from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT
+from tests.node.rollouts import rollout_record
+from webhook.core.constants import ANN_CHANGED_BY
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 pytestmark = pytest.mark.usefixtures("pinned")
@@ -45,12 +45,6 @@ def _namespace_user(node: Node, k8s: client.ApiClient, ns: str, out: Path) -> Ku
     admin.create(f"{RBAC}/namespaces/{ns}/rolebindings", binding)
     kubeconfig = service_account_kubeconfig(node.plane, k8s, ns, "dev", out)
     return Kube(config.new_client_from_config(config_file=str(kubeconfig)))
-
-
-def _record(k8s: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
-    d = client.AppsV1Api(k8s).read_namespaced_deployment(name, ns)
-    text = (d.metadata.annotations or {}).get(ANN_ROLLOUT)
-    return json.loads(text) if text else {}
 
 
 def test_a_namespace_user_sees_what_an_edit_will_do_and_the_rollout_names_them(
@@ -100,7 +94,7 @@ def test_a_namespace_user_sees_what_an_edit_will_do_and_the_rollout_names_them(
     # both roll, wave after wave; their containers read the new content
     for name in names:
         wait_for(
-            lambda n=name: _record(k8s, ns, n).get("state") == "complete",  # type: ignore[misc]
+            lambda n=name: rollout_record(k8s, ns, n).get("state") == "complete",  # type: ignore[misc]
             timeout=180,
             what=f"{name}'s config rollout complete",
         )
@@ -108,7 +102,7 @@ def test_a_namespace_user_sees_what_an_edit_will_do_and_the_rollout_names_them(
         wait_all_read(
             k8s, ns, name, {"file:/config/greeting": "bonjour", "env:GREETING": "bonjour"}
         )
-        assert _record(k8s, ns, name)["by"].startswith(f"{user} at ")
+        assert rollout_record(k8s, ns, name)["by"].startswith(f"{user} at ")
     events = Kube(k8s).get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
     started = [e for e in events.get("items") or () if e.get("reason") == "RolloutStarted"]
     assert {e["regarding"]["name"] for e in started} == set(names)
