@@ -7,15 +7,11 @@ bound to the content it was made for, so it says nothing once the content moved 
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
 from webhook.core.model import SourceId
-from webhook.core.signed import opened
+from webhook.core.signed import opened, signed
 from webhook.core.times import format_time
 
 CHANGED: Final = b"configpin/changed-by/v1"
@@ -35,9 +31,8 @@ class ChangedBy:
         return f"{self.user} at {format_time(self.at)}"
 
     def encode(self, hkey: bytes, namespace: str, sid: SourceId, domain: bytes = CHANGED) -> str:
-        body: dict[str, Any] = {"user": self.user, "at": self.at, "content": self.content}
-        body["sig"] = _sig(hkey, domain, namespace, sid, body)
-        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
+        body = {"user": self.user, "at": self.at, "content": self.content}
+        return signed(hkey, domain, _subject(namespace, sid), body)
 
     @classmethod
     def decode(
@@ -51,11 +46,8 @@ class ChangedBy:
     ) -> ChangedBy | None:
         """The record a source carries, when configpin made it for this very source and
         (`content`: None, any) the content it holds now; None for anything else."""
-        found = opened(text, 4096)
-        if found is None:
-            return None
-        body, sig = found
-        if not hmac.compare_digest(sig, _sig(hkey, domain, namespace, sid, body)):
+        body = opened(hkey, domain, _subject(namespace, sid), text, 4096)
+        if body is None:
             return None
         user, at, recorded = body.get("user"), body.get("at"), body.get("content")
         if not isinstance(user, str) or not isinstance(at, int | float):
@@ -65,8 +57,6 @@ class ChangedBy:
         return cls(user, float(at), recorded)
 
 
-def _sig(hkey: bytes, domain: bytes, namespace: str, sid: SourceId, body: Mapping[str, Any]) -> str:
-    who = f"{namespace}/{sid}".encode()
-    msg = domain + len(who).to_bytes(4, "big") + who
-    msg += orjson.dumps(dict(body), option=orjson.OPT_SORT_KEYS)
-    return hmac.digest(hkey, msg, "sha256").hex()
+def _subject(namespace: str, sid: SourceId) -> str:
+    """What a source's record is signed over: `namespace/configmap/name`."""
+    return f"{namespace}/{sid}"

@@ -7,8 +7,9 @@ Pure: every value is made from objects as read and the time given.
   template had before (snapshot mode: the previous copies), when, which change(s) it belongs
   to (`Change`), whether the workload was healthy before, who made the change, and a
   fingerprint of the pod template as configpin wrote it. It is signed with the digest key over
-  the workload's identity (`encode`, `decode`, `_sign`: the record's signing, in one place), so
-  a record a tenant writes is not believed. `started` is the one place a record is made.
+  the workload's identity (`encode`, `decode`, through webhook.core.signed, which signs and
+  opens every record of configpin's), so a record a tenant writes is not believed. `started`
+  is the one place a record is made.
 - `rolled_back`: whether someone else took the template back off the content rolled to.
 - The content rejected on a workload (`configpin.io/rejected`) and the ops that write
   configpin's annotations on the workload's own metadata (`record_ops`).
@@ -17,7 +18,6 @@ Pure: every value is made from objects as read and the time given.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,7 +31,7 @@ from webhook.core.kinds import WorkloadKind
 from webhook.core.model import PatchOp, SourceId, SourceKind
 from webhook.core.names import pointer
 from webhook.core.refs import find_sites, get_path
-from webhook.core.signed import opened
+from webhook.core.signed import opened, signed
 
 _RECORD_DOMAIN: Final = b"configpin/rollout/v1"
 
@@ -141,19 +141,14 @@ class RolloutRecord:
         }
 
     def encode(self, hkey: bytes, identity: str) -> str:
-        body = self._body()
-        body["sig"] = _sign(hkey, identity, body)
-        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
+        return signed(hkey, _RECORD_DOMAIN, identity, self._body())
 
     @classmethod
     def decode(cls, hkey: bytes, identity: str, text: Any) -> RolloutRecord | None:
         """The record a workload carries, when configpin wrote it for this very workload
         (`identity`: `workload_identity`); None for anything else."""
-        found = opened(text, 64 * 1024)
-        if found is None:
-            return None
-        body, sig = found
-        if not hmac.compare_digest(sig, _sign(hkey, identity, body)):
+        body = opened(hkey, _RECORD_DOMAIN, identity, text, 64 * 1024)
+        if body is None:
             return None
         try:
             changes = tuple(Change.parse(str(c)) for c in body["changes"])
@@ -208,13 +203,6 @@ def _str_map(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise TypeError("not a mapping")
     return {str(k): str(v) for k, v in value.items()}
-
-
-def _sign(hkey: bytes, identity: str, body: Mapping[str, Any]) -> str:
-    text = orjson.dumps(dict(body), option=orjson.OPT_SORT_KEYS)
-    who = identity.encode()
-    msg = _RECORD_DOMAIN + len(who).to_bytes(4, "big") + who + text
-    return hmac.digest(hkey, msg, "sha256").hex()
 
 
 def identity(kind: str, namespace: str, name: str) -> str:
