@@ -198,7 +198,7 @@ def update_review(uid: str = "b1f3e0c2-7a9d-4e1b-8c55-3d2a1f0e9b77") -> bytes:
     does the new one (a merge patch of `data` leaves annotations as they are)."""
     old = _configmap_as_served("v1", None)
     record = digest.record_from_object(HKEY, SourceKind.CONFIGMAP, old)
-    content = digest.source_digest(HKEY, record)[:20]
+    content = digest.content_id(digest.source_digest(HKEY, record))
     text = ChangedBy(USER, 1_795_734_146.21, content).encode(
         HKEY, NS, SourceId(SourceKind.CONFIGMAP, CM)
     )

@@ -29,7 +29,7 @@ def _source(data: dict[str, str], *, by: str | None = "alice") -> tuple[dict[str
     }
     content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, obj))
     if by is not None:
-        text = ChangedBy(by, NOW, content[:20]).encode(HKEY, NS, CFG)
+        text = ChangedBy(by, NOW, digest.content_id(content)).encode(HKEY, NS, CFG)
         obj["metadata"]["annotations"][ANN_CHANGED_BY] = text
     return obj, Change.of(NS, CFG, content, shared=False)
 

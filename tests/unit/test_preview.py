@@ -214,7 +214,9 @@ def test_a_content_change_is_recorded_with_its_user_and_never_touches_data() -> 
     stored = _written(new, out)
     assert stored["data"] == new["data"]
     content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, stored))
-    assert changed_by_of(HKEY, NS, CFG, stored, content) == ChangedBy("alice", NOW, content[:20])
+    assert changed_by_of(HKEY, NS, CFG, stored, content) == ChangedBy(
+        "alice", NOW, digest.content_id(content)
+    )
 
 
 def test_a_metadata_edit_keeps_the_record_and_a_client_cannot_set_its_own() -> None:
@@ -550,7 +552,7 @@ def test_an_approval_is_recorded_signed_for_the_content_and_never_stored_as_aske
     notes = stored["metadata"]["annotations"]
     assert ANN_APPROVE not in notes and ANN_APPROVED in notes
     record = digest.record_from_object(HKEY, CFG.kind, stored)
-    content = digest.source_digest(HKEY, record)[:20]
+    content = digest.content_id(digest.source_digest(HKEY, record))
     assert record.approved == content
     assert json.loads(notes[ANN_APPROVED])["user"] == "rm"
     # the approval of other content, or one a client wrote, approves nothing

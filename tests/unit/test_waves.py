@@ -281,7 +281,9 @@ def _approve(store: Store, namespace: str, who: str = "rm") -> None:
     """`configpin approve configmap/cfg`: the signed record admission writes, on the source
     as it is now."""
     obj = store.objects[CFG]
-    content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, obj))[:20]
+    content = digest.content_id(
+        digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, obj))
+    )
     text = ChangedBy(who, 0.0, content).encode(HKEY, namespace, CFG, domain=APPROVED)
     obj["metadata"].setdefault("annotations", {})[ANN_APPROVED] = text
     store.put(obj)

@@ -61,7 +61,7 @@ class Editors:
         except (KubeError, digest.BadSource):
             return UNKNOWN  # not remembered: asked again next time
         content = digest.source_digest(self.hkey, record)
-        if content[:20] != change.content:
+        if digest.content_id(content) != change.content:
             return UNKNOWN  # it moved on since: this change's record is gone with it
         who = changed_by_of(self.hkey, namespace, sid, obj, content)
         text = who.said() if who is not None else UNKNOWN

@@ -25,7 +25,7 @@ class ChangedBy:
 
     user: str
     at: float
-    content: str  # the content it was recorded for (a prefix of its digest, as a Change's)
+    content: str  # the content it was recorded for (`digest.content_id`)
 
     def said(self) -> str:
         return f"{self.user} at {format_time(self.at)}"

@@ -48,6 +48,7 @@ from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 
 KEY_DIGEST_SIZE: Final = 16
+CONTENT_ID_LEN: Final = 20  # hex digits of a content's short form (`content_id`)
 ABSENT: Final = "absent"  # the sources annotation value of an optional source that does not exist
 
 _KEY_DOMAIN: Final = b"configpin/key/v1"
@@ -231,7 +232,7 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
     text = annotations.get(ANN_APPROVED)
     if text is None:
         return record
-    content = source_digest(hkey, record)[:20]
+    content = content_id(source_digest(hkey, record))
     sid = SourceId(kind, record.name)
     namespace = str(meta.get("namespace") or "")
     if ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED) is None:
@@ -285,6 +286,13 @@ def source_digest(hkey: bytes, record: SourceRecord, keys: Iterable[str] | None 
     if len(record.memo) < 64:
         record.memo[memo_key] = value
     return value
+
+
+def content_id(whole: str) -> str:
+    """A content's short form, as a change, a changed-by record and an approval name it: the
+    first CONTENT_ID_LEN hex digits of `whole`, its `source_digest` of all keys under the
+    digest key itself (not a namespace's: equal content anywhere is alike)."""
+    return whole[:CONTENT_ID_LEN]
 
 
 def canonical_mapping(mapping: Mapping[str, str]) -> str:

@@ -59,7 +59,7 @@ class SourceRecord:
     uid: str | None = None
     resource_version: str | None = None
     shared: bool = False  # configpin.io/shared: its changes are one across namespaces
-    approved: str | None = None  # the content (digest prefix) a valid approval names
+    approved: str | None = None  # the content (`digest.content_id`) a valid approval names
     # Source digests already computed for this record, by (digest key, consumed keys). The
     # record is immutable, so they stay true; admission asks the same question every time.
     memo: dict[tuple[bytes, frozenset[str] | None], str] = field(

@@ -36,7 +36,7 @@ from webhook.core.constants import (
     PLAN_REQUEST,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
-from webhook.core.digest import BadSource, key_digests, record_from_object
+from webhook.core.digest import BadSource, content_id, key_digests, record_from_object
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 
 HELM_RELEASE_TYPE: Final = "helm.sh/release.v1"
@@ -249,8 +249,8 @@ def changed_by_of(
     hkey: bytes, namespace: str, sid: SourceId, obj: Mapping[str, Any], content: str
 ) -> ChangedBy | None:
     """Who changed `obj` (a source as read) to the content it holds (`content`: its digest
-    under the digest key itself, or a prefix), when configpin recorded it."""
-    return ChangedBy.decode(hkey, namespace, sid, changed_by_text(obj), content[:20])
+    under the digest key itself, or its `content_id`), when configpin recorded it."""
+    return ChangedBy.decode(hkey, namespace, sid, changed_by_text(obj), content_id(content))
 
 
 # --- a write, as admission needs it -------------------------------------------------------

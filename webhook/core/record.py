@@ -65,10 +65,10 @@ ON_FAILURE: Final[tuple[Action, ...]] = (Action.UNDO, Action.HOLD, Action.NONE)
 
 @dataclass(frozen=True, slots=True, order=True)
 class Change:
-    """One change: a source's new content (`content`: a prefix of its digest under the digest
-    key itself, so equal content anywhere is the same). A change is its namespace's own;
-    `namespace` "" is a change shared across every namespace whose source of that name is
-    marked `configpin.io/shared` and holds that content."""
+    """One change: a source's new content (`content`: its short form, `digest.content_id`,
+    under the digest key itself, so equal content anywhere is the same). A change is its
+    namespace's own; `namespace` "" is a change shared across every namespace whose source of
+    that name is marked `configpin.io/shared` and holds that content."""
 
     namespace: str
     source: SourceId
@@ -84,7 +84,7 @@ class Change:
 
     @classmethod
     def of(cls, namespace: str, sid: SourceId, content: str, *, shared: bool) -> Change:
-        return cls("" if shared else namespace, sid, content[:20])
+        return cls("" if shared else namespace, sid, digest.content_id(content))
 
     @classmethod
     def parse(cls, text: str) -> Change | None:

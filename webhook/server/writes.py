@@ -121,7 +121,7 @@ class SourceWrites:
         of who approved the content it holds now, in place of the request."""
         ops = _annotation_op(write, ANN_APPROVE, None)
         if write.approve == PLAN_REQUEST and write.record is not None:
-            content = digest.source_digest(self.hkey, write.record)[:20]
+            content = digest.content_id(digest.source_digest(self.hkey, write.record))
             who = ChangedBy(requester(review.request), self.clock(), content)
             text = who.encode(self.hkey, namespace, sid, domain=APPROVED)
             ops += _annotation_op(write, ANN_APPROVED, text)
@@ -133,8 +133,8 @@ class SourceWrites:
         """The source's record of who changed its content: made anew when this write changes
         it; otherwise kept as it was (a record the client sets itself is not configpin's)."""
         if write.changed and write.record is not None:
-            content = digest.source_digest(self.hkey, write.record)
-            who = ChangedBy(requester(review.request), self.clock(), content[:20])
+            content = digest.content_id(digest.source_digest(self.hkey, write.record))
+            who = ChangedBy(requester(review.request), self.clock(), content)
             return _annotation_op(write, ANN_CHANGED_BY, who.encode(self.hkey, namespace, sid))
         if write.had == write.sets:
             return []
