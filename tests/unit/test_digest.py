@@ -11,7 +11,13 @@ import pytest
 
 from tests.unit.conftest import HKEY, OTHER_KEY, b64, configmap, record, secret
 from webhook.core import digest
-from webhook.core.constants import ANN_IGNORE, ANN_SOURCE, LABEL_SNAPSHOT, LABEL_SOURCE
+from webhook.core.constants import (
+    ANN_IGNORE,
+    ANN_SIGNATURE,
+    ANN_SOURCE,
+    LABEL_SNAPSHOT,
+    LABEL_SOURCE,
+)
 from webhook.core.model import JSONObject, SourceKind
 from webhook.core.names import snapshot_name
 from webhook.core.snapshot import snapshot_object
@@ -368,6 +374,11 @@ def test_a_label_alone_proves_nothing() -> None:
     assert digest.record_from_object(OTHER_KEY, SourceKind.CONFIGMAP, other_key).snapshot_of is None
     # the source label alone does not make a snapshot
     assert record(configmap("x", labels={LABEL_SOURCE: "c"})).snapshot_of is None
+    # a forged signature beyond ASCII is no proof, not an error (hmac.compare_digest raised
+    # TypeError on it: the source cache's watch read it)
+    accented = copy.deepcopy(real)
+    accented["metadata"]["annotations"][ANN_SIGNATURE] = "\u00e9t\u00e9"
+    assert record(accented).snapshot_of is None
 
 
 def test_a_copy_made_before_signatures_is_proven_by_its_keyed_name() -> None:

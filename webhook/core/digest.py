@@ -133,7 +133,8 @@ def proven_source(
     content = source_digest(namespace_key(hkey, namespace), probe)
     if snapshot_name(source, content) != name:
         return None
-    if not hmac.compare_digest(signature, copy_signature(hkey, namespace, name, content)):
+    expected = copy_signature(hkey, namespace, name, content)
+    if not hmac.compare_digest(signature.encode(), expected.encode()):  # (as signed.opened)
         return None
     return source
 
