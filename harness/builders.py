@@ -27,6 +27,7 @@ from webhook.core.model import (
     SourceKind,
     SourceRecord,
     SourceUnavailable,
+    source_kind,
 )
 from webhook.core.plan import parse_mapping, plan_object
 from webhook.core.refs import find_sites, get_path
@@ -107,20 +108,23 @@ def secret(
     return obj
 
 
-_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
-
-
 WORKLOAD_NAMESPACE: Final = "team-a"
 NSKEY: Final = digest.namespace_key(HKEY, WORKLOAD_NAMESPACE)
 """The key of the digests in the namespace `workload` puts its objects in."""
 
 
+def _kind(obj: Mapping[str, Any]) -> SourceKind:
+    kind = source_kind(obj["kind"])
+    assert kind is not None, obj["kind"]
+    return kind
+
+
 def source_id(obj: Mapping[str, Any]) -> SourceId:
-    return SourceId(_KINDS[obj["kind"]], obj["metadata"]["name"])
+    return SourceId(_kind(obj), obj["metadata"]["name"])
 
 
 def record(obj: Mapping[str, Any], hkey: bytes = HKEY) -> SourceRecord:
-    return digest.record_from_object(hkey, _KINDS[obj["kind"]], obj)
+    return digest.record_from_object(hkey, _kind(obj), obj)
 
 
 class Store:

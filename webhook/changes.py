@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.core.constants import ANN_APPROVE, ANN_APPROVED, ANN_PLAN, PLAN_REQUEST
+from webhook.core.model import SOURCE_API_KINDS, SourceId, source_kind, typed_source_kind
 from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.user import connect_as_user
@@ -27,7 +28,6 @@ from webhook.manifests import decode, read_text
 
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "configpin-plan"
-_RESOURCES = {"ConfigMap": "configmaps", "Secret": "secrets"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,12 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _dry_run(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
     """The plan of applying `obj`: configpin's answer in the dry run's result."""
-    kind, name = obj["kind"], obj["metadata"]["name"]
+    kind, name = source_kind(obj["kind"]), obj["metadata"]["name"]
+    assert kind is not None  # (`_objects`: sources only)
     body = json.loads(json.dumps(obj))
     meta = body.setdefault("metadata", {})
     meta["namespace"] = namespace
     meta.setdefault("annotations", {})[ANN_PLAN] = PLAN_REQUEST
-    api_path = path(_RESOURCES[kind], namespace, name)
+    api_path = path(kind.resource, namespace, name)
     try:
         kube.get(api_path)
     except NotFound:
@@ -74,7 +75,7 @@ def _objects(files: Sequence[Path]) -> list[dict[str, Any]]:
             obj = doc.obj
             if (
                 isinstance(obj, dict)
-                and obj.get("kind") in _RESOURCES
+                and obj.get("kind") in SOURCE_API_KINDS
                 and obj.get("apiVersion") == "v1"
             ):
                 out.append(obj)
@@ -149,10 +150,6 @@ def add_approve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", help="kubeconfig context")
 
 
-_KINDS = {"configmap": "configmaps", "configmaps": "configmaps", "cm": "configmaps",
-          "secret": "secrets", "secrets": "secrets"}  # fmt: skip
-
-
 def _ask_approval(kube: Kube, api_path: str) -> dict[str, Any]:
     """Set configpin.io/approve: request on the source, as the user: a patch, or, for a user
     allowed to update but not to patch it, a read and a replace (retried on a conflict)."""
@@ -175,8 +172,8 @@ def approve(args: argparse.Namespace) -> int:
     """Ask admission to record, as you, the approval of the content the source holds now:
     an update of the source (your right to update it is what is checked)."""
     kind_text, _, name = str(args.source).partition("/")
-    resource = _KINDS.get(kind_text.lower())
-    if resource is None or not name:
+    kind = typed_source_kind(kind_text)
+    if kind is None or not name:
         print("configpin approve: configmap/NAME or secret/NAME", file=sys.stderr)
         return 2
     try:
@@ -185,13 +182,14 @@ def approve(args: argparse.Namespace) -> int:
         print(f"configpin approve: no cluster: {e}", file=sys.stderr)
         return 2
     namespace = args.namespace or default_ns
-    api_path = path(resource, namespace, name)
+    api_path = path(kind.resource, namespace, name)
+    sid = SourceId(kind, name)
     with api:
         kube = Kube(api)
         try:
             result = _ask_approval(kube, api_path)
         except KubeError as e:
-            print(f"configpin approve: {resource[:-1]}/{name}: {e}", file=sys.stderr)
+            print(f"configpin approve: {sid}: {e}", file=sys.stderr)
             return 2
         annotations = (result.get("metadata") or {}).get("annotations") or {}
         if ANN_APPROVE in annotations:  # configpin's admission did not answer: take it back
@@ -199,14 +197,14 @@ def approve(args: argparse.Namespace) -> int:
             with contextlib.suppress(KubeError):
                 kube.patch(api_path, undo, content_type=MERGE_PATCH)
             print(
-                f"configpin approve: configpin did not record the approval of {resource[:-1]}/"
-                f"{name} in {namespace} (is it installed for this namespace, and running?)",
+                f"configpin approve: configpin did not record the approval of {sid} in "
+                f"{namespace} (is it installed for this namespace, and running?)",
                 file=sys.stderr,
             )
             return 1
         record = json.loads(annotations.get(ANN_APPROVED) or "{}")
         print(
-            f"approved {resource[:-1]}/{name} in {namespace}: its content now "
+            f"approved {sid} in {namespace}: its content now "
             f"({record.get('content', '?')}) by {record.get('user', '?')}; the waves "
             "waiting for it roll"
         )

@@ -25,12 +25,15 @@ import jsonpatch
 from webhook.core.digest import BadSource, copy_signature, record_from_object
 from webhook.core.kinds import is_workload_kind
 from webhook.core.model import (
+    SOURCE_API_KINDS,
     JSONObject,
     PatchOp,
     SourceId,
     SourceKind,
     SourceRecord,
     SourceUnavailable,
+    source_kind,
+    typed_source_kind,
 )
 from webhook.core.plan import plan_object
 from webhook.core.snapshot import snapshot_object
@@ -40,7 +43,6 @@ EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
 EXIT_UNUSABLE: Final = 2
 
-_SOURCE_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
 _SUFFIXES: Final = (".yaml", ".yml", ".json")
 
 
@@ -162,10 +164,10 @@ def _go_key(key: Any) -> Any:
     return key
 
 
-def _as_stored(obj: JSONObject) -> JSONObject:
+def _as_stored(kind: SourceKind, obj: JSONObject) -> JSONObject:
     """Keys of data maps as the API server receives them (`1:` is the key "1")."""
     out = obj
-    for name in ("data", "binaryData", "stringData"):
+    for name, _, _ in kind.facts.content:
         value = obj.get(name)
         if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
             if out is obj:
@@ -189,13 +191,15 @@ class Sources:
         self._by_key: dict[tuple[str, SourceId], _Source] = {}
 
     def add(self, hkey: bytes, namespace: str, obj: JSONObject, where: str) -> BadSource | None:
-        kind = _SOURCE_KINDS[obj["kind"]]
+        kind = source_kind(obj["kind"])
         name = (obj.get("metadata") or {}).get("name")
+        if kind is None:
+            return None
         if not name:
             return None
         record: SourceRecord | BadSource
         try:
-            record = record_from_object(hkey, kind, _as_stored(obj))
+            record = record_from_object(hkey, kind, _as_stored(kind, obj))
         except BadSource as e:
             record = e
         self._by_key[(namespace, SourceId(kind, name))] = _Source(record, obj, where)
@@ -218,8 +222,8 @@ def allowed_missing(patterns: Iterable[str], sid: SourceId) -> bool:
     """`KIND/NAME` patterns (kind case-insensitive, `configmap`/`cm`/`secret`; glob names)."""
     for pattern in patterns:
         kind, _, name = pattern.partition("/")
-        kind = kind.lower()
-        kind = {"cm": "configmap", "configmaps": "configmap", "secrets": "secret"}.get(kind, kind)
+        typed = typed_source_kind(kind)  # (else a glob of kinds)
+        kind = typed.value if typed is not None else kind.lower()
         if fnmatch.fnmatchcase(sid.kind.value, kind) and fnmatch.fnmatchcase(sid.name, name):
             return True
     return False
@@ -362,7 +366,7 @@ def render(
         for i, (obj, where) in enumerate(objs):
             if usable and not usable[i]:
                 continue
-            if obj["kind"] in _SOURCE_KINDS:
+            if obj["kind"] in SOURCE_API_KINDS:
                 bad = r.sources.add(hkey, r.namespace_of(obj), obj, where)
                 if bad is not None:
                     r.findings.append(

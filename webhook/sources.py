@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from webhook.core.digest import BadSource, record_from_object
-from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+from webhook.core.model import JSONObject, SourceId, SourceRecord, SourceUnavailable, source_kind
 
-_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
 EMBEDDED_MANIFESTS: Final = Path(__file__).parent / "embedded"
 
 
@@ -78,7 +77,7 @@ class FileSources:
         self._records: dict[tuple[str | None, SourceId], SourceRecord | BadSource] = {}
         self._objects: dict[tuple[str | None, SourceId], JSONObject] = {}
         for obj in objects:
-            kind = _KINDS.get(str(obj.get("kind", "")))
+            kind = source_kind(str(obj.get("kind", "")))
             meta = obj.get("metadata") or {}
             if kind is None or not meta.get("name"):
                 continue

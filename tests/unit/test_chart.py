@@ -32,6 +32,7 @@ from harness.images import dockerfile_instructions, dockerfile_stages
 from webhook.cli import build_parser
 from webhook.config import Settings
 from webhook.core.kinds import BUILTIN_KINDS
+from webhook.core.model import SourceKind
 from webhook.metrics import Metrics
 from webhook.server.handler import SOURCES_PATH, WORKLOADS_PATH, Admitter
 from webhook.sources import FileSources
@@ -53,6 +54,10 @@ CLONESET = ("apps.kruise.io", "v1alpha1", "clonesets")
 WORKLOAD_RULES = {(k.group, k.resource) for k in BUILTIN_KINDS if k.admitted}  # admission
 WORKLOAD_READS = {(k.group, k.resource) for k in BUILTIN_KINDS}  # the controller's watches
 WORKLOAD_PATCHES = {(k.group, k.resource) for k in BUILTIN_KINDS if k.rolls}  # re-stamps
+# ... and of the source kinds (webhook/core/model.py: SOURCE_FACTS): read, copied in snapshot
+# mode, and their writes previewed
+SOURCES = {("", k.resource) for k in SourceKind}
+SOURCE_RESOURCES = [k.resource for k in SourceKind]
 
 
 @pytest.fixture(scope="module")
@@ -537,18 +542,14 @@ def expected_cluster_grants(
     # a custom workload kind: read and re-stamped, that resource only
     grants = {(g, r, v, ()) for g, _, r in custom for v in (*READ, "patch")}
     grants |= {
-        (g, r, v, ())
-        for g, r in {("", "configmaps"), ("", "secrets"), ("", "namespaces"), *WORKLOAD_READS}
-        for v in READ
+        (g, r, v, ()) for g, r in {*SOURCES, ("", "namespaces"), *WORKLOAD_READS} for v in READ
     }
     grants |= {(g, r, "patch", ()) for g, r in WORKLOAD_PATCHES}
     grants |= {("events.k8s.io", "events", v, ()) for v in ("create", "patch")}
     if refresh_pods:  # on-change: refresh, one annotation on a workload's running pods
         grants.add(("", "pods", "patch", ()))
     if snapshots:
-        grants |= {
-            ("", r, v, ()) for r in ("configmaps", "secrets") for v in ("create", "delete", "patch")
-        }
+        grants |= {(g, r, v, ()) for g, r in SOURCES for v in ("create", "delete", "patch")}
     if webhook:
         group = "admissionregistration.k8s.io"
         grants |= {
@@ -696,7 +697,7 @@ def test_the_source_writes_webhook_previews_and_never_stands_in_the_way(
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
-            "resources": ["configmaps", "secrets"],
+            "resources": SOURCE_RESOURCES,
             "operations": ["UPDATE", "DELETE"],
             "scope": "Namespaced",
         }
@@ -1125,7 +1126,7 @@ def test_the_policy_confines_every_write_configpin_is_granted() -> None:
             for g, r, verb, names in rbac_grants(one(objects, "ClusterRole"))
             if verb == "patch" and not names and g != "events.k8s.io"
         }
-        assert confined == patched | {("", "configmaps"), ("", "secrets")}
+        assert confined == patched | SOURCES
         assert WORKLOAD_PATCHES | {(ARGO[0], ARGO[2])} <= confined
 
 

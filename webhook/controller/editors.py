@@ -14,7 +14,6 @@ from typing import Final
 from webhook.core import digest
 from webhook.core.preview import changed_by_of
 from webhook.core.record import Change
-from webhook.kube.copies import RESOURCE
 from webhook.kube.errors import KubeError
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube, path
@@ -56,7 +55,7 @@ class Editors:
         key = (namespace, change)
         sid = change.source
         try:
-            obj = self.kube.get(path(RESOURCE[sid.kind], namespace, sid.name))
+            obj = self.kube.get(path(sid.kind.resource, namespace, sid.name))
             record = digest.record_from_object(self.hkey, sid.kind, obj)
         except (KubeError, digest.BadSource):
             return UNKNOWN  # not remembered: asked again next time

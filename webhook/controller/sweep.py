@@ -29,7 +29,6 @@ from webhook.controller.adoption import (
 from webhook.core.kinds import BUILTIN_KINDS, custom_kinds
 from webhook.core.model import JSONObject, SourceKind
 from webhook.kube.copies import (
-    RESOURCE,
     Copy,
     SnapshotIndex,
     SnapshotWriter,
@@ -190,7 +189,7 @@ class SnapshotSweeper:
             return
         kind = c.kind.api_kind
         try:  # its uid, which `kubectl describe` selects Events by (the cache keeps none)
-            source = self.kube.get(path(RESOURCE[c.kind], c.namespace, c.source))
+            source = self.kube.get(path(c.kind.resource, c.namespace, c.source))
             uid = str((source.get("metadata") or {}).get("uid") or "")
         except KubeError:
             uid = ""  # gone too (or unreadable): the Event names it all the same

@@ -25,6 +25,7 @@ MODE_OFF: Final = "off"
 MODES: Final = (MODE_CHECKSUM, MODE_SNAPSHOT, MODE_OFF)
 
 SERVICE_ACCOUNT_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
+HELM_RELEASE_TYPE: Final = "helm.sh/release.v1"  # a Helm release revision: no pod consumes one
 
 # On a workload's own metadata (never the pod template, so writing it rolls nothing): the
 # per-source digests the workload was last brought up to date with, by admission or by the

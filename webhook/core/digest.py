@@ -120,7 +120,7 @@ def proven_source(
     signature = (meta.get("annotations") or {}).get(ANN_SIGNATURE)
     if not namespace:
         return None
-    secret_type = (obj.get("type") or "Opaque") if kind is SourceKind.SECRET else None
+    secret_type = _secret_type(kind, obj)
     probe = SourceRecord(kind=kind, name=name, key_digests=key_digests, secret_type=secret_type)
     if signature is None:
         # Made by a version before signatures: its name carries 40 bits of an HMAC under the
@@ -197,17 +197,17 @@ def key_digests(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> dict[s
     under field `data`, so a manifest and the stored object digest alike.
     """
     out: dict[str, bytes] = {}
-    if kind is SourceKind.CONFIGMAP:
-        for name, value in _fields(obj, "data").items():
-            out[name] = key_digest(hkey, "data", name, _text(value, f"data[{name}]"))
-        for name, value in _fields(obj, "binaryData").items():
-            out[name] = key_digest(hkey, "binaryData", name, _b64(value, f"binaryData[{name}]"))
-    else:
-        for name, value in _fields(obj, "data").items():
-            out[name] = key_digest(hkey, "data", name, _b64(value, f"data[{name}]"))
-        for name, value in _fields(obj, "stringData").items():
-            out[name] = key_digest(hkey, "data", name, _text(value, f"stringData[{name}]"))
+    for field, base64_values, digested_as in kind.facts.content:
+        decode = _b64 if base64_values else _text
+        for name, value in _fields(obj, field).items():
+            out[name] = key_digest(hkey, digested_as, name, decode(value, f"{field}[{name}]"))
     return out
+
+
+def _secret_type(kind: SourceKind, obj: Mapping[str, Any]) -> str | None:
+    """A Secret's type as the API server stores it (None for a kind that has none)."""
+    default = kind.facts.default_type
+    return None if default is None else (obj.get("type") or default)
 
 
 def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) -> SourceRecord:
@@ -223,7 +223,7 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         kind=kind,
         name=meta.get("name", ""),
         key_digests=digests,
-        secret_type=(obj.get("type") or "Opaque") if kind is SourceKind.SECRET else None,
+        secret_type=_secret_type(kind, obj),
         ignored=annotations.get(ANN_IGNORE) == "true",
         snapshot_of=proven_source(hkey, kind, obj, digests),
         uid=meta.get("uid"),

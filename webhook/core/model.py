@@ -1,4 +1,9 @@
-"""Plain values the core works with. Wire formats stay dicts; internal values are frozen."""
+"""Plain values the core works with. Wire formats stay dicts; internal values are frozen.
+
+The source kinds (ConfigMap, Secret) are one table here (`SourceKind` and its `SourceFacts`),
+as the workload kinds are one in webhook.core.kinds: every module reads it, none keeps a
+table of its own (tests/unit/test_one_place.py).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple, Protocol, TypeAlias
 
+from webhook.core.constants import HELM_RELEASE_TYPE
 from webhook.core.reasons import SkipReason
 
 JSONObject: TypeAlias = dict[str, Any]
@@ -14,12 +20,99 @@ PatchOp: TypeAlias = dict[str, Any]
 
 
 class SourceKind(StrEnum):
+    """A kind of object whose content pods consume. Its value names it in configpin's
+    annotations and digests (`configmap/<name>`: never changed); its other facts are its
+    `facts` (`SOURCE_FACTS`)."""
+
     CONFIGMAP = "configmap"
     SECRET = "secret"
 
     @property
+    def facts(self) -> SourceFacts:
+        return SOURCE_FACTS[self]
+
+    @property
     def api_kind(self) -> str:
-        return "ConfigMap" if self is SourceKind.CONFIGMAP else "Secret"
+        """As the API names it: `ConfigMap`."""
+        return SOURCE_FACTS[self].api_kind
+
+    @property
+    def resource(self) -> str:
+        """Its resource, as API paths name it: `configmaps`."""
+        return SOURCE_FACTS[self].resource
+
+
+class ContentField(NamedTuple):
+    """A field of a source's content: how its values are written, and the field its keys are
+    digested under (a Secret's `stringData` is merged into `data` by the API server)."""
+
+    name: str
+    base64: bool
+    digested_as: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFacts:
+    """What configpin knows of a source kind: one entry of `SOURCE_FACTS`."""
+
+    api_kind: str  # ConfigMap
+    resource: str  # configmaps
+    names: tuple[str, ...]  # what a person types for it (lower case; kubectl's names)
+    volume: str  # its field in a pod's volume and in a projected volume's sources: configMap
+    volume_name: str  # the field of the name in that volume's (a Secret's: secretName)
+    key_ref: str  # an env var's valueFrom field: configMapKeyRef
+    env_from: str  # an envFrom entry's field: configMapRef
+    content: tuple[ContentField, ...]  # the fields of its content, in the order they apply
+    default_type: str | None = None  # the type the API server gives one that names none
+    unwatched_types: tuple[str, ...] = ()  # types no pod consumes: left out of the watch
+    api_version: str = "v1"  # (the core group)
+
+    @property
+    def prefix(self) -> str:
+        """The API path prefix of its resource: `/api/v1`."""
+        return f"/api/{self.api_version}"
+
+
+SOURCE_FACTS: Final[Mapping[SourceKind, SourceFacts]] = {
+    SourceKind.CONFIGMAP: SourceFacts(
+        "ConfigMap",
+        "configmaps",
+        ("configmap", "configmaps", "cm"),
+        volume="configMap",
+        volume_name="name",
+        key_ref="configMapKeyRef",
+        env_from="configMapRef",
+        content=(
+            ContentField("data", False, "data"),
+            ContentField("binaryData", True, "binaryData"),
+        ),
+    ),
+    SourceKind.SECRET: SourceFacts(
+        "Secret",
+        "secrets",
+        ("secret", "secrets"),
+        volume="secret",
+        volume_name="secretName",
+        key_ref="secretKeyRef",
+        env_from="secretRef",
+        content=(ContentField("data", True, "data"), ContentField("stringData", False, "data")),
+        default_type="Opaque",
+        unwatched_types=(HELM_RELEASE_TYPE,),
+    ),
+}
+_BY_API_KIND: Final[Mapping[str, SourceKind]] = {f.api_kind: k for k, f in SOURCE_FACTS.items()}
+_BY_NAME: Final[Mapping[str, SourceKind]] = {n: k for k, f in SOURCE_FACTS.items() for n in f.names}
+SOURCE_API_KINDS: Final = frozenset(_BY_API_KIND)  # ConfigMap, Secret
+
+
+def source_kind(api_kind: str) -> SourceKind | None:
+    """The source kind an object's `kind` names (`ConfigMap`); None: not a source."""
+    return _BY_API_KIND.get(api_kind)
+
+
+def typed_source_kind(text: str) -> SourceKind | None:
+    """The source kind a person names (`cm`, `configmap`, `Secrets`: any case); None: none."""
+    return _BY_NAME.get(text.lower())
 
 
 class SourceId(NamedTuple):

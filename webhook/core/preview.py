@@ -32,6 +32,7 @@ from webhook.core.constants import (
     ANN_CHANGED_BY,
     ANN_IGNORE,
     ANN_PLAN,
+    HELM_RELEASE_TYPE,
     LABEL_SNAPSHOT,
     PLAN_REQUEST,
     SERVICE_ACCOUNT_TOKEN_TYPE,
@@ -39,7 +40,6 @@ from webhook.core.constants import (
 from webhook.core.digest import BadSource, content_id, key_digests, record_from_object
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 
-HELM_RELEASE_TYPE: Final = "helm.sh/release.v1"
 LEADER_ANNOTATION: Final = "control-plane.alpha.kubernetes.io/leader"
 _KEYS_SHOWN: Final = 4  # key names in a line, then "+N"
 _NAMES_SHOWN: Final = 3  # workload names in a line, then "+N"

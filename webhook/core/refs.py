@@ -109,16 +109,14 @@ def _items_keys(items: Any) -> frozenset[str] | None:
     )
 
 
-_CONFIGMAP: Final = SourceKind.CONFIGMAP
-_SECRET: Final = SourceKind.SECRET
+# The fields a pod spec names a source in, by kind (the source kinds' table, SOURCE_FACTS)
 _FieldKinds = tuple[tuple[str, SourceKind], ...]
-_KEY_REFS: Final[_FieldKinds] = (("configMapKeyRef", _CONFIGMAP), ("secretKeyRef", _SECRET))
-_OBJECT_REFS: Final[_FieldKinds] = (("configMapRef", _CONFIGMAP), ("secretRef", _SECRET))
-_PROJECTED_REFS: Final[_FieldKinds] = (("configMap", _CONFIGMAP), ("secret", _SECRET))
+_KEY_REFS: Final[_FieldKinds] = tuple((k.facts.key_ref, k) for k in SourceKind)
+_OBJECT_REFS: Final[_FieldKinds] = tuple((k.facts.env_from, k) for k in SourceKind)
+_PROJECTED_REFS: Final[_FieldKinds] = tuple((k.facts.volume, k) for k in SourceKind)
 # A volume's own reference: its field, the field of the name in it, the kind
-_VOLUME_REFS: Final[tuple[tuple[str, str, SourceKind], ...]] = (
-    ("configMap", "name", _CONFIGMAP),
-    ("secret", "secretName", _SECRET),
+_VOLUME_REFS: Final[tuple[tuple[str, str, SourceKind], ...]] = tuple(
+    (k.facts.volume, k.facts.volume_name, k) for k in SourceKind
 )
 
 
@@ -127,7 +125,7 @@ _new = tuple.__new__  # builds a named tuple in C, without the Python-level __ne
 # The SourceId of each (kind, name) seen lately, made once: finding it (by the name, in its
 # kind's table: a string key) costs a fraction of building a named tuple, once per reference
 # of every admission. Names come from requests: bounded, and emptied whole when full.
-_SOURCE_IDS: Final[dict[SourceKind, dict[str, SourceId]]] = {_CONFIGMAP: {}, _SECRET: {}}
+_SOURCE_IDS: Final[dict[SourceKind, dict[str, SourceId]]] = {k: {} for k in SourceKind}
 _SOURCE_IDS_MAX: Final = 4096
 
 

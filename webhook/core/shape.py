@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from webhook.core.kinds import template_paths
+from webhook.core.model import SourceKind
 from webhook.core.refs import CONTAINER_LISTS
 
 
@@ -150,9 +151,12 @@ def _ref(ref: Any, name_field: str, items: bool, key: bool) -> None:
                 raise ShapeError(_STRING, k).at("key").at(i).at("items")
 
 
-# (variable-length tuple types: see refs.CONTAINER_LISTS)
-_VOLUME_REFS: Final[tuple[tuple[str, str], ...]] = (("configMap", "name"), ("secret", "secretName"))
-_PROJECTED_REFS: Final[tuple[str, ...]] = ("configMap", "secret")
+# The fields a pod spec names a source in (the source kinds' table; variable-length tuple
+# types: see refs.CONTAINER_LISTS)
+_VOLUME_REFS: Final[tuple[tuple[str, str], ...]] = tuple(
+    (k.facts.volume, k.facts.volume_name) for k in SourceKind
+)
+_PROJECTED_REFS: Final[tuple[str, ...]] = tuple(k.facts.volume for k in SourceKind)
 
 
 def _volume(vol: Any) -> None:
@@ -182,8 +186,8 @@ def _volume(vol: Any) -> None:
                     raise e.at(kind).at(si).at("sources").at("projected") from None
 
 
-_KEY_REFS: Final[tuple[str, ...]] = ("configMapKeyRef", "secretKeyRef")
-_OBJECT_REFS: Final[tuple[str, ...]] = ("configMapRef", "secretRef")
+_KEY_REFS: Final[tuple[str, ...]] = tuple(k.facts.key_ref for k in SourceKind)
+_OBJECT_REFS: Final[tuple[str, ...]] = tuple(k.facts.env_from for k in SourceKind)
 
 
 def _container(c: Any) -> None:

@@ -39,7 +39,7 @@ def snapshot_object(
     if len(source_name) <= MAX_LABEL_VALUE:
         labels[LABEL_SOURCE] = source_name
     out: JSONObject = {
-        "apiVersion": "v1",
+        "apiVersion": kind.facts.api_version,
         "kind": kind.api_kind,
         "metadata": {
             "name": name,
@@ -50,14 +50,10 @@ def snapshot_object(
     }
     if namespace or meta.get("namespace"):
         out["metadata"]["namespace"] = namespace or meta["namespace"]
-    if kind is SourceKind.CONFIGMAP:
-        for field in ("data", "binaryData"):
-            if source.get(field):
-                out[field] = copy.deepcopy(source[field])
-    else:
-        out["type"] = source.get("type") or "Opaque"
-        if source.get("data"):
-            out["data"] = copy.deepcopy(source["data"])
-        if source.get("stringData"):
-            out["stringData"] = copy.deepcopy(source["stringData"])
+    facts = kind.facts
+    if facts.default_type is not None:
+        out["type"] = source.get("type") or facts.default_type
+    for field, _, _ in facts.content:
+        if source.get(field):
+            out[field] = copy.deepcopy(source[field])
     return out

@@ -29,19 +29,18 @@ from webhook.sources import MISS, Miss
 
 log = logging.getLogger(__name__)
 
-_RESOURCE: Final = {SourceKind.CONFIGMAP: "configmaps", SourceKind.SECRET: "secrets"}
 _RECENT_TTL: Final = 10.0
 _RECENT_MAX: Final = 10_000
-_RECORDS_MAX: Final = 4096
-# Secret types no pod consumes, filtered out by the API server itself (a field selector), so
-# they are neither sent nor parsed: Helm keeps every release revision as a Secret of 100 KB
-# to 1 MB, often the largest objects in a cluster. A pod that names one anyway is answered by
-# a read-through, like any object the watch has not delivered.
-UNWATCHED_SECRET_TYPES: Final = ("helm.sh/release.v1",)
-_FIELD_SELECTOR: Final = {
-    SourceKind.CONFIGMAP: None,
-    SourceKind.SECRET: ",".join(f"type!={t}" for t in UNWATCHED_SECRET_TYPES),
-}  # records handed to admission, kept for their memoized digests
+_RECORDS_MAX: Final = 4096  # records handed to admission, kept for their memoized digests
+
+
+def _field_selector(kind: SourceKind) -> str | None:
+    """The types of `kind` no pod consumes (its `unwatched_types`), filtered out by the API
+    server itself, so they are neither sent nor parsed: Helm keeps every release revision as
+    a Secret of 100 KB to 1 MB, often the largest objects in a cluster. A pod that names one
+    anyway is answered by a read-through, like any object the watch has not delivered."""
+    return ",".join(f"type!={t}" for t in kind.facts.unwatched_types) or None
+
 
 ChangeListener = Callable[[str, SourceId], None]
 """Called (namespace, source) from a watch thread when a source's content or presence changed."""
@@ -112,8 +111,8 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     size, at = digest.KEY_DIGEST_SIZE, _ID.size
     kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
     secret_type, ignored, snapshot_of, shared, approved = extra or (None, False, None, False, None)
-    if kind is SourceKind.SECRET and secret_type is None:
-        secret_type = "Opaque"
+    if secret_type is None:
+        secret_type = kind.facts.default_type
     return SourceRecord(
         kind,
         name,
@@ -209,10 +208,10 @@ class SourceCache:
         self.informers = {
             kind: Informer(
                 kube,
-                _RESOURCE[kind],
+                kind.resource,
                 self.indexes[kind],
                 metrics,
-                field_selector=_FIELD_SELECTOR[kind],
+                field_selector=_field_selector(kind),
             )
             for kind in SourceKind
         }
@@ -239,9 +238,8 @@ class SourceCache:
     def pack(self, rec: SourceRecord) -> bytes:
         names = tuple(sorted(rec.key_digests))
         extra = None
-        default_type = "Opaque" if rec.kind is SourceKind.SECRET else None
         if (
-            rec.secret_type != default_type
+            rec.secret_type != rec.kind.facts.default_type
             or rec.ignored
             or rec.snapshot_of is not None
             or rec.shared
@@ -339,7 +337,7 @@ class SourceCache:
         if timeout is not None and timeout <= 0:
             raise SourceUnavailable(f"reading {sid}: no time left")
         try:
-            return self.kube.get(path(_RESOURCE[sid.kind], namespace, sid.name), timeout=timeout)
+            return self.kube.get(path(sid.kind.resource, namespace, sid.name), timeout=timeout)
         except NotFound:
             return None
         except KubeError as e:

@@ -42,7 +42,6 @@ from webhook.metrics import Metrics
 log = logging.getLogger(__name__)
 
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
-RESOURCE: Final = {SourceKind.CONFIGMAP: "configmaps", SourceKind.SECRET: "secrets"}
 _RECENT_TTL: Final = 10.0
 
 CopyKey: TypeAlias = tuple[SourceKind, str, str]
@@ -277,7 +276,7 @@ def add_owners(kube: Kube, key: CopyKey, owners: Sequence[JSONObject]) -> None:
     concurrent writer, nothing is duplicated). Raises NotFound when the copy is gone."""
     kind, namespace, name = key
     kube.patch(
-        path(RESOURCE[kind], namespace, name),
+        path(kind.resource, namespace, name),
         {"metadata": {"ownerReferences": list(owners)}},
         STRATEGIC_MERGE_PATCH,
     )
@@ -288,7 +287,7 @@ def remove_owners(kube: Kube, key: CopyKey, uids: Sequence[str]) -> None:
     uid: the others, a concurrent writer's included, stay). Raises NotFound when gone."""
     kind, namespace, name = key
     kube.patch(
-        path(RESOURCE[kind], namespace, name),
+        path(kind.resource, namespace, name),
         {"metadata": {"ownerReferences": [{"$patch": "delete", "uid": u} for u in uids]}},
         STRATEGIC_MERGE_PATCH,
     )
@@ -297,7 +296,7 @@ def remove_owners(kube: Kube, key: CopyKey, uids: Sequence[str]) -> None:
 def mark(kube: Kube, copy: Copy, wall: float) -> None:
     """Mark a copy unused, only if it is still as the sweep saw it (resourceVersion)."""
     kube.patch(
-        path(RESOURCE[copy.kind], copy.namespace, copy.name),
+        path(copy.kind.resource, copy.namespace, copy.name),
         {
             "metadata": {
                 "resourceVersion": copy.resource_version,
@@ -313,7 +312,7 @@ def unmark(kube: Kube, key: CopyKey) -> None:
     Raises NotFound when the copy is gone."""
     kind, namespace, name = key
     kube.patch(
-        path(RESOURCE[kind], namespace, name),
+        path(kind.resource, namespace, name),
         {"metadata": {"annotations": {ANN_UNUSED: None}}},
         MERGE_PATCH,
     )
@@ -324,7 +323,7 @@ def delete_unchanged(kube: Kube, copy: Copy) -> bool:
     re-use (adoption, an un-mark) since then wins. True when deleted."""
     try:
         kube.delete(
-            path(RESOURCE[copy.kind], copy.namespace, copy.name),
+            path(copy.kind.resource, copy.namespace, copy.name),
             {
                 "apiVersion": "v1",
                 "kind": "DeleteOptions",
@@ -467,7 +466,7 @@ class SnapshotWriter:
         """Create the copy; the copy when this call made it, None when it existed."""
         sid, kind = req.source, req.source.kind
         key: CopyKey = (kind, namespace, req.snapshot_name)
-        api_path = path(RESOURCE[kind], namespace)
+        api_path = path(kind.resource, namespace)
         for _ in range(3):
             source = self._read_source(namespace, req)
             signature = digest.copy_signature(
@@ -525,7 +524,7 @@ class SnapshotWriter:
         un-mark it if the sweep marked it. False when it has gone meanwhile."""
         kind = req.source.kind
         key: CopyKey = (kind, namespace, req.snapshot_name)
-        api_path = path(RESOURCE[kind], namespace, req.snapshot_name)
+        api_path = path(kind.resource, namespace, req.snapshot_name)
         try:
             existing = self.kube.get(api_path)
         except NotFound:

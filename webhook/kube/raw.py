@@ -17,7 +17,7 @@ import orjson
 import urllib3
 
 from webhook.core.kinds import BUILTIN_KINDS
-from webhook.core.model import JSONObject
+from webhook.core.model import JSONObject, SourceKind
 from webhook.kube.client import Connection
 from webhook.kube.errors import (
     AlreadyExists,
@@ -48,8 +48,7 @@ MAX_PAGE_ITEMS: Final = 5000  # objects per list page at most, however small the
 
 # resource -> (API path prefix, namespaced)
 RESOURCES: Final[Mapping[str, str]] = {
-    "configmaps": "/api/v1",
-    "secrets": "/api/v1",
+    **{k.resource: k.facts.prefix for k in SourceKind},
     "namespaces": "/api/v1",
     "serviceaccounts": "/api/v1",
     "leases": "/apis/coordination.k8s.io/v1",

@@ -13,13 +13,12 @@ from typing import Any, Final, Protocol, TypeVar
 
 from webhook.config import Settings
 from webhook.core.kinds import admitted_kinds, custom_kinds
-from webhook.core.model import JSONObject
+from webhook.core.model import SOURCE_API_KINDS, JSONObject
 from webhook.core.owners import pinned_owners
 from webhook.metrics import AdmissionResult, Metrics, Tally
 from webhook.server import large
 from webhook.server.admission import BadReview, Review
 from webhook.server.policy import Trouble
-from webhook.server.writes import SOURCE_KINDS
 
 _T = TypeVar("_T")
 
@@ -93,7 +92,7 @@ class Admission:
         # Labelled metric children, looked up once: `labels()` costs more than the count.
         self._counts: dict[tuple[str, str, str], Tally] = {}
         # metric labels: the workload kinds, and the sources whose writes it previews
-        self._kinds = frozenset(k.kind for k in admitted_kinds()) | frozenset(SOURCE_KINDS)
+        self._kinds = frozenset(k.kind for k in admitted_kinds()) | SOURCE_API_KINDS
         # Large reviews are decided in a worker process (large.py), one at a time: it holds
         # the one review in progress, whichever webhook it came to.
         self._worker: ProcessPoolExecutor | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Protocol
 
 from webhook.core import digest
 from webhook.core.audit import APPROVED
@@ -23,7 +23,7 @@ from webhook.core.constants import (
     ANN_PLAN,
     PLAN_REQUEST,
 )
-from webhook.core.model import PatchOp, SourceId, SourceKind, SourceRecord
+from webhook.core.model import PatchOp, SourceId, SourceKind, SourceRecord, source_kind
 from webhook.core.names import pointer
 from webhook.core.preview import (
     ChangedBy,
@@ -36,8 +36,6 @@ from webhook.core.preview import (
 )
 from webhook.metrics import AdmissionResult
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, patched
-
-SOURCE_KINDS: Final = {"ConfigMap": SourceKind.CONFIGMAP, "Secret": SourceKind.SECRET}
 
 
 class SourcePreview(Protocol):
@@ -146,4 +144,4 @@ def source_kind_of(review: Review) -> SourceKind | None:
     kind = review.request.get("kind")
     if not isinstance(kind, dict) or kind.get("group", ""):
         return None
-    return SOURCE_KINDS.get(review.kind)
+    return source_kind(review.kind)
