@@ -34,12 +34,11 @@ from kubernetes import config
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OBSERVED,
-    ANN_OWNED,
+    ANN_REJECTED,
     ANN_ROLLED_AT,
     ANN_ROLLOUT,
     ANN_SOURCES,
     LABEL_SNAPSHOT,
-    OWNED_PIN,
 )
 from webhook.core.kinds import (
     BUILTIN_KINDS,
@@ -53,7 +52,15 @@ from webhook.core.kinds import (
 from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
 from webhook.core.plan import parse_mapping
-from webhook.core.record import Action, digest_mapping_any, rejected
+from webhook.core.reasons import WAIT_STATES, SourceState, Status
+from webhook.core.record import (
+    ACTION_WORDS,
+    ROLLOUT_WORDS,
+    State,
+    by_whom,
+    digest_mapping_any,
+    rejected,
+)
 from webhook.core.refs import RefSite, find_sites, get_path
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube, path
@@ -68,6 +75,7 @@ _ALIASES: Final = {
     **{short: k for k, e in _KINDS.items() for short in e.short_names},
 }
 _HEX: Final = re.compile(r"[0-9a-f]+")
+_ACTIONS: Final = {a.value: w.short for a, w in ACTION_WORDS.items()}  # (the record as read)
 
 
 @dataclass
@@ -78,16 +86,16 @@ class SourceStatus:
     rejected: str | None = None  # content a rollout of it failed with (never rolled to again)
 
     @property
-    def state(self) -> str:
+    def state(self) -> SourceState:
         if self.recorded == self.current:
-            return "current"
+            return SourceState.CURRENT
         if self.current is None:
-            return "gone"
+            return SourceState.GONE
         if self.current == self.rejected:
-            return "rejected"
+            return SourceState.REJECTED
         if self.recorded is None:
-            return "new"
-        return "stale"
+            return SourceState.NEW
+        return SourceState.STALE
 
 
 @dataclass
@@ -97,11 +105,7 @@ class WorkloadStatus:
     name: str
     mode: str = ""
     pinned: bool = False
-    # current, stale, waiting (its rollout waits a wave or the cap), awaiting-approval (its
-    # wave comes after `approve`: the change is not approved yet), rolling (a config rollout
-    # configpin follows), failed (it failed: undone, held, left, or rolled back by a person),
-    # rejected (the content a failed rollout brought is kept out), missing, not-pinned, unknown
-    state: str = "current"
+    state: Status = Status.CURRENT
     reason: str = ""
     sources: list[SourceStatus] = field(default_factory=list)
     copies: list[str] = field(default_factory=list)
@@ -112,11 +116,12 @@ class WorkloadStatus:
 
     @property
     def failing(self) -> bool:
-        return self.state in ("stale", "missing", "failed")
+        return self.state.failing
 
     def as_dict(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc["sources"] = [{**asdict(s), "state": s.state} for s in self.sources]
+        doc["state"] = self.state.value  # (a plain str for YAML)
+        doc["sources"] = [{**asdict(s), "state": s.state.value} for s in self.sources]
         return doc
 
 
@@ -277,33 +282,30 @@ class StatusReader:
         st.pinned = bool(recorded)
         st.copies = _copies(obj, recorded)
         if st.mode == "off":
-            st.state, st.reason = "not-pinned", "mode off (configpin.io/mode)"
+            st.state, st.reason = Status.NOT_PINNED, "mode off (configpin.io/mode)"
             return st
         owner = left_to_owner(obj)
         if owner is not None:
-            st.state = "not-pinned"
-            st.reason = (
-                f"{owned_reason(owner)}, another controller (pin it anyway: "
-                f"{ANN_OWNED}: {OWNED_PIN}, or configpin's --pin-owned-by)"
-            )
+            st.state, st.reason = Status.NOT_PINNED, owned_reason(owner)
             return st
         ref = workload_ref(obj)
         if ref is not None:
-            st.state = "not-pinned"
+            st.state = Status.NOT_PINNED
             st.reason = f"workloadRef: its pod template is {ref[1]} {ref[2]}'s, pinned there"
             return st
         if fixed_template(kind):
             st.sources = [SourceStatus(k, v, v) for k, v in sorted(recorded.items())]
-            st.state = "current" if recorded else "not-pinned"
+            st.state = Status.CURRENT if recorded else Status.NOT_PINNED
             st.reason = f"a {kind}'s pod template cannot change: it runs what it recorded"
             return st
         try:
             now, warnings = self._admit_now(obj)
         except Forbidden as e:
-            st.state, st.reason = "unknown", f"cannot ask the API server (dry run): {e.reason}"
+            st.state = Status.UNKNOWN
+            st.reason = f"cannot ask the API server (dry run): {e.reason}"
             return st
         except KubeError as e:
-            st.state, st.reason = "unknown", f"dry run failed: {e}"
+            st.state, st.reason = Status.UNKNOWN, f"dry run failed: {e}"
             return st
         st.warnings = warnings
         current = parse_mapping(_annotations(_template_meta(now)).get(ANN_SOURCES)) or {}
@@ -316,14 +318,14 @@ class StatusReader:
         ]
         missing = [w for w in warnings if "not found" in w or "could not be read" in w]
         if missing:
-            st.state, st.reason = "missing", "; ".join(missing)[:300]
-        elif any(s.state != "current" for s in st.sources):
-            st.state = "stale"
+            st.state, st.reason = Status.MISSING, "; ".join(missing)[:300]
+        elif any(s.state is not SourceState.CURRENT for s in st.sources):
+            st.state = Status.STALE
             st.reason = ", ".join(
-                f"{s.source} {s.state}" for s in st.sources if s.state != "current"
+                f"{s.source} {s.state}" for s in st.sources if s.state is not SourceState.CURRENT
             )
         elif not recorded and not current:
-            st.state = "not-pinned"
+            st.state = Status.NOT_PINNED
             st.reason = "; ".join(warnings)[:300] or (
                 "no ConfigMap or Secret referenced, or its namespace is not opted in"
             )
@@ -340,36 +342,28 @@ class StatusReader:
         if record:
             st.rollout = {k: record.get(k) for k in ("state", "since", "signal", "action", "by")}
         state = record.get("state") if record else None
-        if st.state == "stale" and all(s.state in ("current", "rejected") for s in st.sources):
-            st.state = "rejected"
-            st.reason = "content a failed rollout brought is kept out (configpin.io/rejected)"
-        by = f" (changed by {record.get('by')})" if record and record.get("by") else ""
-        if state == "rolling" and st.state in ("current", "stale"):
-            st.state = "rolling"
-            st.reason = f"a config rollout configpin follows is in progress{by}"
-        elif state == "failed" and st.state in ("current", "rejected"):
-            st.state = "failed"
-            how = {
-                Action.UNDO.value: "undone",
-                Action.HOLD.value: "held",
-                Action.NONE.value: "left as it is",
-                Action.PERSON.value: "kept as they left it; later waves stopped",
-            }
-            done = how.get(str(record.get("action")), "?")
-            st.reason = f"config rollout failed: {record.get('signal')} ({done}){by}"
-        elif state == "left" and st.state == "current":
-            st.reason = (
-                "at zero replicas, its config rollout proves nothing about the change: it left "
-                "the waves"
-            )
-        if st.state == "stale":
-            state, note = self._waiting(obj)
-            if state:
-                st.state, st.reason = state, note
+        kept_out = (SourceState.CURRENT, SourceState.REJECTED)
+        if st.state is Status.STALE and all(s.state in kept_out for s in st.sources):
+            st.state = Status.REJECTED
+            st.reason = f"content a failed rollout brought is kept out ({ANN_REJECTED})"
+        by = by_whom(str(record.get("by") or "")) if record else ""
+        if state == State.ROLLING and st.state in (Status.CURRENT, Status.STALE):
+            st.state = Status.ROLLING
+            st.reason = f"{ROLLOUT_WORDS[State.ROLLING]}{by}"
+        elif state == State.FAILED and st.state in (Status.CURRENT, Status.REJECTED):
+            st.state = Status.FAILED
+            done = _ACTIONS.get(str(record.get("action")), "?")
+            st.reason = f"{ROLLOUT_WORDS[State.FAILED]}: {record.get('signal')} ({done}){by}"
+        elif state == State.LEFT and st.state is Status.CURRENT:
+            st.reason = f"at zero replicas: {ROLLOUT_WORDS[State.LEFT]}"
+        if st.state is Status.STALE:
+            waits, note = self._waiting(obj)
+            if waits is not None:
+                st.state, st.reason = waits, note
 
-    def _waiting(self, obj: dict[str, Any]) -> tuple[str, str]:
-        """Why its rollout waits, as the controller last said (its Event): ("waiting" or
-        "awaiting-approval", the note); ("", "") when it said nothing."""
+    def _waiting(self, obj: dict[str, Any]) -> tuple[Status | None, str]:
+        """Why its rollout waits, as the controller last said (its Event, whose reason gives
+        the state: reasons.WAIT_STATES) and the note; (None, "") when it said nothing."""
         meta = obj.get("metadata") or {}
         selector = f"involvedObject.name={meta.get('name')}"
         try:
@@ -378,22 +372,18 @@ class StatusReader:
                 fieldSelector=selector,
             )
         except KubeError:
-            return "", ""  # not allowed to read Events, say: the state stays "stale"
-        states = {
-            "ConfigRolloutWaiting": "waiting",
-            "ConfigRolloutAwaitingApproval": "awaiting-approval",
-        }
+            return None, ""  # not allowed to read Events, say: the state stays stale
         notes = sorted(
             (
                 str(e.get("lastTimestamp") or e.get("eventTime") or ""),
-                states[str(e.get("reason"))],
+                WAIT_STATES[str(e.get("reason"))],
                 str(e.get("message") or ""),
             )
             for e in page.get("items") or ()
             if (e.get("involvedObject") or {}).get("kind") == obj.get("kind")
-            and e.get("reason") in states
+            and e.get("reason") in WAIT_STATES
         )
-        return (notes[-1][1], notes[-1][2]) if notes else ("", "")
+        return (notes[-1][1], notes[-1][2]) if notes else (None, "")
 
     def _admit_now(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = str(obj.get("kind"))

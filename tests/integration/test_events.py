@@ -15,6 +15,7 @@ from harness.manifests import configmap, deployment, pod_spec
 from tests.integration.instances import instance_fixtures
 from tests.integration.test_snapshot_mode import copies_in, template_spec
 from webhook.core.constants import ANN_MODE, ANN_SOURCE, LABEL_SNAPSHOT, MODE_SNAPSHOT
+from webhook.core.reasons import EventReason
 from webhook.kube import events
 from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.raw import MERGE_PATCH, Kube, path
@@ -33,7 +34,7 @@ def test_event_lands_on_the_workload(kube: Kube, plain_namespace: str) -> None:
     dep = kube.create(path("deployments", plain_namespace), deployment("web"))
     recorder = EventRecorder(kube, "configpin.io/controller", "configpin-0").start()
     try:
-        recorder.normal(dep, "RolloutStarted", "Rollout", "configmap/app-config key a changed")
+        recorder.say(dep, EventReason.ROLLOUT_STARTED, "configmap/app-config key a changed")
     finally:
         recorder.stop()
     [event] = wait_for(lambda: _events(kube, plain_namespace, "web"), what="the Event")
@@ -58,10 +59,10 @@ def test_repeats_become_a_series_and_a_hot_loop_is_held(
     regarding = Regarding("apps/v1", "Deployment", plain_namespace, "hot")
     try:
         for _ in range(5):
-            recorder.warning(regarding, "SourceMissing", "Admit", "configmap/nope not found")
+            recorder.say(regarding, EventReason.SOURCE_MISSING, "configmap/nope not found")
         # a different note each time: not a series, so only the rate limit holds it
         for i in range(events.BURST + 20):
-            recorder.normal(regarding, "RolloutDeferred", "Rollout", f"until {i}")
+            recorder.say(regarding, EventReason.ROLLOUT_DEFERRED, f"until {i}")
     finally:
         recorder.stop()
     found = _events(kube, plain_namespace, "hot")

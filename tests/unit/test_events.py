@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from webhook.core.reasons import EVENTS, NORMAL, WARNING, EventReason
 from webhook.kube import events
 from webhook.kube.errors import NotFound
 from webhook.kube.events import EventRecorder, Regarding
@@ -79,8 +80,8 @@ def test_an_event_about_an_object_being_created_waits_for_it_and_carries_its_uid
     kube, dropped = FakeKube(), []
     recorder = _recorder(kube, dropped)
     regarding = Regarding("apps/v1", "Deployment", "shop", "web")
-    recorder.warning(
-        regarding, "SourceMissing", "Admit", "configmap/app-config not found", creating=PATH
+    recorder.say(
+        regarding, EventReason.SOURCE_MISSING, "configmap/app-config not found", creating=PATH
     )
     time.sleep(0.2)
     assert kube.created == [], "written before the object exists"
@@ -98,7 +99,7 @@ def test_no_event_when_the_object_never_comes_to_exist() -> None:
     kube, dropped = FakeKube(), []
     recorder = _recorder(kube, dropped)
     regarding = Regarding("apps/v1", "Deployment", "shop", "web")
-    recorder.normal(regarding, "OptedOut", "Admit", "mode off", creating=PATH)
+    recorder.say(regarding, EventReason.OPTED_OUT, "mode off", creating=PATH)
     _wait(lambda: dropped)
     recorder.stop()
     assert kube.created == []
@@ -112,8 +113,8 @@ def test_an_older_object_of_that_name_is_not_the_one_being_created() -> None:
     kube, dropped = FakeKube(), []
     kube.objects[PATH] = _deployment("older", time.time() - 60)
     recorder = _recorder(kube, dropped)
-    recorder.normal(
-        Regarding("apps/v1", "Deployment", "shop", "web"), "OptedOut", "Admit", "x", creating=PATH
+    recorder.say(
+        Regarding("apps/v1", "Deployment", "shop", "web"), EventReason.OPTED_OUT, "x", creating=PATH
     )
     _wait(lambda: dropped)
     recorder.stop()
@@ -129,10 +130,9 @@ def test_an_object_with_a_uid_is_written_at_once_with_the_related_object() -> No
         "kind": "ConfigMap",
         "metadata": {"name": "app-config-0123456789", "namespace": "shop", "uid": "c1"},
     }
-    recorder.normal(
+    recorder.say(
         _deployment("uid-2", time.time()),
-        "CopyCreated",
-        "Snapshot",
+        EventReason.COPY_CREATED,
         "made",
         related=copy,
         creating=PATH,
@@ -156,10 +156,28 @@ def test_objects_waiting_to_be_created_are_bounded(monkeypatch: pytest.MonkeyPat
     recorder = _recorder(kube, dropped)
     for i in range(5):
         regarding = Regarding("apps/v1", "Deployment", "shop", f"web-{i}")
-        recorder.normal(regarding, "OptedOut", "Admit", "x", creating=f"{PATH}-{i}")
+        recorder.say(regarding, EventReason.OPTED_OUT, "x", creating=f"{PATH}-{i}")
     _wait(lambda: len(dropped) == 5)
     recorder.stop()
     assert sorted(dropped) == ["never created"] * 3 + ["queue full"] * 2
+
+
+def test_a_reason_is_recorded_with_its_type_and_action_from_the_table() -> None:
+    kube, dropped = FakeKube(), []
+    recorder = _recorder(kube, dropped)
+    deployment = _deployment("uid-3", time.time())
+    recorder.say(deployment, EventReason.ROLLED_INSTEAD_OF_REFRESH, "rolled")
+    recorder.say(deployment, EventReason.ROLLED_INSTEAD_OF_REFRESH, "in the way", warning=True)
+    recorder.say(deployment, EventReason.CONFIG_ROLLED_BACK, "undone")
+    with pytest.raises(ValueError, match="never a Warning"):
+        recorder.say(deployment, EventReason.RECORDED, "x", warning=True)
+    recorder.stop()
+    said = [(e["reason"], e["type"], e["action"], e["note"]) for e in kube.created]
+    assert said == [
+        ("RolledInsteadOfRefresh", "Normal", "Rollout", "rolled"),
+        ("RolledInsteadOfRefresh", "Warning", "Rollout", "in the way"),
+        ("ConfigRolledBack", "Warning", "Rollout", "undone"),
+    ]
 
 
 # --- the docs' list of Events (docs/operations.md) is the code's -------------------------
@@ -167,29 +185,41 @@ def test_objects_waiting_to_be_created_are_bounded(monkeypatch: pytest.MonkeyPat
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _emitted() -> set[tuple[str, str]]:
-    """(reason, type) of every Event the code records: `.normal(...)`/`.warning(...)` called
-    on the recorder (held as `events` or `.events` throughout), the reason as a literal second
-    argument (the recorder's signature)."""
+def _recorded() -> set[tuple[EventReason, bool]]:
+    """(reason, said as a Warning where it has a second type) of every Event the code
+    records: `.say(...)` called on the recorder (held as `events`, `.events` or `.recorder`
+    throughout), the reason a member of EventReason named in the call."""
     found = set()
     for source in (REPO / "webhook").rglob("*.py"):
         for node in ast.walk(ast.parse(source.read_text(), str(source))):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
-            kind = {"normal": "Normal", "warning": "Warning"}.get(node.func.attr)
             owner = node.func.value
             recorder = (isinstance(owner, ast.Name) and owner.id == "events") or (
-                isinstance(owner, ast.Attribute) and owner.attr == "events"
+                isinstance(owner, ast.Attribute) and owner.attr in ("events", "recorder")
             )
-            if kind is None or not recorder:
+            if node.func.attr != "say" or not recorder:
                 continue
             reason = node.args[1]
-            assert isinstance(reason, ast.Constant) and isinstance(reason.value, str), (
-                f"{source.name}:{node.lineno}: an Event reason must be a literal, so that the "
-                "list in docs/operations.md can be checked"
-            )
-            found.add((reason.value, kind))
+            assert (
+                isinstance(reason, ast.Attribute)
+                and isinstance(reason.value, ast.Name)
+                and reason.value.id == "EventReason"
+            ), f"{source.name}:{node.lineno}: an Event's reason is a member of EventReason"
+            warning = any(k.arg == "warning" for k in node.keywords)
+            found.add((EventReason[reason.attr], warning))
     return found
+
+
+def test_every_reason_is_recorded_somewhere_and_with_its_types() -> None:
+    recorded = _recorded()
+    assert {reason for reason, _ in recorded} == set(EventReason)
+    for reason, warning in recorded:
+        assert not warning or WARNING in reason.said.types, reason
+    for reason, kind in EVENTS.items():
+        assert kind.types[0] in (NORMAL, WARNING) and set(kind.types) <= {NORMAL, WARNING}
+        second = len(kind.types) > 1
+        assert second == ((reason, True) in recorded), f"{reason}: its Warning is never said"
 
 
 def _documented() -> set[tuple[str, str]]:
@@ -206,6 +236,9 @@ def _documented() -> set[tuple[str, str]]:
 
 
 def test_the_docs_list_exactly_the_events_the_code_emits() -> None:
-    emitted = _emitted()
-    assert len(emitted) >= 12, emitted
-    assert _documented() == emitted
+    """docs/operations.md's table of Events is the table of EVENTS, reason by reason and type
+    by type (RolledInsteadOfRefresh is a Normal Event, and a Warning where a setting or a
+    permission stood in the way: two rows)."""
+    table = {(reason.value, t) for reason, kind in EVENTS.items() for t in kind.types}
+    assert len(table) >= 20, table
+    assert _documented() == table

@@ -34,6 +34,7 @@ from webhook.core.kinds import BUILTIN_KINDS, CopyOwner, custom_kinds, workload_
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 from webhook.core.plan import is_controlled, parse_mapping
+from webhook.core.reasons import EventReason
 from webhook.core.refs import find_sites, get_path
 from webhook.kube.copies import (
     Copy,
@@ -253,10 +254,9 @@ class SnapshotAdopter:
                 self._reported[uid] = None
                 while len(self._reported) > _REPORTED_MAX:
                     del self._reported[next(iter(self._reported))]
-            self.events.warning(
+            self.events.say(
                 Regarding("v1", kind.api_kind, namespace, name, uid),
-                "LookalikeIgnored",
-                "Snapshot",
+                EventReason.LOOKALIKE_IGNORED,
                 "carries the label configpin.io/snapshot=true but is not a copy configpin made "
                 "(no valid signature, not immutable, or a name that does not match its "
                 "content): configpin never adopts, reuses or deletes it, and a workload that "

@@ -10,13 +10,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from webhook.controller.follow import Ended
-from webhook.core.constants import ANN_OWNED, ANN_REJECTED, OWNED_PIN
 from webhook.core.current import WorkloadRef
 from webhook.core.model import JSONObject, SourceId
-from webhook.core.owners import controller_of
+from webhook.core.owners import controller_of, owned_reason
 from webhook.core.plan import RollInstead
-from webhook.core.reasons import SkipReason
-from webhook.core.record import Action, RolloutRecord
+from webhook.core.reasons import EventReason, SkipReason
+from webhook.core.record import ACTION_WORDS, ROLLOUT_WORDS, Action, RolloutRecord, State, by_whom
 from webhook.core.waves import Wait, WaitReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.metrics import Metrics
@@ -59,17 +58,17 @@ class Reporter:
         if (seconds := self._since(first_seen)) is not None:
             self.metrics.rollout_latency.observe(seconds)
         names = _names(changed)
-        who = f" (changed by {by})" if by else ""
+        who = by_whom(by)
         if left:
             what = (
-                "pod template re-stamped; it has no pods to roll (zero replicas), so its rollout "
-                "proves nothing about the change and leaves its waves (recorded left)"
+                "pod template re-stamped; it has no pods to roll (zero replicas), so "
+                f"{ROLLOUT_WORDS[State.LEFT]} (recorded left)"
             )
         else:
             what = "pod template re-stamped, a rolling update starts"
         log.info("re-stamped %s: %s changed%s%s", ref, names, who, " (zero replicas)" * left)
         if self.events is not None:
-            self.events.normal(obj, "RolloutStarted", "Rollout", f"{names} changed{who}: {what}")
+            self.events.say(obj, EventReason.ROLLOUT_STARTED, f"{names} changed{who}: {what}")
 
     def rolled_instead(
         self, ref: WorkloadRef, obj: JSONObject, changed: Iterable[SourceId], why: RollInstead
@@ -77,12 +76,9 @@ class Reporter:
         self.metrics.refresh_fallbacks.labels(why.reason.value).inc()
         log.info("%s: on-change is refresh, but rolled: %s", ref, why.why)
         note = f"{_names(changed)} changed; on-change is refresh, but {why.why}: rolled instead"
-        if self.events is None:
-            return
-        if why.reason.in_the_way:  # a setting or a permission stood in the way
-            self.events.warning(obj, "RolledInsteadOfRefresh", "Rollout", note)
-        else:
-            self.events.normal(obj, "RolledInsteadOfRefresh", "Rollout", note)
+        if self.events is not None:  # (a Warning where a setting or a permission stood in the way)
+            in_the_way = why.reason.in_the_way
+            self.events.say(obj, EventReason.ROLLED_INSTEAD_OF_REFRESH, note, warning=in_the_way)
 
     def refreshed(
         self,
@@ -98,20 +94,18 @@ class Reporter:
         names = _names(changed)
         log.info("refreshed %s: %s changed; %d running pods told to sync now", ref, names, pods)
         if self.events is not None:
-            self.events.normal(
+            self.events.say(
                 obj,
-                "Refreshed",
-                "Refresh",
+                EventReason.REFRESHED,
                 f"{names} changed: {pods} running pods told to sync their mounted volumes "
                 "now; no rollout (the pod template is unchanged)",
             )
 
     def recorded(self, obj: JSONObject) -> None:
         if self.events is not None:
-            self.events.normal(
+            self.events.say(
                 obj,
-                "Recorded",
-                "Record",
+                EventReason.RECORDED,
                 "recorded the digests of its sources on the workload without a rollout "
                 "(a baseline, a required source that appeared, or a kept rollback)",
             )
@@ -119,16 +113,15 @@ class Reporter:
     def copies_created(self, obj: JSONObject, copies: Sequence[JSONObject]) -> None:
         if self.events is not None:
             for copy in copies:
-                self.events.normal(
-                    obj, "CopyCreated", "Snapshot", copy_created_note(copy), related=copy
+                self.events.say(
+                    obj, EventReason.COPY_CREATED, copy_created_note(copy), related=copy
                 )
 
     def deferred(self, regarding: Regarding, stale: Iterable[SourceId], until: str) -> None:
         if self.events is not None:
-            self.events.normal(
+            self.events.say(
                 regarding,
-                "RolloutDeferred",
-                "Rollout",
+                EventReason.ROLLOUT_DEFERRED,
                 f"{_names(stale)} changed; the minimum interval between rollouts defers this "
                 f"one until {until}",
             )
@@ -148,10 +141,9 @@ class Reporter:
             error,
         )
         if self.events is not None:
-            self.events.warning(
+            self.events.say(
                 regarding,
-                "RolloutFailed",
-                "Rollout",
+                EventReason.ROLLOUT_FAILED,
                 f"gave up after {attempts} attempts: {error}; the next change or resync tries "
                 "again",
             )
@@ -168,32 +160,26 @@ class Reporter:
             self._waiting.popitem(last=False)
         log.info("%s: not rolled yet: %s", ref, wait.why)
         note = f"not rolled yet: {wait.why}"
-        if self.events is None:
-            return
-        if wait.reason is WaitReason.APPROVAL:
-            self.events.normal(obj, "ConfigRolloutAwaitingApproval", "Rollout", note)
-        else:
-            self.events.normal(obj, "ConfigRolloutWaiting", "Rollout", note)
+        if self.events is not None:
+            if wait.reason is WaitReason.APPROVAL:
+                self.events.say(obj, EventReason.CONFIG_ROLLOUT_AWAITING_APPROVAL, note)
+            else:
+                self.events.say(obj, EventReason.CONFIG_ROLLOUT_WAITING, note)
 
     def rollout_complete(self, ref: WorkloadRef, obj: JSONObject) -> None:
         log.info("%s: its config rollout is complete", ref)
         if self.events is not None:
-            self.events.normal(
-                obj,
-                "ConfigRolloutComplete",
-                "Rollout",
-                "the config rollout configpin started is complete: every updated pod is Ready",
-            )
+            note = ROLLOUT_WORDS[State.COMPLETE]
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_COMPLETE, note)
 
     def rollout_left(self, ref: WorkloadRef, obj: JSONObject) -> None:
         log.info("%s: scaled to zero while its config rollout was in progress: it left", ref)
         if self.events is not None:
-            self.events.normal(
+            self.events.say(
                 obj,
-                "ConfigRolloutLeft",
-                "Rollout",
-                "scaled to zero while its config rollout was in progress: it proves nothing "
-                "about the change and leaves its waves (another workload vouches for it)",
+                EventReason.CONFIG_ROLLOUT_LEFT,
+                f"scaled to zero while rolling: {ROLLOUT_WORDS[State.LEFT]} (another workload "
+                "vouches for it)",
             )
 
     @staticmethod
@@ -204,52 +190,38 @@ class Reporter:
             which = f" (keys {', '.join(keys)})" if keys else ""
             old, new = record.before.get(key, "none"), record.to[key]
             what.append(f"{key}{which} {old[:12]} -> {new[:12]}")
-        by = f", changed by {record.by}" if record.by else ""
-        return ("; ".join(what) or "its config") + by
+        return ("; ".join(what) or "its config") + by_whom(record.by)
 
     def rolled_back_by_person(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
         record = ended.record
         self.metrics.rollout_failures.labels(Action.PERSON.value).inc()
         note = (
             f"rolled back by a person while configpin was rolling {self._changed(record, ended)}: "
-            "their template is kept as they left it, that content is rejected for this workload "
-            f"({ANN_REJECTED}), and the later waves of this change are stopped; its next change "
-            "rolls as usual"
+            f"{ACTION_WORDS[Action.PERSON].full}"
         )
         log.warning("%s: %s", ref, note)
         if self.events is not None:
-            self.events.warning(obj, "ConfigRolledBackByPerson", "Rollout", note)
+            self.events.say(obj, EventReason.CONFIG_ROLLED_BACK_BY_PERSON, note)
 
     def rollout_failed(self, ref: WorkloadRef, obj: JSONObject, ended: Ended) -> None:
         record = ended.record
         action = record.action or Action.NONE
         self.metrics.rollout_failures.labels(action.value).inc()
         change = self._changed(record, ended)
-        if action is Action.UNDO:
-            done = (
-                "rolled back to the copies of the last content that completed; that content "
-                f"is rejected for this workload ({ANN_REJECTED}): its next change rolls as usual"
-            )
-        elif action is Action.HOLD:
-            done = (
-                "held: nothing more is started for this change (changed in place, it cannot be "
-                f"brought back), recorded in {ANN_REJECTED}; fix or revert the source (its next "
-                "change rolls as usual) or `kubectl rollout undo` the workload"
-            )
-            if ended.not_undone:
-                done = f"not undone ({ended.not_undone}); {done}"
-        else:
-            done = "no action (configpin.io/on-failure: none)"
+        words = ACTION_WORDS[action]
+        done = f"{words.short}: {words.full}"
+        if action is Action.HOLD and ended.not_undone:
+            done = f"not undone ({ended.not_undone}); {done}"
         if not record.healthy:
             done += "; it was not healthy before the change, so the change goes on elsewhere"
-        note = f"the config rollout failed: {record.signal}. Changed: {change}. {done}"
+        note = f"{ROLLOUT_WORDS[State.FAILED]}: {record.signal}. Changed: {change}. {done}"
         log.warning("%s: %s", ref, note)
         if self.events is None:
             return
         if action is Action.UNDO:
-            self.events.warning(obj, "ConfigRolledBack", "Rollout", note)
+            self.events.say(obj, EventReason.CONFIG_ROLLED_BACK, note)
         else:
-            self.events.warning(obj, "ConfigRolloutFailed", "Rollout", note)
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_FAILED, note)
 
     def owned(self, obj: JSONObject) -> None:
         """An operator's workload (a Deployment a controller owns) is left to its owner: said
@@ -264,11 +236,4 @@ class Reporter:
             self._owned.popitem(last=False)
         owner = controller_of(obj) or {}
         self.metrics.owned_skipped.inc()
-        self.events.normal(
-            obj,
-            "SkippedOwned",
-            "Skip",
-            f"not pinned: owned by {owner.get('kind', '?')} {owner.get('name', '?')}, another "
-            f"controller, whose template decides (pin it anyway: {ANN_OWNED}: {OWNED_PIN} on "
-            "it, or --pin-owned-by for its owner's kind)",
-        )
+        self.events.say(obj, EventReason.SKIPPED_OWNED, f"not pinned: {owned_reason(owner)}")

@@ -28,6 +28,7 @@ from webhook.controller.adoption import (
 )
 from webhook.core.kinds import BUILTIN_KINDS, custom_kinds
 from webhook.core.model import JSONObject, SourceKind
+from webhook.core.reasons import EventReason
 from webhook.kube.copies import (
     Copy,
     SnapshotIndex,
@@ -193,10 +194,9 @@ class SnapshotSweeper:
             uid = str((source.get("metadata") or {}).get("uid") or "")
         except KubeError:
             uid = ""  # gone too (or unreadable): the Event names it all the same
-        self.events.normal(
+        self.events.say(
             Regarding("v1", kind, c.namespace, c.source, uid),
-            "CopyRemoved",
-            "Sweep",
+            EventReason.COPY_REMOVED,
             f"deleted {kind} {c.name}, a snapshot copy of this {kind} that no revision, "
             f"workload or pod used for a grace period (unused since {c.unused_since})",
             related=Regarding("v1", kind, c.namespace, c.name, c.uid),

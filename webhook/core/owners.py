@@ -94,4 +94,10 @@ def left_to_owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def owned_reason(owner: Mapping[str, Any]) -> str:
-    return f"owned by {owner.get('kind', '?')} {owner.get('name', '?')}"
+    """Why a workload `owner` controls is left to it, and how to pin it anyway (the
+    SkippedOwned Event and `configpin status` say it alike)."""
+    return (
+        f"owned by {owner.get('kind', '?')} {owner.get('name', '?')}, another controller, "
+        f"whose template decides (pin it anyway: {ANN_OWNED}: {OWNED_PIN} on it, or "
+        "--pin-owned-by for its owner's kind)"
+    )

@@ -1,13 +1,21 @@
-"""Why configpin leaves a workload alone, or rolls one that asked to be refreshed: one list of
-reasons for admission, the controller, metrics labels and Events.
+"""What configpin says, as people and their tools read it: why it leaves a workload alone
+(`SkipReason`), why a workload that asked to be refreshed rolls (`Fallback`), the reason of
+each Event it records (`EventReason`, with its type and action in one table, `EVENTS`), and
+the states `configpin status` prints (`Status`, `SourceState`). One list each for admission,
+the controller, metrics labels, Events and the status command.
 
-A metric label is a time series kept for the life of the process, so labels come from these
-enums only, never from a request or an object. Several reasons that a user acts on the same
-way share one label (`not-managed`: configpin does not pin the object at all).
+The values are an interface: alerts, dashboards and `kubectl get events --field-selector
+reason=...` read them, and docs/operations.md lists the Events (tests/unit/test_events.py
+holds it to `EVENTS`). A metric label is a time series kept for the life of the process, so
+labels come from these enums only, never from a request or an object. Several reasons that a
+user acts on the same way share one label (`not-managed`: configpin does not pin the object
+at all).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
@@ -78,3 +86,110 @@ class Fallback(StrEnum):
     def in_the_way(self) -> bool:
         """A setting or a permission stands in the way, not the workload: said as a Warning."""
         return self in (Fallback.DISABLED, Fallback.FORBIDDEN)
+
+
+class Status(StrEnum):
+    """A workload's state in `configpin status` (its STATE column; `state` in -o json)."""
+
+    CURRENT = "current"  # every consumed source is what it recorded
+    STALE = "stale"  # a consumed source changed since
+    WAITING = "waiting"  # its rollout waits for an earlier wave, or the cap on rollouts
+    AWAITING_APPROVAL = "awaiting-approval"  # its wave comes after `approve`: not approved yet
+    ROLLING = "rolling"  # a config rollout configpin follows is in progress
+    FAILED = "failed"  # it failed: undone, held, left, or rolled back by a person
+    REJECTED = "rejected"  # the content a failed rollout brought is kept out
+    MISSING = "missing"  # a required source is missing
+    NOT_PINNED = "not-pinned"
+    UNKNOWN = "unknown"  # configpin status could not ask the API server
+
+    @property
+    def failing(self) -> bool:
+        """Shown in capitals, and `configpin status` exits 1."""
+        return self in (Status.STALE, Status.MISSING, Status.FAILED)
+
+
+class SourceState(StrEnum):
+    """One consumed source's state in `configpin status` (`-o wide`, and the WHY column)."""
+
+    CURRENT = "current"  # what the workload recorded
+    STALE = "stale"  # changed since
+    NEW = "new"  # consumed now, not recorded
+    GONE = "gone"  # recorded, no longer there
+    REJECTED = "rejected"  # changed to content a failed rollout brought (kept out)
+
+
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+
+
+class EventReason(StrEnum):
+    """The reason of each Event configpin records (docs/operations.md says when)."""
+
+    ROLLOUT_STARTED = "RolloutStarted"
+    ROLLOUT_DEFERRED = "RolloutDeferred"
+    RECORDED = "Recorded"
+    REFRESHED = "Refreshed"
+    ROLLED_INSTEAD_OF_REFRESH = "RolledInsteadOfRefresh"
+    ROLLOUT_FAILED = "RolloutFailed"
+    CONFIG_ROLLOUT_WAITING = "ConfigRolloutWaiting"
+    CONFIG_ROLLOUT_COMPLETE = "ConfigRolloutComplete"
+    CONFIG_ROLLED_BACK = "ConfigRolledBack"
+    CONFIG_ROLLOUT_FAILED = "ConfigRolloutFailed"
+    CONFIG_ROLLED_BACK_BY_PERSON = "ConfigRolledBackByPerson"
+    CONFIG_ROLLOUT_LEFT = "ConfigRolloutLeft"
+    CONFIG_ROLLOUT_AWAITING_APPROVAL = "ConfigRolloutAwaitingApproval"
+    SKIPPED_OWNED = "SkippedOwned"
+    SOURCE_MISSING = "SourceMissing"
+    NOT_PINNED = "NotPinned"
+    OPTED_OUT = "OptedOut"
+    ROLLBACK_KEPT = "RollbackKept"
+    COPY_CREATED = "CopyCreated"
+    COPY_REMOVED = "CopyRemoved"
+    LOOKALIKE_IGNORED = "LookalikeIgnored"
+
+    @property
+    def said(self) -> EventKind:
+        return EVENTS[self]
+
+
+@dataclass(frozen=True, slots=True)
+class EventKind:
+    """How an Event of one reason is recorded, and what `configpin status` makes of it."""
+
+    types: tuple[str, ...]  # its type; a second one where its caller says (`warning=True`)
+    action: str  # what configpin was doing
+    # the state it gives a stale workload it was said of last (its rollout's wait)
+    status: Status | None = None
+
+
+_ROLLOUT: Final = "Rollout"
+EVENTS: Final[Mapping[EventReason, EventKind]] = {
+    EventReason.ROLLOUT_STARTED: EventKind((NORMAL,), _ROLLOUT),
+    EventReason.ROLLOUT_DEFERRED: EventKind((NORMAL,), _ROLLOUT),
+    EventReason.RECORDED: EventKind((NORMAL,), "Record"),
+    EventReason.REFRESHED: EventKind((NORMAL,), "Refresh"),
+    # a Warning where a setting or a permission stood in the way (Fallback.in_the_way)
+    EventReason.ROLLED_INSTEAD_OF_REFRESH: EventKind((NORMAL, WARNING), _ROLLOUT),
+    EventReason.ROLLOUT_FAILED: EventKind((WARNING,), _ROLLOUT),
+    EventReason.CONFIG_ROLLOUT_WAITING: EventKind((NORMAL,), _ROLLOUT, Status.WAITING),
+    EventReason.CONFIG_ROLLOUT_COMPLETE: EventKind((NORMAL,), _ROLLOUT),
+    EventReason.CONFIG_ROLLED_BACK: EventKind((WARNING,), _ROLLOUT),
+    EventReason.CONFIG_ROLLOUT_FAILED: EventKind((WARNING,), _ROLLOUT),
+    EventReason.CONFIG_ROLLED_BACK_BY_PERSON: EventKind((WARNING,), _ROLLOUT),
+    EventReason.CONFIG_ROLLOUT_LEFT: EventKind((NORMAL,), _ROLLOUT),
+    EventReason.CONFIG_ROLLOUT_AWAITING_APPROVAL: EventKind(
+        (NORMAL,), _ROLLOUT, Status.AWAITING_APPROVAL
+    ),
+    EventReason.SKIPPED_OWNED: EventKind((NORMAL,), "Skip"),
+    EventReason.SOURCE_MISSING: EventKind((WARNING,), "Admit"),
+    EventReason.NOT_PINNED: EventKind((WARNING,), "Admit"),
+    EventReason.OPTED_OUT: EventKind((NORMAL,), "Admit"),
+    EventReason.ROLLBACK_KEPT: EventKind((NORMAL,), "Admit"),
+    EventReason.COPY_CREATED: EventKind((NORMAL,), "Snapshot"),
+    EventReason.COPY_REMOVED: EventKind((NORMAL,), "Sweep"),
+    EventReason.LOOKALIKE_IGNORED: EventKind((WARNING,), "Snapshot"),
+}
+# The Events whose reason says why a stale workload waits, by reason: the state it shows.
+WAIT_STATES: Final[Mapping[str, Status]] = {
+    r.value: k.status for r, k in EVENTS.items() if k.status is not None
+}

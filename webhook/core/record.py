@@ -26,7 +26,7 @@ from typing import Any, Final
 import orjson
 
 from webhook.core import digest
-from webhook.core.constants import ANN_REJECTED, ANN_ROLLOUT, ANN_SOURCES
+from webhook.core.constants import ANN_ON_FAILURE, ANN_REJECTED, ANN_ROLLOUT, ANN_SOURCES
 from webhook.core.kinds import WorkloadKind
 from webhook.core.model import PatchOp, SourceId, SourceKind
 from webhook.core.names import pointer
@@ -61,6 +61,50 @@ class Action(StrEnum):
 
 
 ON_FAILURE: Final[tuple[Action, ...]] = (Action.UNDO, Action.HOLD, Action.NONE)
+
+
+# How a rollout and what came of its failure are said, in one table each, which the Events
+# (webhook.controller.report) and `configpin status` both read.
+ROLLOUT_WORDS: Final[Mapping[State, str]] = {
+    State.ROLLING: "a config rollout configpin follows is in progress",
+    State.COMPLETE: "the config rollout configpin started is complete: every updated pod is Ready",
+    State.FAILED: "the config rollout failed",
+    State.LEFT: "its config rollout proves nothing about the change and leaves its waves",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    short: str  # in a line (`configpin status`)
+    full: str  # in an Event's note
+
+
+ACTION_WORDS: Final[Mapping[Action, Words]] = {
+    Action.UNDO: Words(
+        "undone",
+        "rolled back to the copies of the last content that completed; that content is "
+        f"rejected for this workload ({ANN_REJECTED}): its next change rolls as usual",
+    ),
+    Action.HOLD: Words(
+        "held",
+        "nothing more is started for this change (changed in place, it cannot be brought "
+        f"back), recorded in {ANN_REJECTED}; fix or revert the source (its next change rolls "
+        "as usual) or `kubectl rollout undo` the workload",
+    ),
+    Action.NONE: Words("left as it is", f"no action ({ANN_ON_FAILURE}: none)"),
+    Action.PERSON: Words(
+        "kept as they left it; later waves stopped",
+        "their template is kept as they left it, that content is rejected for this workload "
+        f"({ANN_REJECTED}), and the later waves of this change are stopped; its next change "
+        "rolls as usual",
+    ),
+}
+
+
+def by_whom(by: str) -> str:
+    """Who changed the content a rollout rolls to, as both say it (` (changed by alice at
+    2026-...Z)`, ` (changed by unknown)`); "" when the record names no one."""
+    return f" (changed by {by})" if by else ""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -35,13 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from webhook.core import digest
+from webhook.core.reasons import EVENTS, WARNING, EventReason
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube
 
 log = logging.getLogger(__name__)
-
-NORMAL: Final = "Normal"
-WARNING: Final = "Warning"
 
 SERIES_WINDOW: Final = 6 * 60.0  # client-go: isomorphic events within 6 minutes are a series
 SERIES_FLUSH: Final = 30.0  # at most one series update per event per this many seconds
@@ -50,7 +48,7 @@ REFILL: Final = 300.0 / 25  # ...then one more every 12 s (25 per 5 minutes)
 QUEUE_SIZE: Final = 1000
 CACHE_SIZE: Final = 4096
 NOTE_MAX: Final = 1024  # the API server refuses longer notes
-FIELD_MAX: Final = 128  # reason, action, reportingController, reportingInstance
+FIELD_MAX: Final = 128  # reportingController, reportingInstance (and the table's reasons)
 # An object being created: looked for after 0.25 s, then twice as late each time, for up to
 # CREATE_WAIT s (above the API server's 30 s ceiling on a webhook's timeout, with room for
 # several webhooks after configpin's).
@@ -195,21 +193,26 @@ class EventRecorder:
 
     # -- the caller's side: never blocks
 
-    def event(
+    def say(
         self,
         regarding: Regarding | Mapping[str, Any],
-        type_: str,
-        reason: str,
-        action: str,
+        reason: EventReason,
         note: str,
         *,
+        warning: bool = False,
         related: Regarding | Mapping[str, Any] | None = None,
         creating: str | None = None,
     ) -> None:
-        """Queue an event about `regarding` (an object dict or a Regarding); `related`: a
-        second object it concerns. `creating`: the API path of `regarding`, an object being
-        created now (it has no uid yet): the Event is written once it exists, with its uid,
-        and never if it does not come to exist."""
+        """Queue an Event about `regarding` (an object dict or a Regarding), of the type and
+        action the one table gives its reason (webhook.core.reasons.EVENTS); `warning`: its
+        Warning, for a reason that has one besides its usual type. `related`: a second object
+        it concerns. `creating`: the API path of `regarding`, an object being created now (it
+        has no uid yet): the Event is written once it exists, with its uid, and never if it
+        does not come to exist."""
+        kind = EVENTS[reason]
+        type_ = WARNING if warning else kind.types[0]
+        if type_ not in kind.types:
+            raise ValueError(f"{reason} is never a {type_} Event")
         reg = regarding if isinstance(regarding, Regarding) else Regarding.of(regarding)
         if not reg.name or not reg.namespace or not reg.kind:
             return
@@ -219,8 +222,8 @@ class EventRecorder:
             (),
             reg,
             type_,
-            _clip(reason, FIELD_MAX),
-            _clip(action, FIELD_MAX),
+            reason.value,
+            kind.action,
             _clip(note, NOTE_MAX),
             self.clock(),
             related=related,
@@ -232,26 +235,6 @@ class EventRecorder:
             self._queue.put_nowait(item)
         except queue.Full:
             self.on_drop("queue full")
-
-    def normal(
-        self,
-        regarding: Regarding | Mapping[str, Any],
-        reason: str,
-        action: str,
-        note: str,
-        **kwargs: Any,
-    ) -> None:
-        self.event(regarding, NORMAL, reason, action, note, **kwargs)
-
-    def warning(
-        self,
-        regarding: Regarding | Mapping[str, Any],
-        reason: str,
-        action: str,
-        note: str,
-        **kwargs: Any,
-    ) -> None:
-        self.event(regarding, WARNING, reason, action, note, **kwargs)
 
     # -- the sender
 
@@ -437,4 +420,4 @@ class EventRecorder:
                 self._patch_series(series)
 
 
-__all__ = ["NORMAL", "WARNING", "EventRecorder", "Regarding", "copy_created_note"]
+__all__ = ["EventRecorder", "Regarding", "copy_created_note"]

@@ -10,7 +10,7 @@ from typing import Final
 
 from webhook.core.constants import MODE_SNAPSHOT
 from webhook.core.model import JSONObject, Plan
-from webhook.core.reasons import SkipReason
+from webhook.core.reasons import EventReason, SkipReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.kube.raw import path
 from webhook.server.admission import Review
@@ -64,20 +64,19 @@ class AdmissionEvents:
             return
         regarded, creating = about
         if plan.problems:
-            events.warning(
-                regarded, "SourceMissing", "Admit", "; ".join(plan.problems), creating=creating
+            events.say(
+                regarded, EventReason.SOURCE_MISSING, "; ".join(plan.problems), creating=creating
             )
         elif plan.skipped is SkipReason.TOO_MANY_SOURCES:
-            events.warning(
-                regarded, "NotPinned", "Admit", "; ".join(plan.warnings), creating=creating
+            events.say(
+                regarded, EventReason.NOT_PINNED, "; ".join(plan.warnings), creating=creating
             )
         elif plan.skipped is SkipReason.MODE_OFF and review.operation == "CREATE":
             # (an owned workload is said by the controller, which sees it wherever the
             # chart's matchConditions keep it from the webhook)
-            events.normal(
+            events.say(
                 regarded,
-                "OptedOut",
-                "Admit",
+                EventReason.OPTED_OUT,
                 "not pinned: configpin.io/mode is off",
                 creating=creating,
             )
@@ -89,10 +88,9 @@ class AdmissionEvents:
         ):
             # (checksum mode records past the template too, never a rollback: a baseline, a
             # required source that appeared, a refresh)
-            events.normal(
+            events.say(
                 regarded,
-                "RollbackKept",
-                "Admit",
+                EventReason.ROLLBACK_KEPT,
                 "the pod template points at older snapshot copies (a rollback): kept until "
                 "a source changes again",
             )
@@ -106,10 +104,9 @@ class AdmissionEvents:
             return
         regarded, creating = about
         for copy in created:
-            self.recorder.normal(
+            self.recorder.say(
                 regarded,
-                "CopyCreated",
-                "Snapshot",
+                EventReason.COPY_CREATED,
                 copy_created_note(copy),
                 related=copy,
                 creating=creating,
