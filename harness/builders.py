@@ -18,6 +18,7 @@ import jsonpatch
 
 from webhook.core import digest
 from webhook.core.constants import ANN_SOURCES
+from webhook.core.kept import parse_mapping
 from webhook.core.kinds import BUILTIN_KINDS, template_paths
 from webhook.core.model import (
     JSONObject,
@@ -29,7 +30,7 @@ from webhook.core.model import (
     SourceUnavailable,
     source_kind,
 )
-from webhook.core.plan import parse_mapping, plan_object
+from webhook.core.plan import plan_object
 from webhook.core.refs import find_sites, get_path
 from webhook.core.snapshot import snapshot_object
 

@@ -40,6 +40,7 @@ from webhook.core.constants import (
     ANN_SOURCES,
     LABEL_SNAPSHOT,
 )
+from webhook.core.kept import parse_mapping
 from webhook.core.kinds import (
     BUILTIN_KINDS,
     custom_kind,
@@ -51,7 +52,6 @@ from webhook.core.kinds import (
 )
 from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
-from webhook.core.plan import parse_mapping
 from webhook.core.reasons import WAIT_STATES, SourceState, Status
 from webhook.core.record import (
     ACTION_WORDS,

@@ -1,8 +1,8 @@
-"""Admission keeps safe delivery's facts (webhook/core/plan.py, an UPDATE of a workload): the
-rollout record is not rewound by the workload's own writers, a person's rollback of a
-rollout in progress is not stamped forward over their head, and content rejected on a
-workload does not come back with a re-apply (kept on its last good copy in snapshot mode;
-otherwise the rollout it causes is followed)."""
+"""Admission keeps safe delivery's facts (webhook/core/plan.py and kept.py, an UPDATE of a
+workload): the rollout record is not rewound by the workload's own writers, a person's
+rollback of a rollout in progress is not stamped forward over their head, and content
+rejected on a workload does not come back with a re-apply (kept on its last good copy in
+snapshot mode; otherwise the rollout it causes is followed)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT
+from webhook.core.kept import dumps_mapping
 from webhook.core.model import JSONObject, Plan
-from webhook.core.plan import dumps_mapping, plan_object
+from webhook.core.plan import plan_object
 from webhook.core.record import Action, RolloutRecord, State, rollout_record, workload_identity
 
 NOW = 1_800_000_000.0

@@ -51,6 +51,7 @@ from webhook.core.constants import (
     LABEL_SOURCE,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
+from webhook.core.kept import dumps_mapping, parse_mapping
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.names import (
     MAX_NAME,
@@ -60,7 +61,7 @@ from webhook.core.names import (
     pointer,
     snapshot_name,
 )
-from webhook.core.plan import dumps_mapping, parse_mapping, plan_object
+from webhook.core.plan import plan_object
 from webhook.core.reasons import SkipReason
 from webhook.core.refs import CONTAINER_LISTS, get_path
 from webhook.core.snapshot import snapshot_object

@@ -45,8 +45,8 @@ from webhook.core.constants import (
     ANN_WAVE,
 )
 from webhook.core.current import entry_from_object
+from webhook.core.kept import dumps_mapping
 from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.core.plan import dumps_mapping
 from webhook.core.preview import (
     ChangedBy,
     Effect,

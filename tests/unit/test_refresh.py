@@ -33,13 +33,10 @@ from webhook.core.constants import (
     ANN_ON_CHANGE,
     ANN_REFRESHED,
 )
+from webhook.core.kept import dumps_mapping, refreshed_ops
 from webhook.core.model import JSONObject, Plan, SourceId, SourceKind
-from webhook.core.plan import (
-    dumps_mapping,
-    on_change_policy,
-    refreshed_ops,
-    roll_instead,
-)
+from webhook.core.modes import on_change_policy
+from webhook.core.refresh import roll_instead
 from webhook.core.refs import unrefreshable
 from webhook.kube.pods import controller_uid, selector_text
 

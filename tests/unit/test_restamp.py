@@ -43,9 +43,9 @@ from webhook.core.constants import (
     ANN_SOURCES,
 )
 from webhook.core.current import Lookup, WorkloadRef, entry_from_object
+from webhook.core.kept import dumps_mapping, observed_ops
 from webhook.core.kinds import WorkloadKind, builtin
 from webhook.core.model import JSONObject
-from webhook.core.plan import dumps_mapping, observed_ops
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import Change, rollout_record
 from webhook.core.times import format_time

@@ -30,10 +30,11 @@ from webhook.controller.queue import Pending, RolloutQueue
 from webhook.controller.runner import Runner
 from webhook.core import digest
 from webhook.core.constants import ANN_SOURCES
+from webhook.core.kept import parse_mapping
 from webhook.core.kinds import BUILTIN_KINDS, CopyOwner, custom_kinds, workload_kind
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
-from webhook.core.plan import is_controlled, parse_mapping
+from webhook.core.owners import is_controlled
 from webhook.core.reasons import EventReason
 from webhook.core.refs import find_sites, get_path
 from webhook.kube.copies import (

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.core.model import SourceId
-from webhook.core.plan import RollInstead
 from webhook.core.reasons import SkipReason
 from webhook.core.record import Action, State
+from webhook.core.refresh import RollInstead
 
 
 @dataclass(frozen=True, slots=True)

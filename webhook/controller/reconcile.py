@@ -26,11 +26,12 @@ from webhook.controller.report import Reporter
 from webhook.controller.restamp import Decision, Restamper, touches_template
 from webhook.core.constants import ANN_SOURCES
 from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef
+from webhook.core.kept import dumps_mapping, parse_mapping
 from webhook.core.kinds import WorkloadKind, template_paths
 from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId, SourceRecord
-from webhook.core.plan import RollInstead, dumps_mapping, parse_mapping
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import Action, State
+from webhook.core.refresh import RollInstead
 from webhook.core.refs import get_path
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import Conflict, Forbidden, NotFound

@@ -18,9 +18,9 @@ from webhook.config import Settings
 from webhook.controller.restamp import plan_update
 from webhook.core.constants import ANN_REFRESHED, ANN_SOURCES, ON_CHANGE_REFRESH
 from webhook.core.current import Lookup, WorkloadRef
+from webhook.core.kept import dumps_mapping, parse_mapping
 from webhook.core.kinds import template_paths
 from webhook.core.model import JSONObject, SourceId
-from webhook.core.plan import dumps_mapping, parse_mapping
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.kube.errors import Forbidden
 from webhook.kube.pods import annotate_pod, workload_pods

@@ -13,9 +13,9 @@ from webhook.controller.follow import Ended
 from webhook.core.current import WorkloadRef
 from webhook.core.model import JSONObject, SourceId
 from webhook.core.owners import controller_of, owned_reason
-from webhook.core.plan import RollInstead
 from webhook.core.reasons import EventReason, SkipReason
 from webhook.core.record import ACTION_WORDS, ROLLOUT_WORDS, Action, RolloutRecord, State, by_whom
+from webhook.core.refresh import RollInstead
 from webhook.core.waves import Wait, WaitReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.metrics import Metrics

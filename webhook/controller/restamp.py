@@ -39,20 +39,12 @@ from webhook.core.current import (
     entry_from_object,
     stale_sources,
 )
+from webhook.core.kept import dumps_mapping, observed_ops, refreshed_ops, rolled_at_ops
 from webhook.core.kinds import WorkloadKind, template_paths
 from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotRequest, SourceId
+from webhook.core.modes import effective_mode
 from webhook.core.names import pointer
-from webhook.core.plan import (
-    RollInstead,
-    dumps_mapping,
-    effective_mode,
-    observed_ops,
-    plan_object,
-    refreshed_ops,
-    restamp_from_consumption,
-    roll_instead,
-    rolled_at_ops,
-)
+from webhook.core.plan import plan_object, restamp_from_consumption
 from webhook.core.progress import Progress, Standing, standing
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import (
@@ -67,6 +59,7 @@ from webhook.core.record import (
     started,
     template_sources,
 )
+from webhook.core.refresh import RollInstead, roll_instead
 from webhook.core.refs import Consumption
 from webhook.core.times import format_time, parse_time
 from webhook.core.waves import Wait

@@ -36,10 +36,12 @@ from webhook.core.constants import (
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
+from webhook.core.kept import parse_mapping
 from webhook.core.kinds import template_paths, workload_kind, workload_ref
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
+from webhook.core.modes import effective_mode, on_change_policy
 from webhook.core.owners import left_to_owner
-from webhook.core.plan import MAX_SOURCES, effective_mode, on_change_policy, parse_mapping
+from webhook.core.plan import MAX_SOURCES
 from webhook.core.progress import Standing, standing
 from webhook.core.reasons import SkipReason
 from webhook.core.record import Change, RolloutRecord, State, rejected, rollout_record

@@ -101,3 +101,8 @@ def owned_reason(owner: Mapping[str, Any]) -> str:
         f"whose template decides (pin it anyway: {ANN_OWNED}: {OWNED_PIN} on it, or "
         "--pin-owned-by for its owner's kind)"
     )
+
+
+def is_controlled(obj: Mapping[str, Any]) -> bool:
+    refs = get_path(obj, ("metadata", "ownerReferences")) or ()
+    return any(isinstance(r, dict) and r.get("controller") is True for r in refs)

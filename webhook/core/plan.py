@@ -2,12 +2,14 @@
 
 Input is the object as a plain dict and a lookup for sources; output is a `Plan` with a
 small JSON patch built directly (no whole-object diff), the warnings to return, and the
-snapshots that must exist. No change, no patch.
+snapshots that must exist. No change, no patch. What the workload asks for (its mode, its
+on-change policy) is read by webhook.core.modes; what configpin keeps on it across writes by
+webhook.core.kept; the controller's re-stamp planned from the index alone is here too
+(`restamp_from_consumption`: the same per-source rules).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -17,7 +19,6 @@ from webhook.core.constants import (
     ANN_CHECKSUM,
     ANN_MODE,
     ANN_OBSERVED,
-    ANN_ON_CHANGE,
     ANN_REFRESHED,
     ANN_REJECTED,
     ANN_ROLLED_AT,
@@ -27,11 +28,18 @@ from webhook.core.constants import (
     MODE_CHECKSUM,
     MODE_OFF,
     MODE_SNAPSHOT,
-    MODES,
-    ON_CHANGE_POLICIES,
-    ON_CHANGE_REFRESH,
     ON_CHANGE_ROLL,
     SERVICE_ACCOUNT_TOKEN_TYPE,
+)
+from webhook.core.kept import (
+    annotation_ops,
+    dumps_mapping,
+    kept_record,
+    meta_annotations,
+    parse_mapping,
+    recorded_observed,
+    rejected_kept,
+    rollout_kept,
 )
 from webhook.core.kinds import (
     POD,
@@ -51,10 +59,11 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
+from webhook.core.modes import effective_mode, on_change_policy
 from webhook.core.names import SUFFIX_LEN, pointer, snapshot_name
 from webhook.core.owners import left_to_owner
 from webhook.core.progress import Standing, standing
-from webhook.core.reasons import Fallback, SkipReason
+from webhook.core.reasons import SkipReason
 from webhook.core.record import (
     Change,
     RolloutRecord,
@@ -64,14 +73,7 @@ from webhook.core.record import (
     started,
     workload_identity,
 )
-from webhook.core.refs import (
-    Consumption,
-    consumption,
-    find_sites,
-    get_path,
-    source_key,
-    unrefreshable,
-)
+from webhook.core.refs import Consumption, consumption, find_sites, get_path, source_key
 
 Lookup = Callable[[SourceId], SourceRecord | None]
 """Returns the record of a source, None when it does not exist; raises SourceUnavailable."""
@@ -80,82 +82,6 @@ MAX_SOURCES: Final = 100
 """Default limit of distinct ConfigMaps/Secrets one object may consume and still be pinned:
 beyond it the object is admitted unpinned with a warning, so that one hostile object cannot
 cost every replica lookups, digests and memory in proportion to its size."""
-
-
-dumps_mapping = digest.canonical_mapping  # the text of a sources/observed annotation
-
-
-def parse_mapping(text: Any) -> dict[str, str] | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        return None
-    return value
-
-
-def _annotations(meta: Any) -> Mapping[str, Any]:
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return annotations if isinstance(annotations, dict) else {}
-
-
-def is_controlled(obj: Mapping[str, Any]) -> bool:
-    refs = get_path(obj, ("metadata", "ownerReferences")) or ()
-    return any(isinstance(r, dict) and r.get("controller") is True for r in refs)
-
-
-def effective_mode(obj: Mapping[str, Any], default_mode: str) -> tuple[str, str | None]:
-    """The mode for this object and a warning if its annotation holds an unknown mode."""
-    value = _annotations(obj.get("metadata")).get(ANN_MODE)
-    if value is None:
-        return default_mode, None
-    if value in MODES:
-        return str(value), None
-    return default_mode, f"{ANN_MODE}: unknown mode {value!r}, using {default_mode!r}"
-
-
-def on_change_policy(obj: Mapping[str, Any], mode: str) -> tuple[str, str | None]:
-    """What a change of a source does to this workload (`roll` or `refresh`), and a warning
-    when its annotation asks for what it cannot have: an unknown policy, or `refresh` in
-    snapshot mode, whose copies never change (a pod pointing at one cannot be handed new
-    content in place). Both roll."""
-    value = _annotations(obj.get("metadata")).get(ANN_ON_CHANGE)
-    if value is None or value == ON_CHANGE_ROLL:
-        return ON_CHANGE_ROLL, None
-    if value not in ON_CHANGE_POLICIES:
-        return ON_CHANGE_ROLL, (
-            f"{ANN_ON_CHANGE}: unknown policy {str(value)[:64]!r} (roll or refresh): it rolls"
-        )
-    if mode == MODE_SNAPSHOT:
-        return ON_CHANGE_ROLL, (
-            f"{ANN_ON_CHANGE}: refresh is refused in snapshot mode (a copy never changes, so "
-            "a running pod cannot be handed new content): it rolls"
-        )
-    return ON_CHANGE_REFRESH, None
-
-
-def recorded_observed(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, str]:
-    """What the workload was last brought up to date with (see ANN_OBSERVED).
-
-    The new object's own record wins; a client that replaced the object whole (dropping the
-    annotation) falls back to the old object's record, then to the old template's sources.
-    """
-    for candidate in (obj, old):
-        if candidate is None:
-            continue
-        parsed = parse_mapping(_annotations(candidate.get("metadata")).get(ANN_OBSERVED))
-        if parsed is not None:
-            return parsed
-    if old is not None:
-        paths = template_paths(str(old.get("kind", "")))
-        if paths is not None:
-            parsed = parse_mapping(_annotations(get_path(old, paths[0])).get(ANN_SOURCES))
-            if parsed is not None:
-                return parsed
-    return {}
 
 
 _NOTHING: Final[Mapping[str, str]] = {}
@@ -196,25 +122,6 @@ class _Builder:
                 )
 
 
-def _annotation_ops(meta_path: Path, meta: Any, desired: Mapping[str, str | None]) -> list[PatchOp]:
-    """Ops that make the annotations at meta_path hold `desired` (None: absent)."""
-    current = _annotations(meta)
-    wanted = {k: v for k, v in desired.items() if v is not None and current.get(k) != v}
-    unwanted = [k for k, v in desired.items() if v is None and k in current]
-    if not wanted and not unwanted:
-        return []
-    if not isinstance(meta, dict):
-        return [{"op": "add", "path": pointer(meta_path), "value": {"annotations": wanted}}]
-    if not isinstance(meta.get("annotations"), dict):
-        return [{"op": "add", "path": pointer((*meta_path, "annotations")), "value": wanted}]
-    ops: list[PatchOp] = [
-        {"op": "add", "path": pointer((*meta_path, "annotations", k)), "value": v}
-        for k, v in wanted.items()
-    ]
-    ops.extend({"op": "remove", "path": pointer((*meta_path, "annotations", k))} for k in unwanted)
-    return ops
-
-
 def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
     """The key under which `existing` records `sid`: its own, or, for what looks like one
     of our snapshots (`<source>-<10 hex>`), its source's."""
@@ -227,102 +134,6 @@ def _recorded_key(sid: SourceId, existing: Mapping[str, str]) -> str | None:
         if key in existing:
             return key
     return None
-
-
-# What configpin writes on a pod template: the record, never a change the pods must follow.
-_TEMPLATE_RECORD: Final[tuple[str, ...]] = (ANN_CHECKSUM, ANN_SOURCES)
-# What it writes on a workload's own metadata.
-_WORKLOAD_RECORD: Final[tuple[str, ...]] = (ANN_OBSERVED, ANN_ROLLED_AT, ANN_REFRESHED)
-
-
-def _without_record(template: Any) -> Any:
-    """The pod template with configpin's record taken out (a shallow copy where needed); an
-    empty metadata or annotations map counts as absent."""
-    if not isinstance(template, dict):
-        return template
-    meta = template.get("metadata")
-    if not isinstance(meta, dict):
-        return template
-    annotations = _annotations(meta)
-    rest = {k: v for k, v in annotations.items() if k not in _TEMPLATE_RECORD}
-    new_meta = {k: v for k, v in meta.items() if k != "annotations"}
-    if rest:
-        new_meta["annotations"] = rest
-    out = {k: v for k, v in template.items() if k != "metadata"}
-    if new_meta:
-        out["metadata"] = new_meta
-    return out
-
-
-def _kept_record(
-    obj: JSONObject, old: JSONObject, meta_path: Path, mode: str, record_kept: Mapping[str, str]
-) -> Plan | None:
-    """An UPDATE that leaves the pod template as it was (configpin's record aside) and does
-    not itself set a different record: the template keeps the record it has (restored where
-    a client that replaced the object whole dropped it), stamped or not. Whether the workload
-    is stale is the controller's to decide, from the cluster's state; admission stamping here
-    would start a rollout nobody asked for (a label edit, a `replicas` change, the
-    controller's own baseline write). None when the request changes the template, or sets a
-    record of its own (the controller re-stamping): that is planned. `record_kept`: the
-    workload's rollout record to keep (`_rollout_kept`)."""
-    if not _same_but_record(obj, old, meta_path):
-        return None
-    new_ann = _annotations(get_path(obj, meta_path))
-    old_ann = _annotations(get_path(old, meta_path))
-    if _sets_record(new_ann, old_ann):
-        return None
-    # Restore what a whole-object replace dropped; never write anything new.
-    ops = _annotation_ops(
-        meta_path,
-        get_path(obj, meta_path),
-        {k: old_ann[k] for k in _TEMPLATE_RECORD if k in old_ann and k not in new_ann},
-    )
-    obj_ann = _annotations(obj.get("metadata"))
-    had = _annotations(old.get("metadata"))
-    restore = {k: had[k] for k in _WORKLOAD_RECORD if k in had and k not in obj_ann}
-    ops += _annotation_ops(("metadata",), obj.get("metadata"), {**restore, **record_kept})
-    sources = parse_mapping(old_ann.get(ANN_SOURCES)) or {}
-    observed = parse_mapping(obj_ann.get(ANN_OBSERVED, had.get(ANN_OBSERVED))) or sources
-    return Plan(patch=ops, sources=sources, observed=observed, mode=mode, kept=True)
-
-
-def _rollout_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str]:
-    """The rollout record the workload carries (`configpin.io/rollout`, signed by configpin
-    for it), to keep when an UPDATE drops it, forges it or puts an older one back (`kubectl
-    rollout undo` puts the old ReplicaSet's copy of the workload's annotations back):
-    configpin's account of what it rolls must not be rewound by its subject. A record written
-    by configpin since (a later start, the same rollout moved on) goes through: {}."""
-    had = _annotations(old.get("metadata")).get(ANN_ROLLOUT)
-    if had is None:
-        return {}
-    now = _annotations(obj.get("metadata")).get(ANN_ROLLOUT)
-    if now == had:
-        return {}
-    who = workload_identity(old)
-    before = RolloutRecord.decode(root, who, had)
-    if before is None:
-        return {}
-    after = RolloutRecord.decode(root, who, now) if now is not None else None
-    if after is not None and after.since >= before.since:
-        return {}
-    return {ANN_ROLLOUT: had}
-
-
-def _rejected_kept(obj: JSONObject, old: JSONObject) -> dict[str, str]:
-    """An UPDATE that changes the pod template keeps the content rejected on the workload
-    (`configpin.io/rejected`) that it drops (`kubectl rollout undo` puts an old ReplicaSet's
-    copy back; a re-apply that replaces the object whole leaves it out): what it sets is
-    added to it. Removing it by itself (`kubectl annotate ... configpin.io/rejected-`, which
-    leaves the template as it is) releases it, and never comes here."""
-    had = _annotations(old.get("metadata")).get(ANN_REJECTED)
-    if had is None:
-        return {}
-    mine = _annotations(obj.get("metadata")).get(ANN_REJECTED)
-    if mine == had:
-        return {}
-    union = {**rejected(old), **rejected(obj)}
-    text = dumps_mapping(union)
-    return {} if text == mine else {ANN_REJECTED: text}
 
 
 def _delivery(
@@ -338,13 +149,13 @@ def _delivery(
 ) -> None:
     """What an UPDATE of a workload must keep of safe delivery (see `plan_object`), into `b`:
     nothing to look at for most (no record, no rejected content: two dict lookups)."""
-    own, had = _annotations(obj.get("metadata")), _annotations(old.get("metadata"))
+    own, had = meta_annotations(obj.get("metadata")), meta_annotations(old.get("metadata"))
     if ANN_REJECTED in own or ANN_REJECTED in had:
-        b.rejected = {**rejected(old), **rejected(obj)}  # (kept: `_rejected_kept`)
+        b.rejected = {**rejected(old), **rejected(obj)}  # (kept: `rejected_kept`)
         spec = get_path(old, b.spec_path)
         b.old_spec = spec if isinstance(spec, dict) else None
         meta = get_path(old, (*b.spec_path[:-1], "metadata"))
-        b.old_sources = parse_mapping(_annotations(meta).get(ANN_SOURCES)) or {}
+        b.old_sources = parse_mapping(meta_annotations(meta).get(ANN_SOURCES)) or {}
         b.previous, b.lookup, b.root, b.namespace = previous, lookup, root, namespace
     if mode == MODE_SNAPSHOT or ANN_ROLLOUT not in had:
         return
@@ -421,52 +232,6 @@ def _followed(
     return record.encode(root, identity(kind.kind, namespace, name))
 
 
-def _same_but_record(obj: JSONObject, old: JSONObject, meta_path: Path) -> bool:
-    """The pod template (its metadata at `meta_path`) is the old one, configpin's record aside."""
-    template_path = meta_path[:-1]
-    new_t, old_t = get_path(obj, template_path), get_path(old, template_path)
-    return bool(_without_record(new_t) == _without_record(old_t))
-
-
-def _sets_record(new_ann: Mapping[str, Any], old_ann: Mapping[str, Any]) -> bool:
-    """The template's annotations carry a record of configpin's other than the old ones."""
-    return any(k in new_ann for k in _TEMPLATE_RECORD) and any(
-        new_ann.get(k) != old_ann.get(k) for k in _TEMPLATE_RECORD
-    )
-
-
-def changes_only_the_record(obj: JSONObject, old: JSONObject | None) -> bool:
-    """An UPDATE whose pod template is the old one but for configpin's record, which it sets
-    otherwise: what the controller's re-stamp looks like (or a client that writes configpin's
-    annotations itself). A deploy, any other change of the template, is not one."""
-    paths = template_paths(str(obj.get("kind", "")))
-    if old is None or paths is None or not _same_but_record(obj, old, paths[0]):
-        return False
-    meta_path = paths[0]
-    return _sets_record(
-        _annotations(get_path(obj, meta_path)), _annotations(get_path(old, meta_path))
-    )
-
-
-def observed_ops(obj: JSONObject, observed: str | None) -> list[PatchOp]:
-    """Ops that set (or, with None, remove) the workload's `configpin.io/observed` record."""
-    return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_OBSERVED: observed})
-
-
-def refreshed_ops(obj: JSONObject, record: str) -> list[PatchOp]:
-    """Ops that record on the workload's metadata a refresh of its running pods to `record`
-    (the JSON of per-source digests): what its pods were handed (`configpin.io/refreshed`)
-    is what it is now up to date with (`configpin.io/observed`)."""
-    return _annotation_ops(
-        ("metadata",), obj.get("metadata"), {ANN_OBSERVED: record, ANN_REFRESHED: record}
-    )
-
-
-def rolled_at_ops(obj: JSONObject, when: str) -> list[PatchOp]:
-    """Ops that record on the workload's metadata when configpin last rolled it."""
-    return _annotation_ops(("metadata",), obj.get("metadata"), {ANN_ROLLED_AT: when})
-
-
 def plan_object(
     obj: JSONObject,
     *,
@@ -537,16 +302,16 @@ def plan_object(
 
     record_kept: dict[str, str] = {}
     if operation == "UPDATE" and old is not None and kind != POD:
-        record_kept = _rollout_kept(obj, old, root)
+        record_kept = rollout_kept(obj, old, root)
         if not refresh:
-            kept = _kept_record(obj, old, meta_path, mode, record_kept)
+            kept = kept_record(obj, old, meta_path, mode, record_kept)
             if kept is not None:
                 if warnings or on_change != ON_CHANGE_ROLL:
                     return kept.said(warnings, on_change)
                 return kept
 
     template_meta = get_path(obj, meta_path)
-    existing = parse_mapping(_annotations(template_meta).get(ANN_SOURCES)) or {}
+    existing = parse_mapping(meta_annotations(template_meta).get(ANN_SOURCES)) or {}
     previous = recorded_observed(obj, old)
     b = _Builder(spec_path=spec_path, warnings=warnings)
     if operation == "UPDATE" and old is not None and kind != POD:
@@ -561,15 +326,15 @@ def plan_object(
         return Plan(warnings=warnings, mode=mode, skipped=SkipReason.TOO_MANY_SOURCES)
     _plan_sources(b, consumed.values(), lookup, mode, previous, frozenset(refresh), hkey, existing)
     template_record, workload_record = _records(b, hkey)
-    b.patch.extend(_annotation_ops(meta_path, template_meta, template_record))
+    b.patch.extend(annotation_ops(meta_path, template_meta, template_record))
     if kind != POD:
         if old is not None:
-            workload_record.update(_rejected_kept(obj, old))
+            workload_record.update(rejected_kept(obj, old))
         if b.to_rejected and old is not None and now is not None:
             workload_record[ANN_ROLLOUT] = _followed(b, obj, old, root, namespace, now)
         else:
             workload_record.update(record_kept)
-        b.patch.extend(_annotation_ops(("metadata",), obj.get("metadata"), workload_record))
+        b.patch.extend(annotation_ops(("metadata",), obj.get("metadata"), workload_record))
     return Plan(
         patch=b.patch,
         warnings=b.warnings,
@@ -811,38 +576,3 @@ def _plan_pinned(
     _plan_live(b, live, record, mode, hkey)
     if mode != MODE_SNAPSHOT:
         b.point_at(live, source.name)  # checksum mode: back to the live source
-
-
-@dataclass(frozen=True)
-class RollInstead:
-    """Why a change to a workload that asks for refresh rolls it instead."""
-
-    reason: Fallback
-    why: str  # for people
-
-
-def roll_instead(obj: JSONObject, plan: Plan, changed: Collection[SourceId]) -> RollInstead | None:
-    """Whether the controller's `plan` for a workload that asks for `on-change: refresh`,
-    following a change of `changed`, must roll it after all (None: a refresh reaches every
-    changed source: each reaches its pods only through whole-volume mounts)."""
-    if plan.on_change != ON_CHANGE_REFRESH:
-        return RollInstead(
-            Fallback.SNAPSHOT_MODE, "refresh is refused in snapshot mode (a copy never changes)"
-        )
-    paths = template_paths(str(obj.get("kind", "")))
-    assert paths is not None
-    spec_prefix = pointer(paths[1]) + "/"
-    if any(str(op.get("path", "")).startswith(spec_prefix) for op in plan.patch):
-        return RollInstead(
-            Fallback.REFERENCES,
-            "its pod template points at snapshot copies, which must point at the live sources "
-            "again",
-        )
-    spec = get_path(obj, paths[1])
-    blocked = unrefreshable(spec if isinstance(spec, dict) else {}, changed)
-    if blocked:
-        sid = min(blocked)
-        why = blocked[sid]
-        reason = Fallback.SUBPATH if why.how == "subPath" else Fallback.ENV
-        return RollInstead(reason, f"a change of {sid} cannot reach a running process: {why}")
-    return None

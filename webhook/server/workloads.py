@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from webhook.config import Settings
 from webhook.core.digest import BadSource, record_from_object
+from webhook.core.kept import changes_only_the_record
 from webhook.core.model import (
     JSONObject,
     Plan,
@@ -22,7 +23,7 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
-from webhook.core.plan import changes_only_the_record, plan_object
+from webhook.core.plan import plan_object
 from webhook.metrics import AdmissionResult
 from webhook.server import large
 from webhook.server.admission import Review, allowed, denied, patched
