@@ -34,11 +34,11 @@ of each ConfigMap must be previewed with exactly its number of consumers.
 `Admitter.review` and `orjson.dumps` of an AdmissionReview of a ConfigMap UPDATE (one changed
 key; the object and old object as the API server sends them, managed fields and the previous
 `changed-by` included), with a `Previewer` over an index of N Deployments that consume that key
-(built as tests/unit/test_preview.py builds one). The floor is the same review with no consumer
-(the audit record only). These Deployments have 2 replicas and no failing condition (healthy:
-the change is cut in waves of 1, 10% and the rest), the cluster's have none (scaled to zero:
-one wave), so the two previews differ there; the rows and the summary cost per consumer
-either way. It prints p50/p99 per size, their ratio to the floor, and a breakdown
+(built as tests/unit/controller/test_preview.py builds one). The floor is the same review with
+no consumer (the audit record only). These Deployments have 2 replicas and no failing condition
+(healthy: the change is cut in waves of 1, 10% and the rest), the cluster's have none (scaled
+to zero: one wave), so the two previews differ there; the rows and the summary cost per
+consumer either way. It prints p50/p99 per size, their ratio to the floor, and a breakdown
 of the parts (medians): the parse, the write's facts (`source_write`: the keys' digests), the
 rows (`Previewer.rows`) and the warnings (`summary`). `--profile N` adds the functions that take
 the time over N admissions at the largest size (cProfile). This part runs in a child process in

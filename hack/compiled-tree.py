@@ -13,7 +13,7 @@ command in DEST, with the checkout's venv):
     PYTHONPATH=DEST .venv/bin/python -m bench.admission                # the compiled server
 
 pytest puts DEST (the folder above its tests/ package) first on sys.path, so `webhook` is
-the unpacked wheel there, not the editable install; tests/unit/test_compiled.py checks it.
+the unpacked wheel there, not the editable install; tests/unit/project/test_compiled.py checks it.
 The build runs without isolation, with the venv's setuptools and mypy (the dev extras).
 """
 

@@ -6,7 +6,7 @@ and saying so.
 On a fresh Debian machine unattended-upgrades holds dpkg's locks for minutes after boot, and an
 apt-get that finds one held fails at once ("Could not get lock /var/lib/dpkg/lock-frontend").
 Every apt-get the project runs comes through here (hack/provision-control-plane.sh and
-harness/images.py; tests/unit/test_apt.py fails on one that does not):
+harness/images.py; tests/unit/project/test_apt.py fails on one that does not):
 
 - It gets ``-o DPkg::Lock::Timeout=SECONDS``: apt-get itself waits that long for dpkg's
   frontend lock (apt 1.9.11 and later), the one unattended-upgrades holds longest.

@@ -1,5 +1,5 @@
 """The names users see: annotations, labels, modes (the tables of docs/annotations.md, which
-tests/unit/test_docs.py holds to these). Change them nowhere else."""
+tests/unit/project/test_docs.py holds to these). Change them nowhere else."""
 
 from typing import Final
 

@@ -3,8 +3,8 @@
 Each built-in kind is one entry: where it is served, where it keeps its pod template, and what
 configpin may do with it. The custom kinds an operator configures (`--workload-kinds`, Argo
 Rollouts) are entries of the same shape, made at start. Adding a built-in kind is one entry
-here plus the chart (its RBAC, webhook rules and policy), which tests/unit/test_chart.py holds
-to this table.
+here plus the chart (its RBAC, webhook rules and policy), which
+tests/unit/project/test_chart.py holds to this table.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The source kinds (ConfigMap, Secret) are one table here (`SourceKind` and its `SourceFacts`),
 as the workload kinds are one in webhook.core.kinds: every module reads it, none keeps a
-table of its own (tests/unit/test_one_place.py).
+table of its own (tests/unit/project/test_one_place.py).
 """
 
 from __future__ import annotations

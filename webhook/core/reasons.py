@@ -5,7 +5,7 @@ the states `configpin status` prints (`Status`, `SourceState`). One list each fo
 the controller, metrics labels, Events and the status command.
 
 The values are an interface: alerts, dashboards and `kubectl get events --field-selector
-reason=...` read them, and docs/operations.md lists the Events (tests/unit/test_events.py
+reason=...` read them, and docs/operations.md lists the Events (tests/unit/kube/test_events.py
 holds it to `EVENTS`). A metric label is a time series kept for the life of the process, so
 labels come from these enums only, never from a request or an object. Several reasons that a
 user acts on the same way share one label (`not-managed`: configpin does not pin the object

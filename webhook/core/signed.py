@@ -5,7 +5,7 @@ The signature is an HMAC-SHA256 under the digest key over the record's domain (w
 it is), its subject (the object it was made for, length-prefixed) and its body as canonical
 JSON, so a record copied onto another object, or made for another purpose, is not believed.
 These bytes are a contract with every record already written in a cluster: a change of them
-makes every record there unreadable after an upgrade (tests/unit/test_signed.py pins them).
+makes every record there unreadable after an upgrade (tests/unit/core/test_signed.py pins them).
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def test_a_reason_is_recorded_with_its_type_and_action_from_the_table() -> None:
 
 # --- the docs' list of Events (docs/operations.md) is the code's -------------------------
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _recorded() -> set[tuple[EventReason, bool]]:

@@ -93,6 +93,6 @@ def test_the_admission_results_are_the_label_values_dashboards_read() -> None:
     assert sorted(AdmissionResult) == sorted(
         ["patched", "unchanged", "skipped", "ignored", "out-of-scope", "denied", "invalid", "error"]
     )
-    operations = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    operations = (Path(__file__).parents[3] / "docs" / "operations.md").read_text()
     [row] = [line for line in operations.splitlines() if "`configpin_admissions_total{" in line]
     assert all(f"`{result}`" in row for result in AdmissionResult), row

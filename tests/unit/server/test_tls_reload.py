@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.unit._tls_app import client_context, handshake, running_server
+from tests.unit.server._tls_app import client_context, handshake, running_server
 from webhook import certs
 from webhook.server.tls import ReloadingTLSContext
 

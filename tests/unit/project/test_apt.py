@@ -21,7 +21,7 @@ import pytest
 
 from harness import apt
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 APT_SCRIPT = REPO / "harness" / "apt.py"
 # Run by docker in a fresh build container, where nothing else runs apt: no lock to wait for.
 NOT_WAITING = {"Dockerfile"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from webhook.core.model import SOURCE_FACTS, SourceKind, source_kind, typed_source_kind
 
-WEBHOOK = Path(__file__).resolve().parents[2] / "webhook"
+WEBHOOK = Path(__file__).resolve().parents[3] / "webhook"
 REGISTRY = "core/model.py"
 # configpin's own Secrets (its serving certificate, its digest key) are Secrets, not sources
 OWN_SECRETS = {"kube/selfcerts.py", "kube/digestkey.py"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.unit._tls_app import build_app, client_context, free_port, get, running_server
+from tests.unit.server._tls_app import build_app, client_context, free_port, get, running_server
 from webhook import certs
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.runner import serve_async

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tests.unit.test_tls_reload import memory_handshake
+from tests.unit.server.test_tls_reload import memory_handshake
 from webhook import certs
 from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 from webhook.config import Settings

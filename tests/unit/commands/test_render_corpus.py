@@ -22,8 +22,8 @@ import yaml
 from harness import chart as _chart
 from webhook.cli import main
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-REPO = Path(__file__).resolve().parents[2]
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+REPO = Path(__file__).resolve().parents[3]
 KEY_TEXT = "corpus-digest-key-0123456789abcdef"
 SOURCES = "configpin.io/sources"
 CHECKSUM = "configpin.io/checksum"

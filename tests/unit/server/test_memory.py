@@ -60,7 +60,7 @@ def _glibc() -> Any:
 _LARGE_BUFFERS = """
 import ctypes, sys
 from webhook import allocator
-from tests.unit.test_memory import _glibc
+from tests.unit.server.test_memory import _glibc
 libc = _glibc()
 allocator.tune_allocator()
 allocator.release()  # the heap's free top given back: nothing large left to serve from
@@ -84,7 +84,7 @@ def test_tuning_serves_large_buffers_from_mappings_of_their_own() -> None:
         capture_output=True,
         text=True,
         check=True,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     ).stdout.split()
     assert out == ["614400", "True", "614400", "True", "307200", "False"]
 

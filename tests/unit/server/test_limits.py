@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.unit._tls_app import free_port
 from tests.unit.conftest import HKEY, configmap, container, env_cm, pod_spec, review, workload
+from tests.unit.server._tls_app import free_port
 from webhook import certs
 from webhook.metrics import Metrics
 from webhook.server import runner

@@ -1,6 +1,6 @@
 """A tiny app served by the real runner, for TLS and shutdown tests; and helpers to drive it.
 
-Run as `python -m tests.unit._tls_app --cert F --key F --port N [...]` so tests can send
+Run as `python -m tests.unit.server._tls_app --cert F --key F --port N [...]` so tests can send
 it real signals.
 """
 
@@ -24,7 +24,7 @@ from fastapi import FastAPI, Response
 
 from webhook.server.lifecycle import Lifecycle
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def build_app(lifecycle: Lifecycle) -> FastAPI:
@@ -124,7 +124,15 @@ def running_server(
     port = free_port()
     log_path = tmp_path / f"server-{port}.log"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "tests.unit._tls_app", "--cert", str(cert), "--key", str(key)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.unit.server._tls_app",
+        "--cert",
+        str(cert),
+        "--key",
+        str(key),
+    ]
     cmd += ["--port", str(port), *extra_args]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -14,7 +14,7 @@ import pytest
 from webhook.cli import build_parser, main
 from webhook.config import Settings, env_name, flag_name, settings_markdown
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "configpin"
 
 

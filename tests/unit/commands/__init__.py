@@ -1,0 +1,1 @@
+"""Unit tests of the commands a person runs (webhook/commands): render, status."""

@@ -1,0 +1,1 @@
+"""Unit tests of manifests read as kubectl reads them (webhook/inputs)."""

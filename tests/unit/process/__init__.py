@@ -1,0 +1,1 @@
+"""Unit tests of settings and metrics (webhook/process)."""

@@ -1,0 +1,2 @@
+"""Unit tests of the admission server (webhook/server): HTTP, limits, TLS, the workload and
+source webhooks."""

@@ -1,0 +1,1 @@
+"""Unit tests of certificates and cipher suites (webhook/tls)."""
