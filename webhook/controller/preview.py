@@ -24,14 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from webhook.controller.waves import Elsewhere, WaveCut, member_of, vouches
+from webhook.controller.waves import Elsewhere, WaveCut, carried, member_of, vouches
 from webhook.core import digest
 from webhook.core.current import Consumed, RolloutBrief, WorkloadEntry
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.preview import Effect, Row
 from webhook.core.progress import Standing
 from webhook.core.record import Change
-from webhook.core.waves import Member, wave_order
+from webhook.core.waves import Member, rolled_first, wave_order
 from webhook.sources import Miss
 
 
@@ -57,9 +57,10 @@ class _Consumer:
 
 # A member of the change: the consumer here (or the member elsewhere), its keys of the change,
 # whether it rolls now (not: it holds its place in the waves by its record alone), whether it
-# vouches for the change.
-_InWave = tuple[_Consumer | Elsewhere, tuple[str, ...], bool, bool]
+# vouches for the change, whether it rolled for it already (the gate puts those first).
+_InWave = tuple[_Consumer | Elsewhere, tuple[str, ...], bool, bool, bool]
 _vouches = operator.itemgetter(3)
+_rolled = operator.itemgetter(4)
 
 
 _LISTS_MAX: Final = 256  # (namespace, source) lists kept, the most recently asked
@@ -162,6 +163,7 @@ class Previewer:
         key = str(sid)
         rows: list[Row] = []
         members: list[_InWave] = []  # the change's members here, in wave order
+        rolled_any = False  # one of them rolled for the change already
         # per key set consumed: the new content's digest, and the keys of the write among them
         after: dict[frozenset[str] | None, tuple[str, tuple[str, ...]]] = {}
         for c in consumers:
@@ -173,8 +175,14 @@ class Previewer:
                 )
             content, keys = found
             brief = c.brief
+            # its rollout that stands for the change: its record names it, or an earlier
+            # change of the source that brought it to what it reads of the new content
+            rolled = None
+            if brief is not None and (change in brief.changes or carried(brief, change, content)):
+                rolled = brief
+                rolled_any = True
             # (as `stale_sources` judges: it is current once written, or the content is one
-            # rejected there; either way it is no member, unless its record names the change)
+            # rejected there; either way it is no member, unless that rollout stands for it)
             current = content == c.recorded
             if current and not keys:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.NOTHING))
@@ -184,30 +192,39 @@ class Previewer:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.NOTHING))
             elif c.in_place:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.REFRESH, keys))
-            else:  # it rolls
-                vouch = c.healthy if brief is None else vouches(brief, c.standing, change)
-                members.append((c, keys, True, vouch))
+            elif rolled is None:  # it rolls
+                members.append((c, keys, True, c.healthy, False))
                 continue
-            if brief is not None and change in brief.changes:
-                # its record names the change: it holds its place in the waves, rolling nothing
-                members.append((c, keys, False, vouches(brief, c.standing, change)))
-        rows += self._waves(change, namespace, members)
+            else:  # it rolls again (a rollout for the change is on its record already)
+                members.append((c, keys, True, vouches(rolled, c.standing), True))
+                continue
+            if rolled is not None:
+                # it rolled for the change: it holds its place in the waves, rolling nothing
+                members.append((c, keys, False, vouches(rolled, c.standing), True))
+        rows += self._waves(change, namespace, members, rolled_any)
         return rows
 
-    def _waves(self, change: Change, namespace: str, members: list[_InWave]) -> list[Row]:
+    def _waves(
+        self, change: Change, namespace: str, members: list[_InWave], rolled: bool
+    ) -> list[Row]:
         """The rows of the change's members that roll (here, and elsewhere for a shared
-        source), numbered by the waves the gate cuts them into."""
+        source), numbered by the waves the gate cuts them into (`rolled`: a member here rolled
+        for it already)."""
         cut = self.cut
         elsewhere = cut.elsewhere(change, namespace)
         ordered = members  # (one namespace: its consumers are in wave order, a subset keeps it)
         if elsewhere:
             by_member: dict[Member, _InWave] = {m[0].member: m for m in members}
-            by_member.update((e.member, (e, (), True, e.vouches)) for e in elsewhere)
+            by_member.update(
+                (e.member, (e, (), True, e.vouches, e.state is not None)) for e in elsewhere
+            )
             ordered = [by_member[m] for m in wave_order(by_member)]
+        if rolled or (elsewhere and any(e.state is not None for e in elsewhere)):
+            ordered = rolled_first(ordered, _rolled)  # (as the gate orders them)
         rows: list[Row] = []
         for i, wave in enumerate(cut.waves(ordered, _vouches), 1):
             gated = cut.after_approve(i - 1)
-            for c, keys, rolls, _ in wave:
+            for c, keys, rolls, _, _ in wave:
                 if rolls:
                     effect = Effect.AWAIT if gated or c.approve else Effect.ROLL
                     note = "" if c.__class__ is _Consumer else _note(c)

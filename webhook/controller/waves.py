@@ -4,13 +4,18 @@ flight (`--rollout-waves`, `--max-rolling`).
 A change is one source's new content in one namespace (webhook.core.record.Change), or in
 every namespace whose source of that name is marked `configpin.io/shared`. Its members are the
 workloads it reaches: those that rolled for it (their rollout record names it, whatever came
-of it) and those still stale for it that roll (not those that take it in place: on-change
-refresh). They are ordered the same way on every replica, from what the workloads say (their
-records, their `configpin.io/wave`), and cut into waves over those that can vouch for the
-change (healthy with pods before it); the others join the last wave. So a new leader carries
-on where the last one was: a wave may start when every member of the waves before it that
-vouches has completed its rollout, never after one failed or was rolled back by a person. A
-member scaled to zero, deleted or broken before the change proves nothing either way.
+of it), those still stale for it that roll (not those that take it in place: on-change
+refresh), and those whose rollout for an earlier change of the same source brought them to
+what they read of this one (`rollout_for`: a write of keys they do not read moved the source
+on, not them). Such a rollout stands for the new change as it stood for the old, rolling,
+complete, failed or rolled back by a person: the write restarts, skips and re-opens nothing.
+They are ordered the same way on every replica, from what the workloads say (their records,
+their `configpin.io/wave`), those that rolled already first, and cut into waves over those
+that can vouch for the change (healthy with pods before it); the others join the last wave.
+So a new leader carries on where the last one was: a wave may start when every member of the
+waves before it that vouches has completed its rollout, never after one failed or was rolled
+back by a person. A member scaled to zero, deleted or broken before the change proves nothing
+either way.
 
 `WaveCut` is that cut, the one the gate admits by and the preview names (webhook.controller.
 preview: what a write will roll, in which wave, before it is stored). The cap counts, per
@@ -36,12 +41,26 @@ from typing import Final, TypeVar
 from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
-from webhook.core.current import RolloutBrief, WorkloadEntry, WorkloadRef, stale_sources
+from webhook.core.current import (
+    RolloutBrief,
+    WorkloadEntry,
+    WorkloadRef,
+    consumed_digest,
+    stale_sources,
+)
 from webhook.core.kinds import workload_kind
 from webhook.core.model import SourceId, SourceRecord
 from webhook.core.progress import Standing
 from webhook.core.record import Change, State
-from webhook.core.waves import Member, Wait, WaitReason, approval_from, cut_waves, wave_order
+from webhook.core.waves import (
+    Member,
+    Wait,
+    WaitReason,
+    approval_from,
+    cut_waves,
+    rolled_first,
+    wave_order,
+)
 from webhook.kube.cache import SourceCache
 from webhook.sources import Miss
 
@@ -63,11 +82,25 @@ def rolled_for(brief: RolloutBrief | None, change: Change) -> bool:
     return brief is not None and change in brief.changes
 
 
-def vouches(brief: RolloutBrief | None, standing: Standing, change: Change) -> bool:
-    """Whether a member can prove or disprove the change: it was healthy with pods before it
-    (as its record says once it rolled for it), and is not scaled to zero since."""
-    if brief is not None and change in brief.changes:
-        return brief.healthy and brief.state is not State.LEFT
+def carried(brief: RolloutBrief, change: Change, consumed: str | None) -> bool:
+    """`brief` rolled for an earlier change of `change`'s source (in the same namespace, or
+    shared as `change` is) to `consumed`, what the workload reads of `change`'s content: the
+    source moved on since only in keys it does not read, and that rollout stands for
+    `change` too (whatever came of it: rolling, complete, failed, left)."""
+    sid = change.source
+    return (
+        consumed is not None
+        and brief.rolled_to(str(sid)) == consumed
+        and any(c.source == sid and c.namespace == change.namespace for c in brief.changes)
+    )
+
+
+def vouches(rolled: RolloutBrief | None, standing: Standing) -> bool:
+    """Whether a member can prove or disprove a change: it was healthy with pods before it
+    (as `rolled`, its rollout that stands for the change, says once it rolled), and is not
+    scaled to zero since."""
+    if rolled is not None:
+        return rolled.healthy and rolled.state is not State.LEFT
     return standing is Standing.HEALTHY
 
 
@@ -167,6 +200,21 @@ class WaveCut:
         kind = workload_kind(entry.ref.kind)
         return str(sid) in delivery.refreshes and kind is not None and kind.refreshable
 
+    def rollout_for(self, entry: WorkloadEntry, change: Change) -> RolloutBrief | None:
+        """The rollout of `entry` that stands for `change`: its record names it, or names an
+        earlier change of the same source and rolled it to what it reads of `change`'s
+        content (`carried`); None: it has not rolled for it."""
+        brief = entry.rollout
+        if brief is None or change in brief.changes:
+            return brief
+        if brief.rolled_to(str(change.source)) is None:
+            return None  # (it rolled no content of that source)
+        ns, sid = entry.ref.namespace, change.source
+        if self.change(ns, sid) != change:
+            return None
+        consumed = consumed_digest(entry, sid, lambda s: self.peek(ns, s), self.hkey)
+        return brief if carried(brief, change, consumed) else None
+
     def member(self, entry: WorkloadEntry, change: Change, at: bool) -> bool:
         """Whether `entry` is a member of `change`; `at`: its namespace's source is at it."""
         if rolled_for(entry.rollout, change):
@@ -174,7 +222,9 @@ class WaveCut:
         if not at or self.in_place(entry, change.source):
             return False
         ns = entry.ref.namespace
-        return change.source in stale_sources(entry, lambda s: self.peek(ns, s), self.hkey)
+        if change.source in stale_sources(entry, lambda s: self.peek(ns, s), self.hkey):
+            return True
+        return self.rollout_for(entry, change) is not None
 
     def namespaces(self, change: Change) -> list[str]:
         """The namespaces a change can reach, where configpin acts."""
@@ -211,27 +261,33 @@ class WaveCut:
             if ns == namespace:
                 continue
             for entry in self.members_in(ns, change):
-                brief, delivery = entry.rollout, entry.delivery
+                rolled, delivery = self.rollout_for(entry, change), entry.delivery
                 out.append(
                     Elsewhere(
                         member_of(entry),
-                        vouches(brief, entry.standing, change),
+                        vouches(rolled, entry.standing),
                         delivery is not None and delivery.approve,
-                        brief.state if brief is not None and change in brief.changes else None,
+                        rolled.state if rolled is not None else None,
                     )
                 )
         return out
 
     def order(self, change: Change, refresh: bool = False) -> list[WorkloadRef]:
-        """The members of a change, in the order they roll."""
+        """The members of a change, in the order they roll: those that rolled for it already
+        first (`rolled_first`), so that a member that joins late never takes a wave from one
+        that rolled."""
         with self._lock:
             found = self._orders.get(change)
         if found is not None and not refresh:
             return found
-        members = [
-            member_of(e) for ns in self.namespaces(change) for e in self.members_in(ns, change)
+        entries = {
+            member_of(e): e for ns in self.namespaces(change) for e in self.members_in(ns, change)
+        }
+        rolled = {m for m, e in entries.items() if self.rollout_for(e, change) is not None}
+        ordered = [
+            WorkloadRef(m.kind, m.namespace, m.name)
+            for m in rolled_first(wave_order(entries), rolled.__contains__)
         ]
-        ordered = [WorkloadRef(m.kind, m.namespace, m.name) for m in wave_order(members)]
         with self._lock:
             if len(self._orders) >= _ORDERS_MAX:
                 self._orders.clear()
@@ -251,7 +307,7 @@ class WaveCut:
         entry = self.index.get(ref)
         if entry is None:
             return False  # deleted: it proves nothing
-        return vouches(entry.rollout, entry.standing, change)
+        return vouches(self.rollout_for(entry, change), entry.standing)
 
     def plan(self, change: Change, refresh: bool = False) -> list[list[WorkloadRef]]:
         return self.waves(self.order(change, refresh), lambda r: self.vouches(r, change))
@@ -309,18 +365,24 @@ class Gate:
         return tuple(c for c in found if c is not None)
 
     def superseded(self, entry: WorkloadEntry) -> bool:
-        """Its rollout rolled to content a source has moved on from since: a newer change
-        rolls it, and the old rollout holds nothing up."""
+        """Its rollout rolled to content a source has moved on from since, in what the
+        workload reads of it: a newer change rolls it, and the old rollout holds nothing up.
+        (One that moved on only in keys it does not read goes on: it stands for the newer
+        change too.)"""
         brief = entry.rollout
+        if brief is None:
+            return False
         ns = entry.ref.namespace
-        return brief is not None and any(self.cut.change(ns, c.source) != c for c in brief.changes)
+        for c in brief.changes:
+            now = self.cut.change(ns, c.source)
+            if now != c and (now is None or self.cut.rollout_for(entry, now) is None):
+                return True
+        return False
 
     def _state(self, ref: WorkloadRef, change: Change) -> State | None:
         entry = self.index.get(ref)
-        brief = entry.rollout if entry is not None else None
-        if brief is None or change not in brief.changes:
-            return None
-        return brief.state
+        rolled = self.cut.rollout_for(entry, change) if entry is not None else None
+        return rolled.state if rolled is not None else None
 
     def in_flight(self, namespace: str, but: WorkloadRef | None = None) -> int:
         """The config rollouts in flight in a namespace that hold a place (--max-rolling):

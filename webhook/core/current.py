@@ -76,6 +76,17 @@ class RolloutBrief:
     state: State
     changes: tuple[Change, ...]
     healthy: bool
+    # what it rolled to, for the sources it changed (`configmap/<name>`, digest): a change of
+    # the same source whose content there is the same (a write of keys it does not read) is
+    # carried by this rollout, not rolled again (webhook.controller.waves.WaveCut.rollout_for)
+    to: tuple[tuple[str, str], ...] = ()
+
+    def rolled_to(self, source: str) -> str | None:
+        """The digest it rolled `source` (`configmap/<name>`) to, if it changed it."""
+        for key, value in self.to:
+            if key == source:
+                return value
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +111,23 @@ class Delivery:
 _STANDING_ONLY: Final = {s: Delivery(None, None, 0, s) for s in Standing}
 
 _BRIEFS_MAX: Final = 4096
-_briefs: dict[tuple[State, tuple[Change, ...], bool], RolloutBrief] = {}
+_Rolled = tuple[tuple[str, str], ...]  # (source, digest) rolled to
+_briefs: dict[tuple[State, tuple[Change, ...], bool, _Rolled], RolloutBrief] = {}
 
 
 def _brief(record: RolloutRecord | None) -> RolloutBrief | None:
-    """One RolloutBrief per (state, changes, healthy), bounded like `_how`."""
+    """One RolloutBrief per (state, changes, healthy, content rolled to), bounded like
+    `_how`."""
     if record is None:
         return None
-    key = (record.state, record.changes, record.healthy)
+    to = tuple((k, record.to[k]) for k in record.changed_sources())
+    key = (record.state, record.changes, record.healthy, to)
     found = _briefs.get(key)
     if found is None:
         if len(_briefs) >= _BRIEFS_MAX:
             _briefs.clear()
-        found = _briefs.setdefault(key, RolloutBrief(record.state, record.changes, record.healthy))
+        brief = RolloutBrief(record.state, record.changes, record.healthy, to)
+        found = _briefs.setdefault(key, brief)
     return found
 
 
@@ -427,6 +442,36 @@ def appeared(entry: WorkloadEntry, stale: Iterable[SourceId]) -> set[SourceId]:
 
 
 Lookup = Callable[[SourceId], SourceRecord | None]
+
+
+def consumption_of(entry: WorkloadEntry, sid: SourceId, lookup: Lookup) -> Consumed | None:
+    """What `entry` reads of source `sid`, by its own name or through a snapshot copy of it
+    (as `lookup` holds the copy); None: it does not read it."""
+    uses = entry.uses
+    for i in range(0, len(uses), 2):
+        key = _source_id(uses[i])
+        if key != sid:
+            if key.kind is not sid.kind or not key.name.startswith(sid.name + "-"):
+                continue
+            copy = lookup(key)
+            if copy is None or copy.snapshot_of != sid.name:
+                continue
+        return Consumed(sid, *uses[i + 1])
+    return None
+
+
+def consumed_digest(entry: WorkloadEntry, sid: SourceId, lookup: Lookup, hkey: bytes) -> str | None:
+    """The digest of what `entry` reads of source `sid` (`consumption_of`) as `lookup` holds
+    the source now, as `stale_sources` takes it; None: it does not read it, or the source does
+    not exist (or is ignored)."""
+    consumed = consumption_of(entry, sid, lookup)
+    if consumed is None:
+        return None
+    record = lookup(sid)
+    if record is None or record.ignored:
+        return None
+    nskey = digest.namespace_key(hkey, entry.ref.namespace)
+    return digest.source_digest(nskey, record, consumed.keys)
 
 
 def stale_sources(entry: WorkloadEntry, lookup: Lookup, hkey: bytes) -> set[SourceId]:

@@ -6,7 +6,8 @@ into waves. Who the members are (the workloads a change reaches) is worked out f
 by webhook.controller.waves.WaveCut, which the wave gate and the preview both call.
 
 - `parse_waves`: `--rollout-waves` (counts, shares of the rest, `approve` between waves).
-- `wave_order`: lower `configpin.io/wave` first, then spread across namespaces, stably.
+- `wave_order`: lower `configpin.io/wave` first, then spread across namespaces, stably;
+  `rolled_first`: the members that rolled for the change already before the others.
 - `cut_waves` cuts the members in order into waves over those that can vouch for the change
   (healthy before, with pods): the others join the last wave. `approval_from`: the first
   wave that waits for the change's approval.
@@ -164,6 +165,17 @@ def wave_order(members: Iterable[Member]) -> list[Member]:
 
 
 _M = TypeVar("_M")
+
+
+def rolled_first(ordered: Sequence[_M], rolled: Callable[[_M], bool]) -> list[_M]:
+    """The members in order, those that rolled for the change already first (a member that
+    joined the change since, such as a reader of keys only a later write changed, takes no
+    wave from one that rolled: the waves it held, and what came of them, stay where they
+    were)."""
+    first = [m for m in ordered if rolled(m)]
+    if not first:
+        return list(ordered)
+    return first + [m for m in ordered if not rolled(m)]
 
 
 def cut_waves(

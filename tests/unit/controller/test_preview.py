@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -44,7 +45,7 @@ from webhook.core.constants import (
     ANN_SHARED,
     ANN_WAVE,
 )
-from webhook.core.current import entry_from_object
+from webhook.core.current import entry_from_object, stale_sources
 from webhook.core.kept import dumps_mapping
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.preview import (
@@ -428,13 +429,19 @@ _APP = st.fixed_dictionaries(
     {
         # reads `a` (what the write changes), `b` (not), `b` stamped for older content (stale
         # already), all of it mounted and refreshed in place, `a` with the new content
-        # rejected before (and held on it: checksum mode's hold)
-        "how": st.sampled_from(["a", "a", "a", "b", "stale-b", "refresh", "held", "held-at"]),
+        # rejected before (and held on it: checksum mode's hold), `a` rolled to the new
+        # content for an earlier change of the source (which held other content of `b`)
+        "how": st.sampled_from(
+            ["a", "a", "a", "b", "stale-b", "refresh", "held", "held-at", "earlier"]
+        ),
         "wave": st.sampled_from([None, None, "-1", "1"]),
         "broken": st.sampled_from([False, False, False, True]),
         "approve": st.sampled_from([False, False, False, True]),
-        # (readers of `a`) its rollout record names the change already, and how it stands
-        "rolled": st.sampled_from([None, None, None, State.COMPLETE, State.ROLLING, State.LEFT]),
+        # (readers of `a`) its rollout record names the change already (or the earlier one),
+        # and how it stands
+        "rolled": st.sampled_from(
+            [None, None, None, State.COMPLETE, State.ROLLING, State.LEFT, State.FAILED]
+        ),
     }
 )
 
@@ -468,6 +475,10 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
     written = configmap("web-config", new, namespace="n0", annotations=notes)
     content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, written))
     change = Change.of("n0", CFG, content, shared=shared)
+    earlier = {"a": "2", "b": "0"}
+    earlier_content = digest.source_digest(
+        HKEY, digest.record_from_object(HKEY, CFG.kind, configmap("web-config", earlier))
+    )
     index = WorkloadIndex()
     for ns, named in zip(names, apps, strict=True):
         nskey = digest.namespace_key(HKEY, ns)
@@ -493,12 +504,21 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
                 stamp = Store([configmap("web-config", {"a": "1", "b": "0"}, namespace=ns)])
             if how == "held-at":
                 stamp = Store([configmap("web-config", new, namespace=ns)])
+            if how == "earlier":
+                stamp = Store([configmap("web-config", earlier, namespace=ns)])
             obj = workload("Deployment", spec, name=f"w{i}", namespace=ns, annotations=notes_of)
             obj = apply(obj, plan(obj, stamp))
             if app["broken"]:
                 obj.update(UNAVAILABLE)
+            rolled = None
             if app["rolled"] is not None and how == "a":
                 rolled = RolloutRecord(app["rolled"], {}, {}, 0.0, (change,), healthy=True)
+            if how == "earlier":  # it rolled `a` to the new content for that change
+                made = Change.of(ns, CFG, earlier_content, shared=shared)
+                state = app["rolled"] or State.COMPLETE
+                to, before = {str(CFG): held}, {str(CFG): "0" * 64}
+                rolled = RolloutRecord(state, to, before, 0.0, (made,), healthy=True)
+            if rolled is not None:
                 ident = identity("Deployment", ns, f"w{i}")
                 obj["metadata"].setdefault("annotations", {})[ANN_ROLLOUT] = rolled.encode(
                     HKEY, ident
@@ -527,6 +547,9 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
         for ref in wave:
             entry = index.get(ref)
             assert entry is not None
+            here = ref.namespace == "n0"  # (a member elsewhere has a row however it stands)
+            if here and CFG not in stale_sources(entry, partial(gate.cut.peek, "n0"), HKEY):
+                continue  # it rolled for the change already: it holds its wave, rolling nothing
             own = entry.delivery is not None and entry.delivery.approve
             awaits = gate.cut.after_approve(i) or own
             gated[(ref.namespace, ref.name)] = (i + 1, Effect.AWAIT if awaits else Effect.ROLL)
