@@ -39,7 +39,7 @@ from webhook.controller.restamp import Decision, Restamper
 from webhook.controller.waves import Gate
 from webhook.core import digest
 from webhook.core.audit import APPROVED, ChangedBy
-from webhook.core.constants import ANN_APPROVED, ANN_WAVE
+from webhook.core.constants import ANN_APPROVED, ANN_CHANGED_BY, ANN_WAVE
 from webhook.core.current import WorkloadRef, entry_from_object
 from webhook.core.kinds import builtin
 from webhook.core.model import JSONObject, SourceId, SourceKind
@@ -199,6 +199,11 @@ class World:
             )
         self.put(jsonpatch.apply_patch(obj, ops))
 
+    def by(self, name: str) -> str:
+        record = rollout_record(HKEY, self.objs[name])
+        assert record is not None
+        return record.by
+
     def previewed(self, rows: list[Any]) -> dict[str, tuple[Effect, int]]:
         return {r.name: (r.action, r.wave) for r in rows}
 
@@ -213,7 +218,7 @@ def test_a_write_of_a_key_nobody_reads_rolls_nothing_that_awaits_an_approval() -
     approval; bob changes `b`, which nobody reads. The canary's rollout stands for bob's
     change too (what it reads is what it rolled to): no one becomes the canary of bob's
     change, both later workloads still await an approval (of the content they will roll to),
-    and bob's preview says so. Approved, they roll."""
+    and bob's preview says so. Approved, they roll alice's content, credited to her."""
     world = _later_waves()
     world.write("alice", {"a": "2", "b": "1"})
     world.rolls("canary")
@@ -234,6 +239,7 @@ def test_a_write_of_a_key_nobody_reads_rolls_nothing_that_awaits_an_approval() -
     world.approve()
     for name in ("later-0", "later-1"):
         world.rolls(name)
+        assert world.by(name).startswith("alice at "), world.by(name)
 
 
 def test_content_that_failed_on_the_canary_reaches_no_later_wave_after_a_write_of_another_key() -> (
@@ -280,4 +286,53 @@ def test_a_canary_still_rolling_goes_on_and_keeps_its_wave_and_its_place() -> No
     assert world.gate.in_flight(NS) == 1
     world.ends("canary", State.COMPLETE)
     assert world.rolls("b-reader").rollout.by.startswith("bob at ")  # type: ignore[union-attr]
-    world.rolls("later")
+    assert world.rolls("later").rollout.by.startswith("alice at ")  # type: ignore[union-attr]
+
+
+def test_a_rollout_is_credited_to_who_made_what_it_reads_not_to_the_last_writer() -> None:
+    """Without waves, alice changes `a` and bob `b` before the controller rolls anything (two
+    writes within the coalescing window): the reader of `a` is credited to alice, the reader
+    of `b` to bob, a reader of both to bob, the last to change one of them; carol's change of
+    `a` then is hers. The source's record says which keys each write changed."""
+    readers = {"a-reader": ("a",), "b-reader": ("b",), "both": ("a", "b")}
+    world = World(readers, waves="off")
+    world.write("alice", {"a": "2", "b": "1"})
+    world.write("bob", {"a": "2", "b": "2"})
+    by = {name: world.rolls(name).rollout.by for name in readers}  # type: ignore[union-attr]
+    assert by["a-reader"].startswith("alice at "), by  # (main: bob)
+    assert by["b-reader"].startswith("bob at "), by
+    assert by["both"].startswith("bob at "), by
+
+    world.write("carol", {"a": "3", "b": "2"})
+    assert world.rolls("a-reader").rollout.by.startswith("carol at ")  # type: ignore[union-attr]
+    record = digest.record_from_object(HKEY, CFG.kind, world.store.objects[CFG])
+    text = world.store.objects[CFG]["metadata"]["annotations"][ANN_CHANGED_BY]
+    content = digest.source_digest(HKEY, record)[:20]
+    said = ChangedBy.decode(HKEY, NS, CFG, text, content)
+    assert said is not None and said.user == "carol" and said.keys == ("a",)
+    assert [(e.user, e.keys) for e in said.earlier] == [("bob", ("b",))]
+
+
+def test_the_record_of_who_changed_it_stays_a_record_configpin_believes() -> None:
+    """However many keys and writers: what would not fit is left out (the oldest writers
+    first: their keys' rollouts are credited to `unknown`, never to another), the record is
+    believed as configpin made it, and one made before it said keys credits every key to its
+    writer, as it always did."""
+    record = ChangedBy.first("w0", NOW, "c" * 20, frozenset({"k0"}))
+    for i in range(1, 400):
+        record = record.after(f"writer-{i}", NOW + i, "c" * 20, frozenset({f"key-{i:04d}"}))
+    text = record.encode(HKEY, NS, CFG)
+    assert len(text) <= 4096
+    assert ChangedBy.decode(HKEY, NS, CFG, text, "c" * 20) == record
+    assert record.made(frozenset({"key-0399"})) == record.said()
+    assert (record.made(frozenset({"key-0398"})) or "").startswith("writer-398 at ")
+    assert record.made(frozenset({"k0"})) is None  # (left out: unknown)
+    many = frozenset(f"key-{i:05d}-{'x' * 40}" for i in range(200))
+    assert ChangedBy.first("bulk", NOW, "c" * 20, many).keys is None  # (credited with all)
+
+    old = ChangedBy("alice", NOW, "c" * 20)  # as records were before they said keys
+    assert set(json.loads(old.encode(HKEY, NS, CFG))) == {"at", "content", "sig", "user"}
+    assert old.made(frozenset({"x"})) == old.said()
+    carried = old.after("bob", NOW + 1, "d" * 20, frozenset({"b"}))
+    assert carried.made(frozenset({"a"})) == old.said()  # (every key but bob's)
+    assert carried.made(frozenset({"b"})) == carried.said()

@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from webhook.config import Settings
+from webhook.controller.editors import Rolled
 from webhook.controller.follow import Ended, Follower
 from webhook.controller.waves import Gate
 from webhook.core.constants import ANN_ON_CHANGE, ANN_ROLLOUT, MODE_SNAPSHOT, ON_CHANGE_REFRESH
@@ -36,6 +37,7 @@ from webhook.core.current import (
     WorkloadEntry,
     WorkloadRef,
     appeared,
+    consumption_of,
     entry_from_object,
     stale_sources,
 )
@@ -163,7 +165,7 @@ class Restamper:
         follower: Follower | None = None,
         gate: Gate | None = None,
         wall: Callable[[], float] = time.time,
-        editors: Callable[[str, tuple[Change, ...]], str] | None = None,
+        editors: Callable[[str, tuple[Rolled, ...]], str] | None = None,
     ) -> None:
         """`copies`: snapshot copies can be written (the reconciler has the writer);
         `follower`, `gate`: safe delivery (None: rollouts are started and not followed, every
@@ -175,7 +177,7 @@ class Restamper:
         self.follower = follower
         self.gate = gate
         self.wall = wall
-        self.editors = editors  # who made these changes (webhook.controller.editors)
+        self.editors = editors  # who made what it rolls to (webhook.controller.editors)
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
         return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
@@ -185,8 +187,24 @@ class Restamper:
         if self.gate is not None:
             self.gate.release(ref)
 
-    def _by(self, ref: WorkloadRef, changes: tuple[Change, ...]) -> str:
-        return self.editors(ref.namespace, changes) if self.editors and changes else ""
+    def _by(
+        self,
+        entry: WorkloadEntry,
+        changes: tuple[Change, ...],
+        to: Mapping[str, str],
+        peek: Lookup,
+    ) -> str:
+        """Who made what `entry` rolls to (`to`) of `changes`: the last writer of the keys it
+        reads, not of the source."""
+        if not self.editors or not changes:
+            return ""
+        rolled = []
+        for change in changes:
+            sid = change.source
+            consumed = consumption_of(entry, sid, peek)  # (None: its copy is gone: unknown)
+            keys = consumed.keys if consumed is not None else None
+            rolled.append(Rolled(change, keys, to.get(str(sid), "") if consumed else ""))
+        return self.editors(entry.ref.namespace, tuple(rolled))
 
     def _admit(
         self, ref: WorkloadRef, stale: Collection[SourceId]
@@ -291,7 +309,7 @@ class Restamper:
                 healthy=now_standing is Standing.HEALTHY,
                 made={req.snapshot_name: req.source.name for req in plan.snapshots},
                 previous=record,
-                by=self._by(ref, changes),
+                by=self._by(entry, changes, plan.sources, peek),
                 empty=now_standing is Standing.EMPTY,
             )
             ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
@@ -386,7 +404,7 @@ class Restamper:
                 changes=changes,
                 now=now,
                 healthy=entry.standing is Standing.HEALTHY,
-                by=self._by(ref, changes),
+                by=self._by(entry, changes, restamp.observed, peek),
                 empty=entry.standing is Standing.EMPTY,
             )
             by, left = rollout.by, rollout.state is State.LEFT

@@ -37,7 +37,13 @@ from webhook.core.constants import (
     PLAN_REQUEST,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
-from webhook.core.digest import BadSource, content_id, key_digests, record_from_object
+from webhook.core.digest import (
+    BadSource,
+    content_id,
+    key_digests,
+    record_from_object,
+    source_digest,
+)
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 
 LEADER_ANNOTATION: Final = "control-plane.alpha.kubernetes.io/leader"
@@ -275,6 +281,7 @@ class SourceWrite:
     bad: bool = False  # content that cannot be decoded (the API server refuses it itself)
     plan: str | None = None  # the request's configpin.io/plan ("request": `configpin plan`)
     approve: str | None = None  # ... its configpin.io/approve ("request": `configpin approve`)
+    prior: str | None = None  # (a change of content) what it held before, as a Change names it
 
     def __reduce__(self) -> tuple[type[SourceWrite], tuple[Any, ...]]:
         # Pickled (back from the large-review worker) by its fields, never by setting them one
@@ -293,6 +300,7 @@ class SourceWrite:
             self.bad,
             self.plan,
             self.approve,
+            self.prior,
         )
 
 
@@ -310,11 +318,23 @@ def source_write(
     if reason is not None:
         return SourceWrite(kind, name, deleting, reason)
     try:
-        changed = changed_keys(hkey, kind, old, None if deleting else new)
+        before = key_digests(hkey, kind, old)
         record = None if new is None or deleting else record_from_object(hkey, kind, new)
     except BadSource:
         return SourceWrite(kind, name, deleting, None, bad=True)
+    if record is None:
+        changed = frozenset(before)
+    else:
+        after = record.key_digests
+        changed = frozenset(
+            k for k in before.keys() | after.keys() if before.get(k) != after.get(k)
+        )
     had, sets = changed_by_text(old), changed_by_text(new)
+    prior = None
+    if changed and record is not None and isinstance(had, str):
+        # (the content its record of who made it must be for, to be carried on)
+        held = SourceRecord(kind, name, before, record.secret_type)
+        prior = content_id(source_digest(hkey, held))
     asked = _annotations(new).get(ANN_PLAN)
     approve = _annotations(new).get(ANN_APPROVE)
     meta = (new or {}).get("metadata")
@@ -331,6 +351,7 @@ def source_write(
         isinstance(meta, dict),
         plan=asked if isinstance(asked, str) else None,
         approve=approve if isinstance(approve, str) else None,
+        prior=prior,
     )
 
 

@@ -129,10 +129,19 @@ class SourceWrites:
         self, review: Review, write: SourceWrite, namespace: str, sid: SourceId
     ) -> list[PatchOp]:
         """The source's record of who changed its content: made anew when this write changes
-        it; otherwise kept as it was (a record the client sets itself is not configpin's)."""
+        it, naming the keys it changed and carrying on, from the record of the content before
+        it, who last changed each of the others; otherwise kept as it was (a record the
+        client sets itself is not configpin's)."""
         if write.changed and write.record is not None:
             content = digest.content_id(digest.source_digest(self.hkey, write.record))
-            who = ChangedBy(requester(review.request), self.clock(), content)
+            user, now = requester(review.request), self.clock()
+            before = None
+            if write.prior is not None:
+                before = ChangedBy.decode(self.hkey, namespace, sid, write.had, write.prior)
+            if before is not None:
+                who = before.after(user, now, content, write.changed)
+            else:
+                who = ChangedBy.first(user, now, content, write.changed)
             return _annotation_op(write, ANN_CHANGED_BY, who.encode(self.hkey, namespace, sid))
         if write.had == write.sets:
             return []

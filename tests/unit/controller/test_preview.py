@@ -215,9 +215,11 @@ def test_a_content_change_is_recorded_with_its_user_and_never_touches_data() -> 
     stored = _written(new, out)
     assert stored["data"] == new["data"]
     content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, stored))
-    assert changed_by_of(HKEY, NS, CFG, stored, content) == ChangedBy(
-        "alice", NOW, digest.content_id(content)
-    )
+    # (the keys it changed)
+    said = ChangedBy(
+        "alice", NOW, digest.content_id(content), ("log-level",)
+    )  # (the keys it changed)
+    assert changed_by_of(HKEY, NS, CFG, stored, content) == said
 
 
 def test_a_metadata_edit_keeps_the_record_and_a_client_cannot_set_its_own() -> None:
