@@ -11,9 +11,12 @@ deletions of ConfigMaps and Secrets), two replicas running as the chart runs the
 - the record of who changed a source outlives a re-apply that drops it (`kubectl replace`, a
   GitOps tool's update), and a re-apply that changes the content records its user;
 - the preview follows the source's consumers as they come, change and go;
+- a write of a key no workload reads rolls nothing that awaited an approval or was stopped
+  by a failure: what the canary did for the change before stands for the new content;
 - who changed a source is named by the rollout record, the rollout Events and `configpin
-  status`, a failed rollout's Event included; `unknown` where configpin could not read it
-  (refused, or the source moved on before the read), and the rollout goes on.
+  status`, a failed rollout's Event included: the last writer of a key the workload reads,
+  not of the source, also when the source moved on in other keys before configpin read who
+  made it; `unknown` where configpin could not read it (refused), and the rollout goes on.
 
 No kubelet: pods stay Pending unless the fake `Kubelet` reports them Ready.
 """
@@ -332,6 +335,83 @@ def test_an_approval_names_its_approver_and_approves_only_the_content_it_saw(
         assert all(sources(get(kube, ns, n)) == sources(get(kube, ns, "canary")) for n in later)
 
 
+def test_a_write_of_a_key_nobody_reads_starts_no_wave_that_awaits_an_approval(
+    kube: Kube, k8s: client.ApiClient, control_plane: ControlPlane, namespaces: Callable[[], str]
+) -> None:
+    """alice changes key `a`, which every workload reads; the canary rolls it and completes,
+    the others await the change's approval. bob then changes key `b`, which no workload reads:
+    nothing rolls (his write made a new change, whose canary is the one that rolled alice's
+    content, complete), the others still await an approval, now of the content bob's write
+    left, said by status. Approved, both roll alice's content, credited to her."""
+    ns = namespaces()
+    before = _workloads(
+        kube, ns, {"canary": CANARY, "later-0": {}, "later-1": {}}, {"a": "1", "b": "1"}
+    )
+    later = {n: s for n, s in before.items() if n != "canary"}
+    cfg = path("configmaps", ns, "cfg")
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("canary", "later-0", "later-1")
+        set_cm(As(k8s, ALICE), ns, "2")
+        _wait_state(kube, ns, "canary", "complete")
+        for name in later:
+            wait_event(kube, ns, name, "ConfigRolloutAwaitingApproval", "Normal")
+
+        As(k8s, BOB).patch(cfg, {"data": {"b": "2"}}, content_type=MERGE_PATCH)
+        assert (changed_by(kube, ns) or {}).get("user") == BOB
+        quiet(kube, ns, later, 3 * RESYNC)
+        rows = status(control_plane, ns)
+        assert all(rows[n]["state"] == "awaiting-approval" for n in later), rows
+        assert state(get(kube, ns, "canary")) == "complete"
+
+        _approve(control_plane.kubeconfig, ns)
+        for name in later:
+            _wait_state(kube, ns, name, "complete")
+            assert sources(get(kube, ns, name)) == sources(get(kube, ns, "canary"))
+            assert record(get(kube, ns, name))["by"].startswith(f"{ALICE} at ")
+
+
+def test_content_that_failed_on_the_canary_reaches_no_one_after_a_write_of_another_key(
+    kube: Kube, k8s: client.ApiClient, control_plane: ControlPlane, namespaces: Callable[[], str]
+) -> None:
+    """alice's change of key `a` fails on the canary (its new pods never become Ready within
+    its progress deadline: held, the content rejected there), which stops the later waves.
+    bob then changes key `b`, which no workload reads: the failure stands for his change too,
+    and neither later workload rolls the content that failed."""
+    ns = namespaces()
+    data = {"a": "1", "b": "1"}
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("canary", "later-0", "later-1")
+        kube.create(path("configmaps", ns), configmap("cfg", data))
+        kube.create(path("deployments", ns), reader("canary", annotations=CANARY, deadline=5))
+        for name in ("later-0", "later-1"):
+            kube.create(path("deployments", ns), reader(name))
+        before = {n: sources(stamped(kube, ns, n)) for n in ("canary", "later-0", "later-1")}
+        wait_healthy(kube, ns, list(before))
+        later = {n: s for n, s in before.items() if n != "canary"}
+        kubelet.clear()
+        kubelet.allow(carrying(before["canary"]), "later-0", "later-1")  # alice's: Pending
+        set_cm(As(k8s, ALICE), ns, "2")
+        _wait_state(kube, ns, "canary", "failed", timeout=90)
+        for name in later:
+            wait_for(
+                lambda name=name: any(
+                    "the waves after it are not rolled" in n
+                    for n in notes(kube, ns, name, "ConfigRolloutWaiting")
+                ),
+                what=f"{name} stopped by the canary's failure",
+            )
+
+        cfg = path("configmaps", ns, "cfg")
+        As(k8s, BOB).patch(cfg, {"data": {"b": "2"}}, content_type=MERGE_PATCH)
+        assert (changed_by(kube, ns) or {}).get("user") == BOB
+        quiet(kube, ns, later, 3 * RESYNC)
+        rows = status(control_plane, ns)
+        for name in later:
+            assert rows[name]["state"] == "waiting", rows[name]
+            assert "failed" in rows[name]["reason"], rows[name]
+        assert state(get(kube, ns, "canary")) == "failed"
+
+
 # --- who changed it -------------------------------------------------------------------------
 
 
@@ -401,7 +481,7 @@ def test_an_editor_configpin_cannot_read_is_unknown_and_the_rollout_goes_on(
     assert status(control_plane, ns)["web"]["rollout"]["by"] == "unknown"
 
 
-def test_an_editor_read_after_the_source_moved_on_is_unknown_and_the_rollout_goes_on(
+def test_an_editor_read_after_a_write_of_a_key_it_does_not_read_names_who_made_what_it_reads(
     kube: Kube,
     k8s: client.ApiClient,
     control_plane: ControlPlane,
@@ -410,8 +490,8 @@ def test_an_editor_read_after_the_source_moved_on_is_unknown_and_the_rollout_goe
 ) -> None:
     """alice changes key `a`, which `web` reads; the leader's read of who did reaches the API
     server only after bob changed key `b`, which `web` does not read. The record the source
-    carries then is bob's, for other content than the one `web` rolls to: `web`'s rollout
-    says the change was made by `unknown` (never bob), and goes on."""
+    carries then is bob's, and carries alice's change of `a` on: `web`'s rollout, its Event
+    and `configpin status` name alice, never bob, and it completes."""
     ns = plain_namespaces()
     assert plain.leader.metric("configpin_leader") == 1
     before = _workloads(kube, ns, {"web": {}}, {"a": "1", "b": "1"})
@@ -422,18 +502,60 @@ def test_an_editor_read_after_the_source_moved_on_is_unknown_and_the_rollout_goe
             kubelet.allow("web")
             set_cm(As(k8s, ALICE), ns, "2")
             wait_for(lambda: plain.proxy.stalled, what="the leader reading who changed cfg")
-            cfg = path("configmaps", ns, "cfg")
-            As(k8s, BOB).patch(cfg, {"data": {"b": "2"}}, content_type=MERGE_PATCH)
+            As(k8s, BOB).patch(source, {"data": {"b": "2"}}, content_type=MERGE_PATCH)
             assert (changed_by(kube, ns) or {}).get("user") == BOB
             plain.proxy.let_go()
             wait_for(lambda: sources(get(kube, ns, "web")) != before["web"], what="web re-stamped")
             _wait_state(kube, ns, "web", "complete")
     finally:
         plain.proxy.let_go()
-    assert record(get(kube, ns, "web"))["by"] == "unknown"
+    assert record(get(kube, ns, "web"))["by"].startswith(f"{ALICE} at ")
     [note] = notes(kube, ns, "web", "RolloutStarted")
-    assert "(changed by unknown)" in note, note
-    assert status(control_plane, ns)["web"]["rollout"]["by"] == "unknown"
+    assert f"(changed by {ALICE} at " in note, note
+    assert status(control_plane, ns)["web"]["rollout"]["by"].startswith(f"{ALICE} at ")
+
+
+def test_two_writes_before_the_controller_saw_either_credit_each_reader_with_its_own(
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    plain: Plain,
+    plain_namespaces: Callable[[], str],
+) -> None:
+    """alice changes key `a` and bob key `b` while the leader's watch of ConfigMaps lags (two
+    writes within the coalescing window, made certain): `web`, which reads `a`, rolls to
+    alice's content and its record, Event and status say so; `api`, which reads `b`, is
+    bob's; `both`, which reads both, is bob's, the last to change one of its keys."""
+    ns = plain_namespaces()
+    assert plain.leader.metric("configpin_leader") == 1
+    readers = {"web": ("a",), "api": ("b",), "both": ("a", "b")}
+    cfg = path("configmaps", ns, "cfg")
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(*readers)
+        kube.create(path("configmaps", ns), configmap("cfg", {"a": "1", "b": "1"}))
+        for name, keys in readers.items():
+            kube.create(path("deployments", ns), reader(name, keys=keys))
+        before = {n: sources(stamped(kube, ns, n)) for n in readers}
+        wait_healthy(kube, ns, list(readers))
+        plain.proxy.hold.set()
+        try:
+            set_cm(As(k8s, ALICE), ns, "2")
+            As(k8s, BOB).patch(cfg, {"data": {"b": "2"}}, content_type=MERGE_PATCH)
+            assert (changed_by(kube, ns) or {}).get("user") == BOB
+        finally:
+            plain.proxy.release()
+        for name in readers:
+            wait_for(
+                lambda name=name: sources(get(kube, ns, name)) != before[name],
+                what=f"{name} re-stamped",
+            )
+            _wait_state(kube, ns, name, "complete")
+    rows = status(control_plane, ns)
+    for name, who in {"web": ALICE, "api": BOB, "both": BOB}.items():
+        assert record(get(kube, ns, name))["by"].startswith(f"{who} at "), name
+        [note] = notes(kube, ns, name, "RolloutStarted")
+        assert f"(changed by {who} at " in note, (name, note)
+        assert rows[name]["rollout"]["by"].startswith(f"{who} at "), rows[name]
 
 
 def test_a_failed_rollout_names_who_changed_the_source(
