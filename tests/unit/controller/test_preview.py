@@ -215,10 +215,7 @@ def test_a_content_change_is_recorded_with_its_user_and_never_touches_data() -> 
     stored = _written(new, out)
     assert stored["data"] == new["data"]
     content = digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, stored))
-    # (the keys it changed)
-    said = ChangedBy(
-        "alice", NOW, digest.content_id(content), ("log-level",)
-    )  # (the keys it changed)
+    said = ChangedBy("alice", NOW, digest.content_id(content), ("log-level",))  # (keys changed)
     assert changed_by_of(HKEY, NS, CFG, stored, content) == said
 
 
