@@ -72,36 +72,37 @@ class Follower:
         self,
         hkey: bytes,
         *,
-        pods: Callable[[WorkloadRef, JSONObject], list[JSONObject]],
         is_copy: Callable[[str, SourceId, str], bool],
         changed_keys: Callable[[str, SourceId], frozenset[str] | None],
     ) -> None:
-        """`pods(ref, obj)`: the workload's live pods; `is_copy(namespace, source, name)`: a
-        copy configpin made of that source; `changed_keys(namespace, source)`: which keys
-        its last change changed, when this process saw it."""
+        """`is_copy(namespace, source, name)`: a copy configpin made of that source;
+        `changed_keys(namespace, source)`: which keys its last change changed, when this
+        process saw it. Both answer from memory (the snapshot index, the source cache): a
+        decision reads nothing from the API server."""
         self.hkey = hkey
-        self.pods = pods
         self.is_copy = is_copy
         self.changed_keys = changed_keys
 
     def record_text(self, obj: JSONObject, record: RolloutRecord) -> str:
         return record.encode(self.hkey, workload_identity(obj))
 
+    @staticmethod
     def progress(
-        self,
-        ref: WorkloadRef,
         obj: JSONObject,
         kind: WorkloadKind,
         record: RolloutRecord,
         now: float,
-    ) -> tuple[Progress, float]:
-        """How its rollout is going, and how soon to look again while it goes on. Its pods
-        are listed only where its own status leaves the answer open (not on the look that
-        finds it complete or left)."""
+        pods: list[JSONObject] | None,
+    ) -> tuple[Progress, float] | None:
+        """How its rollout is going, and how soon to look again while it goes on, given its
+        live `pods`; None: its pods must be listed first (None given). They are needed only
+        where its own status leaves the answer open (not on the look that finds it complete
+        or left)."""
         early = without_pods(kind, obj)
         if early is not None:
             return early, 0.0  # (ended: not looked at again)
-        pods = self.pods(ref, obj)
+        if pods is None:
+            return None
         return assess(kind, obj, pods, record, now), poll_after(kind, obj, pods, record, now)
 
     def complete(self, obj: JSONObject, record: RolloutRecord) -> tuple[list[PatchOp], Ended]:

@@ -6,12 +6,14 @@ metrics, logs and Events (webhook.controller.report) on the way."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from webhook.controller.editors import Rolled as RolledTo
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.outcome import (
     Outcome,
@@ -23,12 +25,28 @@ from webhook.controller.outcome import (
     Skipped,
 )
 from webhook.controller.report import Reporter
-from webhook.controller.restamp import Decision, Restamper, touches_template
+from webhook.controller.restamp import (
+    Decision,
+    Held,
+    IndexRestamp,
+    Inputs,
+    Need,
+    Restamper,
+    pods_key,
+    reads_of,
+    touches_template,
+)
 from webhook.core.constants import ANN_SOURCES
 from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef
 from webhook.core.kept import dumps_mapping, parse_mapping
 from webhook.core.kinds import WorkloadKind, template_paths
-from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId, SourceRecord
+from webhook.core.model import (
+    JSONObject,
+    SnapshotEnsurer,
+    SourceId,
+    SourceRecord,
+    SourceUnavailable,
+)
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import Action, State
 from webhook.core.refresh import RollInstead
@@ -47,6 +65,10 @@ log = logging.getLogger(__name__)
 class PodRefresher(Protocol):
     """A workload's running pods (webhook.controller.refresh)."""
 
+    def running(self, ref: WorkloadRef, obj: JSONObject) -> list[JSONObject]:
+        """Its live pods (a rollout configpin follows is judged by them)."""
+        ...
+
     def refresh(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
         """Tell its pods that lag `target` to sync; returns how many. Raises Forbidden."""
         ...
@@ -64,6 +86,11 @@ def peek_in(cache: SourceCache, namespace: str) -> Lookup:
         return None if isinstance(found, Miss) else found
 
     return lookup
+
+
+def held_in(cache: SourceCache, namespace: str) -> Held:
+    """The same, MISS where memory has nothing."""
+    return lambda sid: cache.peek(namespace, sid)
 
 
 def read_in(cache: SourceCache, namespace: str) -> Lookup:
@@ -104,10 +131,13 @@ class Reconciler:
         in_scope: Callable[[str], bool],
         is_leader: Callable[[], bool],
         on_moved: Callable[[WorkloadEntry, WorkloadEntry | None], None] = lambda _e, _o: None,
+        editors: Callable[[str, tuple[RolledTo, ...]], str] | None = None,
     ) -> None:
         """`on_moved(entry, before)`: a workload as written, indexed (its rollout may have
-        started or ended: who waits for it looks again)."""
+        started or ended: who waits for it looks again); `editors(namespace, changes)`: who
+        made the changes a rollout rolls to (webhook.controller.editors; None: unknown)."""
         self.on_moved = on_moved
+        self.editors = editors
         self.pods = pods
         self.snapshots = snapshots
         self.limited = limited
@@ -163,20 +193,21 @@ class Reconciler:
         follow_only: bool,
     ) -> Outcome:
         kind = self.kinds[ref.kind]
-        entry = self.index.get(ref)
-        if entry is not None and before_write is None and not follow_only:
-            landed = self._restamp_from_index(entry, kind)
-            if landed is not None:
-                return self._landed(ref, landed, changed, first_seen, None)
         work = Prelude(
             self.restamper,
             self.pods,
             self.snapshots,
             ref,
             kind.entry,
-            peek_in(self.cache, ref.namespace),
+            held_in(self.cache, ref.namespace),
             read_in(self.cache, ref.namespace),
+            editors=self.editors,
         )
+        entry = self.index.get(ref)
+        if entry is not None and before_write is None and not follow_only:
+            landed = self._restamp_from_index(entry, kind, work)
+            if landed is not None:
+                return self._landed(ref, landed, changed, first_seen, None)
         result = update_workload(
             self.limited,
             kind.path(ref.namespace, ref.name),
@@ -231,17 +262,15 @@ class Reconciler:
             return RetryAfter("the API server stored another record than planned")
         return Settled(state, ended.record.action)
 
-    def _restamp_from_index(self, entry: WorkloadEntry, kind: Served) -> _Landed | None:
+    def _restamp_from_index(
+        self, entry: WorkloadEntry, kind: Served, work: Prelude
+    ) -> _Landed | None:
         """A plain re-stamp planned from the index and written without reading the object
         first (see `apply`); None when it needs the object (or the object changed since the
-        index saw it: a 409), and `apply` reads it."""
+        index saw it: a 409), and `apply` reads it (what was read for this plan is not read
+        again for that one)."""
         ref = entry.ref
-        restamp = self.restamper.from_index(
-            entry,
-            kind.entry,
-            peek_in(self.cache, ref.namespace),
-            read_in(self.cache, ref.namespace),
-        )
+        restamp = work.from_index(entry)
         if restamp is None:
             return None
         try:
@@ -308,10 +337,12 @@ class Reconciler:
 
 
 class Prelude:
-    """What one reconcile does before its write, once per distinct need however often a
-    conflict makes it decide again: the snapshot copies made to exist, the running pods
-    refreshed (a refusal, 403, makes it decide again: it rolls instead), the pods created
-    since a refresh brought to it."""
+    """What one reconcile does around its decisions, once per distinct need however often a
+    conflict makes it decide again. Before a decision: what it asks to be read (the pods of
+    the rollout it follows, a source memory does not hold, who made a change) is read into
+    its `Inputs`, so that after a 409 only the workload is read again. Before its write: the
+    snapshot copies made to exist, the running pods refreshed (a refusal, 403, makes it
+    decide again: it rolls instead), the pods created since a refresh brought to it."""
 
     def __init__(
         self,
@@ -320,15 +351,22 @@ class Prelude:
         snapshots: SnapshotEnsurer | None,
         ref: WorkloadRef,
         kind: WorkloadKind,
-        peek: Lookup,
+        held: Held,
         read: Lookup,
+        *,
+        editors: Callable[[str, tuple[RolledTo, ...]], str] | None = None,
     ) -> None:
+        """`held`: the sources in memory; `read`: one source read (through memory: a read
+        of the API server where it has nothing); `editors(namespace, changes)`: who made
+        them."""
         self.restamper = restamper
         self.pods = pods
         self.snapshots = snapshots
         self.ref = ref
         self.kind = kind
-        self.peek, self.read = peek, read
+        self.held, self._read = held, read
+        self.editors = editors
+        self.inputs = Inputs()
         self.created: list[JSONObject] = []  # copies made for it, said once it is written
         self.refused: RollInstead | None = None
         self._copies: set[str] = set()
@@ -336,15 +374,58 @@ class Prelude:
         self._caught_up = False
 
     def decide(self, obj: JSONObject, *, follow_only: bool = False) -> Decision:
-        return self.restamper.decide(
-            self.ref,
-            obj,
-            peek=self.peek,
-            read=self.read,
-            kind=self.kind,
-            follow_only=follow_only,
-            refused=self.refused,
-        )
+        while True:
+            found = self.restamper.decide(
+                self.ref,
+                obj,
+                held=self.held,
+                inputs=self.inputs,
+                kind=self.kind,
+                follow_only=follow_only,
+                refused=self.refused,
+            )
+            if isinstance(found, Decision):
+                return found
+            self._gather(found, obj)
+
+    def from_index(self, entry: WorkloadEntry) -> IndexRestamp | None:
+        """A plain re-stamp planned from the index alone (Restamper.from_index)."""
+        while True:
+            found = self.restamper.from_index(entry, self.kind, held=self.held, inputs=self.inputs)
+            if not isinstance(found, Need):
+                return found
+            self._gather(found, None)
+
+    def read(self, sid: SourceId) -> SourceRecord | None:
+        """A source as memory holds it, or as it was read for this reconcile (read now, the
+        first time)."""
+        found = self.held(sid)
+        if not isinstance(found, Miss):
+            return found
+        if sid not in self.inputs.sources:
+            try:
+                self.inputs.sources[sid] = self._read(sid)
+            except SourceUnavailable as e:
+                self.inputs.sources[sid] = e
+        return self.inputs.source(sid)
+
+    def _gather(self, need: Need, obj: JSONObject | None) -> None:
+        """Read what a decision asked for into its inputs: each thing once."""
+        inputs, read = self.inputs, False
+        for sid in sorted(need.sources - inputs.sources.keys()):
+            with contextlib.suppress(SourceUnavailable):  # (kept: said by the decision)
+                self.read(sid)
+            read = True
+        if need.pods and obj is not None and inputs.pods_of(obj) is None:
+            inputs.pods[pods_key(obj)] = self.pods.running(self.ref, obj)
+            read = True
+        rolled = need.editors
+        if rolled and inputs.editors_of(rolled) is None:
+            who = self.editors(self.ref.namespace, rolled) if self.editors is not None else ""
+            inputs.editors[reads_of(rolled)] = who
+            read = True
+        if not read:  # (it would ask again for ever)
+            raise RuntimeError(f"{self.ref}: a decision asked for what it was given: {need}")
 
     def prepare(self, obj: JSONObject, decision: Decision) -> Decision:
         ref = self.ref

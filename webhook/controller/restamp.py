@@ -13,15 +13,20 @@
         ├─ a wave or the cap says not yet ──► wait
         └─ otherwise ──► roll: copies made first (snapshot mode), the template re-stamped
 
-The decision writes nothing: it says what it wants (the copies that must exist, the pods to
-refresh, the patch), and the reconciler does the writes. Dependencies come in explicitly (the
-settings, leadership, the clock): it builds no thread and no client, and tests drive it case
-by case.
+The decision writes nothing and reads nothing from the API server: it says what it wants
+(the copies that must exist, the pods to refresh, the patch), and the reconciler does the
+writes. What it needs read (the pods of a rollout it follows, a source memory does not hold,
+who made a change) it asks for (`Need`); the reconciler's Prelude reads that once into its
+`Inputs` and asks again, so a conflict (409) that makes it decide again reads the workload
+again and nothing else. Dependencies come in explicitly (the settings, leadership, the clock,
+the sources held in memory): it builds no thread and no client, and tests drive it case by
+case.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -43,7 +48,15 @@ from webhook.core.current import (
 )
 from webhook.core.kept import dumps_mapping, observed_ops, refreshed_ops, rolled_at_ops
 from webhook.core.kinds import WorkloadKind, template_paths
-from webhook.core.model import JSONObject, PatchOp, Plan, SnapshotRequest, SourceId
+from webhook.core.model import (
+    JSONObject,
+    PatchOp,
+    Plan,
+    SnapshotRequest,
+    SourceId,
+    SourceRecord,
+    SourceUnavailable,
+)
 from webhook.core.modes import effective_mode
 from webhook.core.names import pointer
 from webhook.core.plan import plan_object, restamp_from_consumption
@@ -65,8 +78,95 @@ from webhook.core.refresh import RollInstead, roll_instead
 from webhook.core.refs import Consumption
 from webhook.core.times import format_time, parse_time
 from webhook.core.waves import Wait
+from webhook.sources import Miss
 
 log = logging.getLogger(__name__)
+
+Held = Callable[[SourceId], SourceRecord | Miss | None]
+"""The sources of the workload's namespace as this replica holds them in memory (MISS where
+only a read would tell)."""
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a decision needs read from the API server before it can be made: the Prelude
+    (webhook.controller.reconcile) reads it into the `Inputs` and asks again."""
+
+    sources: frozenset[SourceId] = frozenset()  # sources memory does not hold
+    pods: bool = False  # the live pods of the workload as read (a rollout it follows)
+    editors: tuple[Rolled, ...] = ()  # who made what it rolls to (a rollout it starts)
+
+
+def pods_key(obj: JSONObject) -> tuple[str, str]:
+    """What a workload's pods are listed by: its uid and its selector (a workload read again
+    after a conflict with the same two has the same pods to look at)."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    return str(meta.get("uid") or ""), json.dumps(spec.get("selector"), sort_keys=True)
+
+
+@dataclass
+class Inputs:
+    """What the API server answered for the decisions on one workload, read once per
+    reconcile (however often a conflict makes it decide again)."""
+
+    # a source memory did not hold: its record, None (it does not exist), or why it could
+    # not be read
+    sources: dict[SourceId, SourceRecord | SourceUnavailable | None] = field(default_factory=dict)
+    pods: dict[tuple[str, str], list[JSONObject]] = field(default_factory=dict)  # by pods_key
+    # who made what a rollout rolls to, by the keys it reads of each source and their
+    # digest: a source that moves on in other keys while the reconcile goes on (a later
+    # round's, a conflict's) is not asked about again
+    editors: dict[tuple[_Read, ...], str] = field(default_factory=dict)
+
+    def editors_of(self, rolled: tuple[Rolled, ...]) -> str | None:
+        """Who made what a rollout rolls to ("" for nothing; None: not asked yet)."""
+        return self.editors.get(reads_of(rolled)) if rolled else ""
+
+    def source(self, sid: SourceId) -> SourceRecord | None:
+        """As read (raises SourceUnavailable as the read did); KeyError: not read."""
+        found = self.sources[sid]
+        if isinstance(found, SourceUnavailable):
+            raise SourceUnavailable(str(found))
+        return found
+
+    def pods_of(self, obj: JSONObject) -> list[JSONObject] | None:
+        """The live pods of the workload as read (None: not listed yet)."""
+        return self.pods.get(pods_key(obj))
+
+
+_Read = tuple[SourceId, frozenset[str] | None, str]
+
+
+def reads_of(rolled: tuple[Rolled, ...]) -> tuple[_Read, ...]:
+    """What a rollout reads of the sources it rolls to: source, keys, their digest."""
+    return tuple((r.change.source, r.keys, r.to) for r in rolled)
+
+
+class _Reads:
+    """The sources as a decision reads them: memory first, then what was read for it; what
+    neither holds is noted (the decision then asks for it, `Need`) and taken meanwhile as
+    absent. `peek`: memory alone (what staleness is judged by)."""
+
+    def __init__(self, held: Held, inputs: Inputs) -> None:
+        self.held = held
+        self.inputs = inputs
+        self.missed: set[SourceId] = set()
+
+    def peek(self, sid: SourceId) -> SourceRecord | None:
+        found = self.held(sid)
+        return None if isinstance(found, Miss) else found
+
+    def __call__(self, sid: SourceId) -> SourceRecord | None:
+        found = self.held(sid)
+        if not isinstance(found, Miss):
+            return found
+        if sid in self.inputs.sources:
+            return self.inputs.source(sid)
+        self.missed.add(sid)
+        return None
+
+    def need(self) -> Need | None:
+        return Need(sources=frozenset(self.missed)) if self.missed else None
 
 
 @dataclass(frozen=True)
@@ -165,7 +265,6 @@ class Restamper:
         follower: Follower | None = None,
         gate: Gate | None = None,
         wall: Callable[[], float] = time.time,
-        editors: Callable[[str, tuple[Rolled, ...]], str] | None = None,
     ) -> None:
         """`copies`: snapshot copies can be written (the reconciler has the writer);
         `follower`, `gate`: safe delivery (None: rollouts are started and not followed, every
@@ -177,7 +276,6 @@ class Restamper:
         self.follower = follower
         self.gate = gate
         self.wall = wall
-        self.editors = editors  # who made what it rolls to (webhook.controller.editors)
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
         return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
@@ -187,24 +285,22 @@ class Restamper:
         if self.gate is not None:
             self.gate.release(ref)
 
-    def _by(
-        self,
+    @staticmethod
+    def _rolled(
         entry: WorkloadEntry,
         changes: tuple[Change, ...],
         to: Mapping[str, str],
         peek: Lookup,
-    ) -> str:
-        """Who made what `entry` rolls to (`to`) of `changes`: the last writer of the keys it
-        reads, not of the source."""
-        if not self.editors or not changes:
-            return ""
+    ) -> tuple[Rolled, ...]:
+        """What `entry` rolls to (`to`) of `changes`: each change, the keys it reads of its
+        source and their digest (who made it is the last writer of those keys)."""
         rolled = []
         for change in changes:
             sid = change.source
             consumed = consumption_of(entry, sid, peek)  # (None: its copy is gone: unknown)
             keys = consumed.keys if consumed is not None else None
             rolled.append(Rolled(change, keys, to.get(str(sid), "") if consumed else ""))
-        return self.editors(entry.ref.namespace, tuple(rolled))
+        return tuple(rolled)
 
     def _admit(
         self, ref: WorkloadRef, stale: Collection[SourceId]
@@ -216,17 +312,20 @@ class Restamper:
         ref: WorkloadRef,
         obj: JSONObject,
         *,
-        peek: Lookup,
-        read: Lookup,
+        held: Held,
+        inputs: Inputs,
         kind: WorkloadKind,
         follow_only: bool = False,
         refused: RollInstead | None = None,
-    ) -> Decision:
-        """`peek`: the sources as this replica holds them (memory only, what staleness is
-        judged by); `read`: the same, reading through where memory has nothing; `kind`: its
-        entry in the table of kinds; `follow_only`: only look at the rollout configpin follows
-        there; `refused`: its pods may not be refreshed (it rolls instead)."""
+    ) -> Decision | Need:
+        """`held`: the sources as this replica holds them (memory only, what staleness is
+        judged by); `inputs`: what was read for it (the sources memory did not hold among
+        them); `kind`: its entry in the table of kinds; `follow_only`: only look at the
+        rollout configpin follows there; `refused`: its pods may not be refreshed (it rolls
+        instead). A `Need`: what must be read into `inputs` before it can be decided."""
         settings = self.settings
+        read = _Reads(held, inputs)
+        peek = read.peek
         obj.setdefault("kind", ref.kind)
         entry = self.entry(obj)
         if isinstance(entry, SkipReason):
@@ -237,7 +336,7 @@ class Restamper:
             return self._verdict(ref, obj, entry, following)
         stale = stale_sources(entry, peek, self.hkey)
         if following is not None and not stale:
-            return self._follow(ref, obj, kind, following)
+            return self._follow(ref, obj, kind, following, inputs)
         if follow_only:  # nothing in progress to look at (or a change to roll: not here)
             return Decision.leave(SkipReason.CURRENT)
         if not stale:
@@ -245,6 +344,8 @@ class Restamper:
                 return Decision([], SkipReason.CURRENT, catch_up=True)
             return Decision.leave(SkipReason.CURRENT)
         plan = plan_update(obj, ref, self.hkey, settings, read, refresh=stale)
+        if (need := read.need()) is not None:
+            return need
         if plan.skipped is not None:
             return Decision.leave(plan.skipped)
         if not entry.stamped and _age(obj, self.wall()) > settings.catch_up_window:
@@ -283,11 +384,16 @@ class Restamper:
             return Decision.leave(SkipReason.NO_SNAPSHOTS)
         if not self.is_leader():
             return Decision.leave(SkipReason.NOT_LEADER)
-        for warning in plan.warnings:
-            log.warning("%s: %s", ref, warning)
         ops = list(plan.patch)
         copies = tuple(plan.snapshots)
-        if not touches_template(ref.kind, ops):
+        rolls = touches_template(ref.kind, ops)
+        rolled = self._rolled(entry, changes, plan.sources, peek) if rolls else ()
+        by = inputs.editors_of(rolled) if self.follower is not None else ""
+        if by is None:
+            return Need(editors=rolled)
+        for warning in plan.warnings:
+            log.warning("%s: %s", ref, warning)
+        if not rolls:
             return Decision(ops, intended=plan.observed, instead=instead, copies=copies)
         now = self.wall()
         ops += rolled_at_ops(obj, format_time(now))
@@ -309,7 +415,7 @@ class Restamper:
                 healthy=now_standing is Standing.HEALTHY,
                 made={req.snapshot_name: req.source.name for req in plan.snapshots},
                 previous=record,
-                by=self._by(entry, changes, plan.sources, peek),
+                by=by,
                 empty=now_standing is Standing.EMPTY,
             )
             ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
@@ -330,11 +436,19 @@ class Restamper:
         return Decision(ops, intended=entry.recorded, progress=progress, ended=ended)
 
     def _follow(
-        self, ref: WorkloadRef, obj: JSONObject, kind: WorkloadKind, record: RolloutRecord
-    ) -> Decision:
+        self,
+        ref: WorkloadRef,
+        obj: JSONObject,
+        kind: WorkloadKind,
+        record: RolloutRecord,
+        inputs: Inputs,
+    ) -> Decision | Need:
         """The rollout configpin started goes on, completed, left or failed."""
         assert self.follower is not None
-        progress, poll = self.follower.progress(ref, obj, kind, record, self.wall())
+        assessed = self.follower.progress(obj, kind, record, self.wall(), inputs.pods_of(obj))
+        if assessed is None:
+            return Need(pods=True)
+        progress, poll = assessed
         if progress.state is State.ROLLING:
             return Decision([], SkipReason.CURRENT, progress=progress, poll=poll)
         if not self.is_leader():
@@ -363,16 +477,17 @@ class Restamper:
         return Decision(ops, intended=observed, note=why)
 
     def from_index(
-        self, entry: WorkloadEntry, kind: WorkloadKind, peek: Lookup, read: Lookup
-    ) -> IndexRestamp | None:
+        self, entry: WorkloadEntry, kind: WorkloadKind, *, held: Held, inputs: Inputs
+    ) -> IndexRestamp | Need | None:
         """A plain re-stamp (checksum mode, on-change roll, its record on its template, every
         stale source a change of content) planned from the index entry alone; None when it
-        needs the object read first (or waits: the read says so). (Checksum mode has nothing
-        to undo: the record's starting point is the template's.)"""
+        needs the object read first (or waits: the read says so); a `Need`, as `decide`.
+        (Checksum mode has nothing to undo: the record's starting point is the template's.)"""
         ref, rv = entry.ref, entry.restamp_rv
         if rv is None or not entry.stamped:
             return None
-        stale = stale_sources(entry, peek, self.hkey)
+        read = _Reads(held, inputs)
+        stale = stale_sources(entry, read.peek, self.hkey)
         if not stale or appeared(entry, stale):
             return None
         changes, waiting = self._admit(ref, stale)
@@ -388,8 +503,14 @@ class Restamper:
             resource_version=str(rv),
             rolled_at=format_time(now := self.wall()),
         )
+        if (need := read.need()) is not None:
+            return need
         if restamp is None or not self.is_leader():
             return None
+        rolled = self._rolled(entry, changes, restamp.observed, read.peek)
+        who = inputs.editors_of(rolled) if self.follower is not None else ""
+        if who is None:
+            return Need(editors=rolled)
         for warning in restamp.warnings:
             log.warning("%s: %s", ref, warning)
         patch = restamp.merge_patch
@@ -404,7 +525,7 @@ class Restamper:
                 changes=changes,
                 now=now,
                 healthy=entry.standing is Standing.HEALTHY,
-                by=self._by(entry, changes, restamp.observed, peek),
+                by=who,
                 empty=entry.standing is Standing.EMPTY,
             )
             by, left = rollout.by, rollout.state is State.LEFT

@@ -137,11 +137,8 @@ class RolloutController:
             settings,
             copies=snapshots is not None,
             is_leader=self.is_leader,
-            follower=Follower(
-                hkey, pods=self.pods.running, is_copy=is_copy, changed_keys=cache.changed_keys
-            ),
+            follower=Follower(hkey, is_copy=is_copy, changed_keys=cache.changed_keys),
             gate=self.gate,
-            editors=Editors(self.limited, hkey).of,
         )
         self.reconciler = Reconciler(
             self.limited,
@@ -156,6 +153,7 @@ class RolloutController:
             in_scope=self.namespaces.__contains__,
             is_leader=self.is_leader,
             on_moved=self.rollout_moved,
+            editors=Editors(self.limited, hkey).of,
         )
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         # What a write of a source will do (admission's preview, on every replica)

@@ -142,10 +142,12 @@ def update_workload(
     """Read the workload, decide, write the decision guarded by the read's resourceVersion;
     on 409 read again and decide again, at most `attempts` times.
 
-    `prepare(obj, decision)` does what must be done before the write (other objects made to
-    exist; it may answer another decision): once per distinct need, by its own account, since
-    a conflict decides again. `before_write` runs between the read and the write (tests use it
-    to provoke a conflict).
+    `decide` makes no request of its own: what it needs besides the workload is read once,
+    before it (webhook.controller.reconcile.Prelude), so that a conflict reads the workload
+    again and nothing else. `prepare(obj, decision)` does what must be done before the write
+    (other objects made to exist; it may answer another decision): once per distinct need,
+    by its own account, since a conflict decides again. `before_write` runs between the read
+    and the write (tests use it to provoke a conflict).
     A workload that is gone is skipped; other API errors propagate.
     """
     conflicts = 0

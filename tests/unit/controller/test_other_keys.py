@@ -35,6 +35,7 @@ from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
+from webhook.controller.reconcile import Prelude
 from webhook.controller.restamp import Decision, Restamper
 from webhook.controller.waves import Gate
 from webhook.core import digest
@@ -67,6 +68,19 @@ class Kube:
         return copy.deepcopy(self.store.objects[CFG])
 
 
+class NoPods:
+    """No pod is listed or refreshed here."""
+
+    def running(self, _ref: WorkloadRef, _obj: JSONObject) -> list[JSONObject]:
+        return []
+
+    def refresh(self, *_: Any) -> int:
+        return 0
+
+    def catch_up(self, *_: Any) -> None:
+        return None
+
+
 class World:
     """ConfigMap `cfg` of namespace `shop` and Deployments reading some of its keys, under
     `--rollout-waves waves`."""
@@ -97,10 +111,7 @@ class World:
         )
         self.previewer = Previewer(self.gate.cut, ready=lambda: True)
         self.follower = Follower(
-            HKEY,
-            pods=lambda _ref, _obj: [],
-            is_copy=lambda _ns, _sid, _name: False,
-            changed_keys=lambda _ns, _sid: None,
+            HKEY, is_copy=lambda _ns, _sid, _name: False, changed_keys=lambda _ns, _sid: None
         )
         self.restamper = Restamper(
             HKEY,
@@ -110,8 +121,8 @@ class World:
             follower=self.follower,
             gate=self.gate,
             wall=lambda: self.clock,
-            editors=Editors(Kube(self.store), HKEY).of,  # type: ignore[arg-type]
         )
+        self.editors = Editors(Kube(self.store), HKEY).of  # type: ignore[arg-type]
 
     def put(self, obj: JSONObject) -> None:
         self.objs[obj["metadata"]["name"]] = obj
@@ -167,7 +178,10 @@ class World:
         ref = self.ref(name)
         lookup = self.store.lookup
         assert DEPLOYMENT is not None
-        decision = self.restamper.decide(ref, obj, peek=lookup, read=lookup, kind=DEPLOYMENT)
+        work = Prelude(
+            self.restamper, NoPods(), None, ref, DEPLOYMENT, lookup, lookup, editors=self.editors
+        )
+        decision = work.decide(obj)
         self.restamper.done(ref)
         if decision.ops:
             self.put(jsonpatch.apply_patch(obj, decision.ops))

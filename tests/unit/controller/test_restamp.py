@@ -29,9 +29,17 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.config import Settings
+from webhook.controller.editors import Rolled
 from webhook.controller.follow import Follower
 from webhook.controller.reconcile import Prelude
-from webhook.controller.restamp import Decision, Restamper, touches_template
+from webhook.controller.restamp import (
+    Decision,
+    IndexRestamp,
+    Inputs,
+    Need,
+    Restamper,
+    touches_template,
+)
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OBSERVED,
@@ -45,12 +53,13 @@ from webhook.core.constants import (
 from webhook.core.current import Lookup, WorkloadRef, entry_from_object
 from webhook.core.kept import dumps_mapping, observed_ops
 from webhook.core.kinds import WorkloadKind, builtin
-from webhook.core.model import JSONObject
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceUnavailable
 from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import Change, rollout_record
 from webhook.core.times import format_time
 from webhook.core.waves import Wait, WaitReason
 from webhook.kube.errors import Forbidden
+from webhook.sources import MISS
 
 NOW = 1_800_000_000.0  # the decision's wall clock
 DEPLOYMENT = builtin("Deployment")
@@ -59,12 +68,19 @@ assert DEPLOYMENT is not None
 
 @dataclass
 class FakePods:
-    """The workload's running pods: how many a refresh reaches, or a refusal."""
+    """The workload's running pods: those listed (`live`, each listing noted), how many a
+    refresh reaches, or a refusal."""
 
     reached: int = 2
     forbidden: bool = False
+    live: list[JSONObject] = field(default_factory=list)
+    listed: list[WorkloadRef] = field(default_factory=list)
     refreshed: list[tuple[WorkloadRef, dict[str, str]]] = field(default_factory=list)
     caught_up: list[WorkloadRef] = field(default_factory=list)
+
+    def running(self, ref: WorkloadRef, obj: JSONObject) -> list[JSONObject]:
+        self.listed.append(ref)
+        return self.live
 
     def refresh(self, ref: WorkloadRef, obj: JSONObject, target: Mapping[str, str]) -> int:
         if self.forbidden:
@@ -86,6 +102,7 @@ class Case:
     follower: Follower | None = None
     gate: Any = None
     now: float = NOW
+    asked_who: list[tuple[Rolled, ...]] = field(default_factory=list)  # who made these?
 
     def restamper(self) -> Restamper:
         return Restamper(
@@ -98,19 +115,36 @@ class Case:
             wall=lambda: self.now,
         )
 
+    def prelude(self, ref: WorkloadRef, kind: WorkloadKind | None = None) -> Prelude:
+        """What one reconcile of `ref` decides with; the sources all in memory (the store)."""
+        found = kind or builtin(ref.kind)
+        assert found is not None
+        lookup = self.store.lookup
+        return Prelude(
+            self.restamper(), self.pods, self.copies, ref, found, lookup, lookup, editors=self.by
+        )
+
+    def by(self, _namespace: str, rolled: tuple[Rolled, ...]) -> str:
+        self.asked_who.append(rolled)
+        return "alice at 2027-01-15T08:00:00Z"
+
     def decide(
         self, obj: JSONObject, *, kind: WorkloadKind | None = None, prepared: bool = True
     ) -> Decision:
         """The decision on `obj`, and (`prepared`) what the reconciler does before writing
         it done: the copies made, the pods refreshed."""
-        meta = obj["metadata"]
-        ref = WorkloadRef(obj["kind"], meta["namespace"], meta["name"])
-        lookup = self.store.lookup
-        found = kind or builtin(obj["kind"])
-        assert found is not None
-        work = Prelude(self.restamper(), self.pods, self.copies, ref, found, lookup, lookup)
+        work = self.prelude(_ref(obj), kind)
         decision = work.decide(obj)
         return work.prepare(obj, decision) if prepared else decision
+
+    def from_index(self, obj: JSONObject) -> IndexRestamp | None:
+        """A plain re-stamp of `obj` planned from its index entry alone."""
+        return self.prelude(_ref(obj)).from_index(entry(obj))
+
+
+def _ref(obj: JSONObject) -> WorkloadRef:
+    meta = obj["metadata"]
+    return WorkloadRef(obj["kind"], meta["namespace"], meta["name"])
 
 
 def _store(a: str = "1") -> Store:
@@ -342,8 +376,7 @@ def test_a_plain_re_stamp_is_planned_from_the_index_as_a_guarded_merge_patch() -
     obj = _admitted(ENV, case.store)
     obj["metadata"]["resourceVersion"] = "41"
     case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
-    lookup = case.store.lookup
-    restamp = case.restamper().from_index(entry(obj), DEPLOYMENT, lookup, lookup)
+    restamp = case.from_index(obj)
     assert restamp is not None
     written = merge_patch(obj, restamp.merge_patch)
     assert written["metadata"]["resourceVersion"] == "41"  # the precondition
@@ -361,15 +394,14 @@ def test_what_needs_the_object_is_not_planned_from_the_index() -> None:
     appeared["metadata"]["resourceVersion"] = "41"
     store.put(configmap("cfg", {"a": "1"}))  # a required source that appeared
     case = Case(store)
-    lookup = store.lookup
-    assert case.restamper().from_index(entry(appeared), DEPLOYMENT, lookup, lookup) is None
+    assert case.from_index(appeared) is None
     current = _admitted(ENV, store)
     current["metadata"]["resourceVersion"] = "42"
-    assert case.restamper().from_index(entry(current), DEPLOYMENT, lookup, lookup) is None
+    assert case.from_index(current) is None
     observed = _admitted(ENV, store)
     observed["metadata"]["annotations"] = {ANN_OBSERVED: "{}"}  # a kept rollback, say
     assert entry(observed).restamp_rv is None
-    assert case.restamper().from_index(entry(observed), DEPLOYMENT, lookup, lookup) is None
+    assert case.from_index(observed) is None
 
 
 # --- what counts as a rollout -------------------------------------------------------------
@@ -420,9 +452,7 @@ def _delivering(store: Store, gate: FakeGate | None = None) -> Case:
         return name.startswith(sid.name + "-")
 
     case = Case(store, gate=gate or FakeGate())
-    case.follower = Follower(
-        HKEY, pods=lambda _ref, _obj: [], is_copy=is_copy, changed_keys=lambda _ns, _sid: {"a"}
-    )
+    case.follower = Follower(HKEY, is_copy=is_copy, changed_keys=lambda _ns, _sid: {"a"})
     return case
 
 
@@ -610,10 +640,6 @@ def test_a_workload_scaled_to_zero_while_rolling_leaves() -> None:
     assert left.ended is not None and _record_of(_written(zero, left)).state == "left"
 
 
-def _unlisted(_ref: WorkloadRef, _obj: JSONObject) -> list[JSONObject]:
-    raise AssertionError("its pods were listed")
-
-
 @pytest.mark.parametrize("mode", ["checksum", "snapshot"])
 def test_a_workload_at_zero_replicas_is_re_stamped_as_left_in_the_same_write(mode: str) -> None:
     """Nothing rolls at zero replicas: the record is written ended, so no look at it (a read,
@@ -635,8 +661,7 @@ def test_a_workload_at_zero_replicas_is_re_stamped_as_left_in_the_same_write(mod
     # planned from the index alone, the same
     if mode == "checksum":
         before["metadata"]["resourceVersion"] = "41"
-        lookup = store.lookup
-        restamp = case.restamper().from_index(entry(before), DEPLOYMENT, lookup, lookup)
+        restamp = case.from_index(before)
         assert restamp is not None and restamp.left
         written = merge_patch(before, restamp.merge_patch)
         assert _record_of(written).state == "left"
@@ -644,18 +669,15 @@ def test_a_workload_at_zero_replicas_is_re_stamped_as_left_in_the_same_write(mod
 
 def test_a_rollout_is_assessed_without_listing_pods_where_its_status_says_enough() -> None:
     case, _, rolled = _rolled("checksum")
-    assert case.follower is not None
-    case.follower.pods = _unlisted
     done = case.decide(_status(rolled, ready=True))
     assert done.ended is not None and done.ended.record.state == "complete"
     zero = _status(rolled, ready=False)
     zero["spec"]["replicas"] = 0
     left = case.decide(zero)
     assert left.ended is not None and left.ended.record.state == "left"
-    listed: list[str] = []
-    case.follower.pods = lambda ref, _obj: listed.append(ref.name) or []
+    assert case.pods.listed == []
     going = case.decide(_status(rolled, ready=False))
-    assert going.poll is not None and listed  # still rolling: its pods are looked at
+    assert going.poll is not None and case.pods.listed  # still rolling: its pods are looked at
 
 
 def test_an_undo_after_a_quick_fix_lands_on_content_that_completed() -> None:
@@ -674,3 +696,113 @@ def test_an_undo_after_a_quick_fix_lands_on_content_that_completed() -> None:
     ref = undone["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
     assert ref == v1_ref
     assert recorded_sources(undone) == recorded_sources(v1)
+
+
+# --- what a decision needs read: asked for, read once per reconcile, never read by it -------
+
+
+def _decide_alone(case: Case, obj: JSONObject, inputs: Inputs, held: Any = None) -> Any:
+    """The decision itself, given `inputs` (and the sources held in memory: the store)."""
+    return case.restamper().decide(
+        _ref(obj), obj, held=held or case.store.lookup, inputs=inputs, kind=DEPLOYMENT
+    )
+
+
+def test_a_rollout_followed_asks_for_its_pods_and_is_assessed_by_those_given() -> None:
+    case, _, rolled = _rolled("checksum")
+    going = _status(rolled, ready=False)
+    inputs = Inputs()
+    assert _decide_alone(case, going, inputs) == Need(pods=True)
+    work = case.prelude(_ref(going))
+    decision = work.decide(going)
+    assert decision.poll is not None and case.pods.listed == [_ref(going)]
+    # the same workload read again after a 409 (its status moved): its pods are not listed
+    # again; another workload under its name (another uid) or selector has other pods
+    again = _status(rolled, ready=False)
+    again["metadata"]["resourceVersion"] = "43"
+    assert work.decide(again).poll is not None and len(case.pods.listed) == 1
+    again["metadata"]["uid"] = "another"
+    assert work.decide(again).poll is not None and len(case.pods.listed) == 2
+
+
+def test_a_source_memory_does_not_hold_is_asked_for_and_planned_as_it_was_read() -> None:
+    store = Store([configmap("cfg", {"a": "1"}), configmap("extra", {"b": "1"})])
+    spec = pod_spec(container(env=[env_cm("cfg", "a"), env_cm("extra", "b")]))
+    case = Case(store)
+    obj = _admitted(spec, store)
+    store.put(configmap("cfg", {"a": "2"}))
+    extra = SourceId(SourceKind.CONFIGMAP, "extra")
+
+    def held(sid: SourceId) -> Any:  # memory holds cfg, not extra
+        return MISS if sid == extra else store.lookup(sid)
+
+    assert _decide_alone(case, obj, Inputs(), held) == Need(sources=frozenset({extra}))
+    unreadable = Inputs(sources={extra: SourceUnavailable("503 Service Unavailable")})
+    planned = _decide_alone(case, obj, unreadable, held)
+    assert isinstance(planned, Decision) and touches_template("Deployment", planned.ops)
+    assert planned.intended["configmap/extra"] == recorded_sources(obj)["configmap/extra"]
+    read = Inputs(sources={extra: store.lookup(extra)})
+    assert _decide_alone(case, obj, read, held) == case.decide(obj)  # as if held
+
+
+def test_who_made_a_change_is_asked_for_before_its_rollout_is_written() -> None:
+    case = _delivering(_store())
+    obj = _admitted(ENV, case.store)
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    need = _decide_alone(case, obj, Inputs())
+    assert isinstance(need, Need)
+    assert [str(r.change) for r in need.editors] == ["team-a/configmap/cfg@c"]
+    decision = case.decide(obj)
+    assert decision.rollout is not None and decision.rollout.by.startswith("alice at ")
+    assert case.asked_who == [need.editors]
+    # a workload that is current, or waits, never asks
+    case.asked_who.clear()
+    assert case.decide(_written(obj, decision)).skip is SkipReason.CURRENT
+    waiting = _delivering(case.store, FakeGate("wave 2 of 3 starts when wave 1 is complete"))
+    assert waiting.decide(_admitted(ENV, Store([configmap("cfg", {"a": "1"})]))).waiting
+    assert case.asked_who == [] and waiting.asked_who == []
+
+
+def test_a_reconcile_reads_each_need_once_however_often_it_decides() -> None:
+    """A conflict makes the reconciler decide again on the workload read again: what was read
+    for the first decision (who made the change, a source memory does not hold) is not read
+    again, from the index's plan to the decision on the object."""
+    store = _store()
+    case = _delivering(store)
+    obj = _admitted(ENV, store)
+    obj["metadata"]["resourceVersion"] = "41"
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    work = case.prelude(_ref(obj))
+    assert work.from_index(entry(obj)) is not None  # written: a 409
+    first = work.decide(copy.deepcopy(obj))
+    again = work.decide(copy.deepcopy(obj))
+    assert first.rollout is not None and again.rollout is not None
+    assert len(case.asked_who) == 1
+
+
+def test_who_made_a_change_is_asked_once_per_reconcile_even_if_the_source_moves_on() -> None:
+    """The source moves on (say a key the workload does not read) between the decision that
+    asked who made the change and the next one of the same reconcile (a conflict's): the
+    first answer stands, nobody is asked about the newer content (whose record names who made
+    that other change, not the one rolled to)."""
+
+    class MovingGate(FakeGate):
+        def admit(self, ref: WorkloadRef, stale: Any) -> tuple[tuple[Change, ...], Wait | None]:
+            content = f"c{min(len(self.asked), 1)}"  # the source moves on once, after a look
+            changes = tuple(Change.of(ref.namespace, sid, content, shared=False) for sid in stale)
+            self.asked.append((ref, changes))
+            return changes, None
+
+    store = _store()
+    case = _delivering(store, MovingGate())
+    obj = _admitted(ENV, store)
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    work = case.prelude(_ref(obj))
+    first = work.decide(copy.deepcopy(obj))
+    again = work.decide(copy.deepcopy(obj))
+    assert first.rollout is not None and again.rollout is not None
+    assert [[str(r.change) for r in asked] for asked in case.asked_who] == [
+        ["team-a/configmap/cfg@c0"]
+    ]
+    assert [str(c) for c in again.rollout.changes] == ["team-a/configmap/cfg@c1"]
+    assert again.rollout.by == first.rollout.by != ""
