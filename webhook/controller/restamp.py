@@ -243,6 +243,33 @@ def plan_update(
     )
 
 
+def _carried(
+    entry: WorkloadEntry, stale: Collection[SourceId], changes: tuple[Change, ...]
+) -> tuple[Change, ...]:
+    """The changes of the workload's last rollout that a new rollout of other sources carries
+    on, unproven there and its pods running their content too: one still in flight, one that
+    left (scaled to zero), one that failed with nothing recorded as rejected (on-failure:
+    none). What comes of the new rollout comes of them as well: a later wave of theirs waits
+    for it, or stays stopped. (Without them, their waves would wait for a rollout that no
+    record names any more; or count it complete, as they count a member whose record moved
+    on from a change it completed, webhook.controller.waves.) A failure that recorded its
+    content as rejected is remembered by that record; a change whose source changes again is
+    superseded."""
+    brief = entry.rollout
+    if brief is None or brief.state is State.COMPLETE:
+        return ()
+    consumed = {c.source for c in entry.consumes}
+    rejected = entry.rejected
+    return tuple(
+        c
+        for c in brief.changes
+        if c not in changes
+        and c.source in consumed
+        and c.source not in stale
+        and (brief.state is not State.FAILED or str(c.source) not in rejected)
+    )
+
+
 @dataclass(frozen=True)
 class IndexRestamp:
     """A plain re-stamp planned from the index alone: a merge patch guarded by the
@@ -335,7 +362,11 @@ class Restamper:
         if following is not None and rolled_back(kind, obj, following):
             return self._verdict(ref, obj, entry, following)
         stale = stale_sources(entry, peek, self.hkey)
-        if following is not None and not stale:
+        if following is not None and (
+            not stale or (follow_only and stale.isdisjoint(c.source for c in following.changes))
+        ):
+            # (stale for other sources only: the rollout in flight is followed all the same,
+            # so that it ends and frees its place even while that new change waits)
             return self._follow(ref, obj, kind, following, inputs)
         if follow_only:  # nothing in progress to look at (or a change to roll: not here)
             return Decision.leave(SkipReason.CURRENT)
@@ -379,6 +410,7 @@ class Restamper:
         changes, waiting = self._admit(ref, stale)
         if waiting is not None:
             return Decision([], SkipReason.WAITING, waiting=waiting)
+        changes += _carried(entry, stale, changes)
         if plan.snapshots and not self.copies:
             log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
             return Decision.leave(SkipReason.NO_SNAPSHOTS)
@@ -493,6 +525,7 @@ class Restamper:
         changes, waiting = self._admit(ref, stale)
         if waiting is not None:
             return None
+        changes += _carried(entry, stale, changes)
         restamp = restamp_from_consumption(
             ref.kind,
             [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],

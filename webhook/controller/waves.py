@@ -167,6 +167,9 @@ class WaveCut:
         self._members: OrderedDict[tuple[str, Change], tuple[int, bool, list[WorkloadEntry]]] = (
             OrderedDict()
         )
+        self._failures: dict[Change, tuple[int, bool]] = {}  # (index generation, failed)
+        self._local = threading.local()  # (working out a hold: no hold within it)
+        self._held_cuts: dict[Change, tuple[int, dict[WorkloadRef, int]]] = {}  # (ditto)
 
     def forget(self) -> None:
         """Work every change's membership out again (a resync, a new leadership)."""
@@ -174,6 +177,8 @@ class WaveCut:
             self._orders.clear()
             self._cuts.clear()
             self._members.clear()
+            self._failures.clear()
+            self._held_cuts.clear()
 
     # --- what a change is
     def peek(self, namespace: str, sid: SourceId) -> SourceRecord | None:
@@ -221,10 +226,117 @@ class WaveCut:
             return True
         if not at or self.in_place(entry, change.source):
             return False
+        if self.rejected(entry, change):
+            return True
         ns = entry.ref.namespace
         if change.source in stale_sources(entry, lambda s: self.peek(ns, s), self.hkey):
             return True
         return self.rollout_for(entry, change) is not None
+
+    def rejected(self, entry: WorkloadEntry, change: Change) -> bool:
+        """A rollout of `change` failed on `entry`, whose record has moved on since (a rollout
+        of another source): its content is recorded as rejected there. The verdict stands, so
+        that the waves it stopped stay stopped. (Content rejected on a workload with no record
+        of a rollout since is not a member's failure: it holds that workload alone.)"""
+        sid = change.source
+        if entry.rollout is None or self.rollout_for(entry, change) is not None:
+            return False
+        found = entry.rejected.get(str(sid))
+        if found is None:
+            return False
+        ns = entry.ref.namespace
+        record = self.peek(ns, sid)
+        if record is None or self.change_to(ns, sid, record) != change:
+            return False
+        keys = next((c.keys for c in entry.consumes if c.source == sid), None)
+        return found == digest.source_digest(digest.namespace_key(self.hkey, ns), record, keys)
+
+    def state(self, ref: WorkloadRef, change: Change) -> State | None:
+        """How `ref`'s rollout of `change` stands (None: it has not rolled it)."""
+        entry = self.index.get(ref)
+        if entry is None or entry.rollout is None:
+            return None  # (no record: it has not rolled the change)
+        rolled = self.rollout_for(entry, change)
+        if rolled is not None:
+            return rolled.state
+        if self.rejected(entry, change):
+            return State.FAILED
+        ns, sid = ref.namespace, change.source
+        if self.change(ns, sid) == change and sid not in stale_sources(
+            entry, lambda s: self.peek(ns, s), self.hkey
+        ):
+            # Its template holds the change's content and its record is about a later
+            # rollout (of another source; one still in flight or unproven carries the change
+            # on, webhook.controller.restamp): the change's own rollout there completed.
+            return State.COMPLETE
+        return None
+
+    def approved(self, namespace: str, change: Change) -> bool:
+        """The change's content was approved (`configpin approve`, recorded and signed by
+        admission on the source) in the workload's namespace."""
+        record = self.peek(namespace, change.source)
+        return record is not None and record.approved == change.content
+
+    def held(self, entry: WorkloadEntry, change: Change) -> bool:
+        """`entry` is stale for another change too, one that may not roll there now for a
+        reason only a person ends (a failure stopped it; it awaits an approval): it rolls
+        neither (it would carry that content), so it proves nothing for `change` either and
+        leaves its waves for the last one; the next member takes its place. (Without this, a
+        change whose canary shares such a change waits for ever: every rollout waiting.)
+        Worked out over the other change's own waves as they stand without such holds. (The
+        preview, which cuts a write's waves before it is stored, does not hold members back.)"""
+        if len(entry.uses) < 4 or getattr(self._local, "holding", False):
+            return False  # (one source: no other change to be held by)
+        ns = entry.ref.namespace
+        self._local.holding = True
+        try:
+            for sid in stale_sources(entry, lambda s: self.peek(ns, s), self.hkey):
+                other = self.change(ns, sid)
+                if other is None or other == change or self.rollout_for(entry, other):
+                    continue
+                if self.steps is not None and self._failed(other):
+                    return True
+                if not self.approved(ns, other) and self._after_approve(entry, other):
+                    return True
+            return False
+        finally:
+            self._local.holding = False
+
+    def _failed(self, change: Change) -> bool:
+        """A member that vouched for `change` failed it (the waves after it are stopped)."""
+        generation = self.index.generation
+        with self._lock:
+            found = self._failures.get(change)
+        if found is not None and found[0] == generation:
+            return found[1]
+        failed = any(
+            self.state(r, change) is State.FAILED and self.vouches(r, change)
+            for r in self.order(change)
+        )
+        with self._lock:
+            if len(self._failures) >= _ORDERS_MAX:
+                self._failures.clear()
+            self._failures[change] = (generation, failed)
+        return failed
+
+    def _after_approve(self, entry: WorkloadEntry, change: Change) -> bool:
+        """`entry` rolls `change` only once it is approved (its own wave list, or a wave after
+        `approve`)."""
+        if entry.delivery is not None and entry.delivery.approve:
+            return True
+        if self.steps is None or self.approval is None:
+            return False
+        generation = self.index.generation
+        with self._lock:
+            found = self._held_cuts.get(change)
+        if found is None or found[0] != generation:  # (once per change and index generation)
+            plan = self.plan(change)
+            found = (generation, {ref: i for i, wave in enumerate(plan) for ref in wave})
+            with self._lock:
+                if len(self._held_cuts) >= _ORDERS_MAX:
+                    self._held_cuts.clear()
+                self._held_cuts[change] = found
+        return self.after_approve(found[1].get(entry.ref, self.approval))
 
     def namespaces(self, change: Change) -> list[str]:
         """The namespaces a change can reach, where configpin acts."""
@@ -304,10 +416,19 @@ class WaveCut:
         return self.approval is not None and wave >= self.approval
 
     def vouches(self, ref: WorkloadRef, change: Change) -> bool:
+        """(`vouches`), and a member that may not roll it now for another change's sake
+        (`held`) proves nothing; one that failed it proves it failed, whatever it rolled
+        since (`rejected`)."""
         entry = self.index.get(ref)
         if entry is None:
             return False  # deleted: it proves nothing
-        return vouches(self.rollout_for(entry, change), entry.standing)
+        rolled = self.rollout_for(entry, change)
+        if rolled is None:
+            if self.rejected(entry, change):
+                return True
+            if self.held(entry, change):
+                return False
+        return vouches(rolled, entry.standing)
 
     def plan(self, change: Change, refresh: bool = False) -> list[list[WorkloadRef]]:
         return self.waves(self.order(change, refresh), lambda r: self.vouches(r, change))
@@ -380,9 +501,7 @@ class Gate:
         return False
 
     def _state(self, ref: WorkloadRef, change: Change) -> State | None:
-        entry = self.index.get(ref)
-        rolled = self.cut.rollout_for(entry, change) if entry is not None else None
-        return rolled.state if rolled is not None else None
+        return self.cut.state(ref, change)
 
     def in_flight(self, namespace: str, but: WorkloadRef | None = None) -> int:
         """The config rollouts in flight in a namespace that hold a place (--max-rolling):
@@ -433,10 +552,7 @@ class Gate:
         return None
 
     def approved(self, namespace: str, change: Change) -> bool:
-        """The change's content was approved (`configpin approve`, recorded and signed by
-        admission on the source) in the workload's namespace."""
-        record = self.cut.peek(namespace, change.source)
-        return record is not None and record.approved == change.content
+        return self.cut.approved(namespace, change)
 
     def _unapproved(self, ref: WorkloadRef, change: Change, wave: str) -> Wait:
         sid = change.source
