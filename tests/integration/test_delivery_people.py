@@ -3,11 +3,15 @@ promise of a followed rollout holds whatever else happens around it.
 
 - a person's rollback of a workload configpin is rolling is a verdict on the change there;
 - a workload scaled to zero or deleted while rolling proves nothing: it leaves its wave;
-- a new change always rolls: a superseded rollout, a paused workload, a namespace that is no
+- `--max-rolling` is a cap: never more config rollouts in flight than it, counted at every
+  stored version while eight workers ask at once; a workload over it waits, and says so;
+- a new change always rolls: a superseded rollout, a paused workload, one nobody follows
+  (`configpin.io/mode: off`, a record configpin did not write for it), a namespace that is no
   longer configpin's hold no place under `--max-rolling` (which counts per namespace);
 - an undo goes back to the last content that completed, never an intermediate one;
 - rejected content stays rejected at admission too (a re-apply);
-- a workload that was not healthy before a change is no canary and stops no one;
+- a workload that was not healthy before a change is no canary, and its failure stops no one
+  (one that rolls after it, held back by its own wave list until approved, rolls);
 - a kind without a deadline of its own fails by time without progress, not by a total;
 - tenants are isolated, unless the source says it is shared across namespaces.
 
@@ -24,8 +28,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -75,6 +84,8 @@ from webhook.core.constants import (
     ANN_MODE,
     ANN_PROGRESS_DEADLINE,
     ANN_REJECTED,
+    ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
     ANN_WAVE,
 )
 from webhook.core.waves import Member, parse_waves, wave_plan
@@ -423,24 +434,109 @@ def test_a_canary_scaled_to_zero_or_deleted_proves_nothing(
 # --- a new change always rolls (--max-rolling 2, no waves) ---------------------------------
 
 
+class InFlight:
+    """Counts the config rollouts in flight among Deployments `before` of `ns` ({name: the
+    template record each had before the change}) at every version of them the API server
+    stores, from a watch that runs while the block does: a rollout is in flight from the
+    write that re-stamps its template (its record `rolling`) until its record ends. `most`:
+    the largest count seen; `seen`: every count, in order."""
+
+    def __init__(self, k8s: client.ApiClient, ns: str, before: Mapping[str, Mapping[str, str]]):
+        self.kube = Kube(k8s)  # (its own connections: it watches from another thread)
+        self.ns = ns
+        self.before = before
+        self.rolling: dict[str, bool] = {}
+        self.seen: list[int] = []
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="in-flight", daemon=True)
+        self._version = ""
+
+    @property
+    def most(self) -> int:
+        return max(self.seen, default=0)
+
+    def _look(self, dep: Mapping[str, Any]) -> None:
+        name = dep["metadata"]["name"]
+        if name in self.before:
+            self.rolling[name] = _state(dep) == ROLLING and _sources(dep) != self.before[name]
+            self.seen.append(sum(self.rolling.values()))
+
+    def __enter__(self) -> InFlight:
+        listed = self.kube.get(path("deployments", self.ns))
+        for dep in listed.get("items") or ():
+            self._look(dep)
+        self._version = listed["metadata"]["resourceVersion"]
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self.kube.watch(
+                    path("deployments", self.ns), self._version, timeout_seconds=5
+                ) as events:
+                    for event in events:
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            raise AssertionError(f"the watch ended: {obj}")
+                        self._version = obj["metadata"]["resourceVersion"]
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            self._look(obj)
+        except BaseException as e:  # said in the test's thread
+            self.failure = e
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.failure is not None:
+            raise AssertionError("the watch of the rollouts in flight failed") from self.failure
+
+
 def _at_the_cap(kube: Kube, ns: str, names: Sequence[str]) -> tuple[list[str], list[str]]:
-    """After a change reaches more workloads than the cap: those rolling, those waiting. (At
-    least the cap: workloads checked at the same moment may all take the last place.)"""
+    """After a change reaches more workloads than the cap: those rolling, as many as the cap
+    (checked again after a resync), and those waiting."""
     wait_for(
         lambda: len(_rolling(kube, ns, names)) >= CAP, what=f"{CAP} rollouts (the cap) started"
     )
     time.sleep(RESYNC)  # the others wait their turn
     rolling = _rolling(kube, ns, names)
+    assert len(rolling) == CAP, f"{', '.join(rolling)} roll at once (--max-rolling {CAP})"
     return rolling, [n for n in names if n not in rolling]
 
 
+def test_max_rolling_is_a_cap_whatever_number_of_workers_ask_at_once(
+    kube: Kube, k8s: client.ApiClient, capped_namespaces: Callable[[], str]
+) -> None:
+    """`--max-rolling` caps the config rollouts in flight: one change reaches eight workloads
+    at once (the controller's eight workers ask the gate together); at no version of them the
+    API server stores are more than the cap rolling, from the change until every one has
+    rolled and completed (their pods held back at first, then Ready)."""
+    ns = capped_namespaces()
+    names = [f"app-{i}" for i in range(8)]
+    before = _deployments(kube, ns, names, value="1")
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(*names)
+        _wait_healthy(kube, ns, names)
+        kubelet.clear()  # the change's pods are not Ready yet
+        with InFlight(k8s, ns, before) as flight:
+            _set_cm(kube, ns, "2")
+            _, waiting = _at_the_cap(kube, ns, names)
+            _untouched(kube, {ns: {n: before[n] for n in waiting}}, 2 * RESYNC)
+            kubelet.allow(*names)  # they complete, and the others roll as places free
+            for name in names:
+                _wait_state(kube, ns, name, COMPLETE, timeout=120)
+    assert flight.most == CAP, f"{flight.most} config rollouts in flight at once: {flight.seen}"
+    assert all(_sources(_get(kube, ns, n)) != before[n] for n in names)
+
+
 def test_a_quick_fix_rolls_everywhere_at_once_whatever_rolls_already(
-    kube: Kube, capped_namespaces: Callable[[], str]
+    kube: Kube, capped_namespaces: Callable[[], str], control_plane: ControlPlane
 ) -> None:
     """A new change always rolls: a rollout superseded by a newer change of its source ends and
     frees its place at once. A bad change fills the cap (its pods never Ready, nothing fails
-    for ten minutes), a third workload waits; the quick fix that follows reaches all three
-    within seconds (and, its pods Ready, completes)."""
+    for ten minutes), a third workload waits (not re-stamped, and told why); the quick fix that
+    follows reaches all three within seconds (and, its pods Ready, completes)."""
     ns = capped_namespaces()
     names = ["app-0", "app-1", "app-2"]
     before = _deployments(kube, ns, names, value="1")
@@ -450,8 +546,11 @@ def test_a_quick_fix_rolls_everywhere_at_once_whatever_rolls_already(
         kubelet.clear()
         _set_cm(kube, ns, "2")  # the bad change
         rolling, waiting = _at_the_cap(kube, ns, names)
-        for name in waiting:
-            assert _sources(_get(kube, ns, name)) == before[name]
+        [third] = waiting
+        assert _sources(_get(kube, ns, third)) == before[third]
+        _wait_event(kube, ns, third, "ConfigRolloutWaiting", "Normal")
+        row = _status(control_plane, ns)[third]
+        assert row["state"] == "waiting" and f"--max-rolling {CAP}" in row["reason"], row
         bad = _sources(_get(kube, ns, rolling[0]))
         kubelet.allow(lambda pod: pod_sources(pod) != bad)  # the fix's pods start
         _set_cm(kube, ns, "3")  # the quick fix
@@ -497,44 +596,144 @@ def test_a_paused_workload_holds_no_place(kube: Kube, capped_namespaces: Callabl
         assert _state(_get(kube, ns, names[1])) == ROLLING
 
 
+def _labelled(kube: Kube, ns: str, enabled: bool) -> None:
+    """Opt `ns` in (`configpin.io/enabled: "true"`) or out (the label removed)."""
+    value = "true" if enabled else None
+    kube.patch(
+        path("namespaces", name=ns),
+        {"metadata": {"labels": {ENABLED_LABEL: value}}},
+        content_type=MERGE_PATCH,
+    )
+
+
+def _done(dep: Mapping[str, Any]) -> bool:
+    """The Deployment's own status says its rollout completed (whatever configpin says)."""
+    status = dep.get("status") or {}
+    want = dep["spec"]["replicas"]
+    return (
+        status.get("observedGeneration", 0) >= dep["metadata"]["generation"]
+        and status.get("updatedReplicas") == want
+        and status.get("readyReplicas") == want
+        and status.get("replicas") == want
+    )
+
+
 def test_a_namespace_at_its_cap_keeps_no_other_waiting(
     kube: Kube, capped_namespaces: Callable[[], str]
 ) -> None:
-    """Tenants are isolated, and `--max-rolling` counts only rollouts configpin follows in
-    namespaces it acts on: a namespace with as many rollouts in flight as the cap keeps
-    another namespace's change from nothing; nor does it once it is unlabelled in the middle
-    of those rollouts."""
+    """Tenants are isolated, and `--max-rolling` counts per namespace the rollouts configpin
+    follows in namespaces it acts on. A namespace with as many rollouts in flight as the cap
+    holds a third change of its own back, and another namespace's change from nothing.
+    Unlabelled while its rollouts are in flight, it is configpin's no more: nothing there is
+    followed (those rollouts end, their records say nothing of it) or rolled. Labelled again,
+    its rollouts that ended meanwhile are followed to their end, and the places they held are
+    free: its third change rolls."""
     full, other = capped_namespaces(), capped_namespaces()
     names = ["app-0", "app-1"]
-    _deployments(kube, full, names, value="1")
-    # content of its own: equal content in two namespaces is one change on today's main
+    before = _deployments(kube, full, names, value="1")
+    # content of their own: equal content in two namespaces is one change on today's main
+    third = _deployments(kube, full, ["app-2"], value="1", source="cfg2")["app-2"]
     web = _deployments(kube, other, ["web"], value="x1")["web"]
     with Kubelet(kube, full, other) as kubelet:
-        kubelet.allow(*names, "web")
-        _wait_healthy(kube, full, names)
+        kubelet.allow(*names, "app-2", "web")
+        _wait_healthy(kube, full, [*names, "app-2"])
         _wait_healthy(kube, other, ["web"])
         kubelet.clear()
+        kubelet.allow(in_namespace(other))
         _set_cm(kube, full, "2")
         wait_for(lambda: len(_rolling(kube, full, names)) == CAP, what=f"{full} at its cap")
+        _set_cm(kube, full, "2", source="cfg2")
+        _wait_event(kube, full, "app-2", "ConfigRolloutWaiting", "Normal")
         _set_cm(kube, other, "x2")
         wait_for(
             lambda: _sources(_get(kube, other, "web")) != web,
             timeout=15,
             what="the other namespace's change rolled",
         )
-        rolled = _sources(_get(kube, other, "web"))
-        # no longer configpin's (configpin.io/enabled removed) while its rollouts are in flight
+        _wait_state(kube, other, "web", COMPLETE)
+        assert _sources(_get(kube, full, "app-2")) == third, "app-2 rolled past the cap"
+        # no longer configpin's while its rollouts are in flight: they end unseen
+        _labelled(kube, full, False)
+        kubelet.allow(in_namespace(full))
+        wait_for(
+            lambda: all(_done(_get(kube, full, n)) for n in names),
+            timeout=60,
+            what=f"{full}'s rollouts completed by their Deployments",
+        )
+        _untouched(kube, {full: {"app-2": third}}, 2 * RESYNC)
+        assert _rolling(kube, full, names) == names, "followed in a namespace not configpin's"
+        # configpin's again
+        _labelled(kube, full, True)
+        for name in names:
+            _wait_state(kube, full, name, COMPLETE)
+        wait_for(
+            lambda: _sources(_get(kube, full, "app-2")) != third,
+            timeout=20,
+            what="app-2 rolled once the places were free",
+        )
+        _wait_state(kube, full, "app-2", COMPLETE)
+        assert all(_sources(_get(kube, full, n)) != before[n] for n in names)
+
+
+def test_a_workload_nobody_follows_holds_no_place(
+    kube: Kube, capped_namespaces: Callable[[], str]
+) -> None:
+    """A paused workload or one nobody follows never holds a place. Two rollouts fill the cap
+    (their pods never Ready), a third workload's change waits. One of the two is turned
+    `configpin.io/mode: off`: configpin follows it no more, and the third rolls. Then a record
+    configpin did not write for that workload (copied from another one's, as an export and a
+    re-apply under another name copy it) is no rollout configpin follows either: with one
+    place taken and that copy beside it, a fourth change rolls, and the copy is left as it
+    is (not judged, not ended)."""
+    ns = capped_namespaces()
+    names = ["app-0", "app-1"]
+    _deployments(kube, ns, names, value="1")
+    third = _deployments(kube, ns, ["app-2"], value="1", source="cfg2")["app-2"]
+    copied = _deployments(kube, ns, ["copy"], value="1", source="cfg3")["copy"]
+    fourth = _deployments(kube, ns, ["app-4"], value="1", source="cfg4")["app-4"]
+    everyone = [*names, "app-2", "copy", "app-4"]
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(*everyone)
+        _wait_healthy(kube, ns, everyone)
+        kubelet.clear()
+        _set_cm(kube, ns, "2")
+        wait_for(lambda: len(_rolling(kube, ns, names)) == CAP, what="the cap reached")
+        _set_cm(kube, ns, "2", source="cfg2")
+        _wait_event(kube, ns, "app-2", "ConfigRolloutWaiting", "Normal")
+        assert _sources(_get(kube, ns, "app-2")) == third
+        off, kept = names
         kube.patch(
-            path("namespaces", name=full),
-            {"metadata": {"labels": {ENABLED_LABEL: None}}},
+            path("deployments", ns, off),
+            {"metadata": {"annotations": {ANN_MODE: "off"}}},
             content_type=MERGE_PATCH,
         )
-        _set_cm(kube, other, "x3")
         wait_for(
-            lambda: _sources(_get(kube, other, "web")) not in (web, rolled),
-            timeout=15,
-            what="the other namespace's next change rolled",
+            lambda: _sources(_get(kube, ns, "app-2")) != third,
+            timeout=20,
+            what=f"app-2 rolled once {off} was configpin's no more",
         )
+        assert _state(_get(kube, ns, off)) == ROLLING  # (its record, not followed any more)
+        # the record of a rollout in flight, on another workload
+        text = _get(kube, ns, kept)["metadata"]["annotations"][ANN_ROLLOUT]
+        kube.patch(
+            path("deployments", ns, "copy"),
+            {"metadata": {"annotations": {ANN_ROLLOUT: text}}},
+            content_type=MERGE_PATCH,
+        )
+        assert _state(_get(kube, ns, "copy")) == ROLLING
+        kubelet.allow(kept)
+        _wait_state(kube, ns, kept, COMPLETE)  # in flight now: app-2 (and the copy?)
+        _set_cm(kube, ns, "2", source="cfg4")
+        wait_for(
+            lambda: _sources(_get(kube, ns, "app-4")) != fourth,
+            timeout=20,
+            what="app-4 rolled beside app-2 and the copied record",
+        )
+        # nobody follows it: configpin neither judged nor ended it, nor rolled it
+        annotations = _get(kube, ns, "copy")["metadata"]["annotations"]
+        assert annotations[ANN_ROLLOUT] == text, _record(_get(kube, ns, "copy"))
+        assert ANN_REJECTED not in annotations
+        assert _sources(_get(kube, ns, "copy")) == copied
 
 
 # --- undo and re-apply ----------------------------------------------------------------------
@@ -689,18 +888,39 @@ def test_a_reapply_of_rejected_content_in_checksum_mode_is_followed(
 # --- a workload that was not healthy before --------------------------------------------------
 
 
+def _approve(plane: ControlPlane, ns: str, source: str = "cfg") -> None:
+    """`kubectl configpin approve configmap/SOURCE -n NS`, as the cluster's admin."""
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+    plugin = str(Path(sys.executable).parent / "kubectl-configpin")
+    done = subprocess.run(
+        [plugin, "approve", f"configmap/{source}", "-n", ns],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_broken_neighbour_is_no_canary_and_stops_no_one(
-    kube: Kube, namespaces: Callable[[], str]
+    kube: Kube, namespaces: Callable[[], str], control_plane: ControlPlane
 ) -> None:
     """A workload that was not healthy before the change (never available, its progress
     deadline passed) is no canary, even where `configpin.io/wave: "-1"` puts it first: a
-    healthy one is. When its own rollout fails, the healthy ones all roll and complete."""
+    healthy one is. Its own rollout fails, and stops no one: `late`, healthy, in the last wave
+    with it but rolling only once the change is approved (its own wave list asks for that),
+    comes after that failure, and rolls and completes; so do the others."""
     ns = namespaces()
-    healthy = [f"app-{i}" for i in range(4)]
+    healthy = [f"app-{i}" for i in range(3)]
     before = _deployments(kube, ns, healthy, value="1")
+    # last of the healthy ones (wave 1), and held back by its own wave list until approved
+    late = _app("late", annotations={ANN_WAVE: "1", ANN_ROLLOUT_WAVES: "approve,100%"})
+    kube.create(path("deployments", ns), late)
     broken = _app("broken", deadline=SHORT, annotations={ANN_WAVE: "-1"})
     kube.create(path("deployments", ns), broken)
-    before["broken"] = _sources(_stamped(kube, ns, "broken"))
+    for name in ("late", "broken"):
+        before[name] = _sources(_stamped(kube, ns, name))
     order = _order(ns, healthy)
 
     def failing(dep: Mapping[str, Any]) -> bool:
@@ -710,8 +930,8 @@ def test_a_broken_neighbour_is_no_canary_and_stops_no_one(
         ).get("reason") == "ProgressDeadlineExceeded"
 
     with Kubelet(kube, ns) as kubelet:
-        kubelet.allow(*healthy)  # the broken one's pods never start
-        _wait_healthy(kube, ns, healthy)
+        kubelet.allow(*healthy, "late")  # the broken one's pods never start
+        _wait_healthy(kube, ns, [*healthy, "late"])
         wait_for(lambda: failing(_get(kube, ns, "broken")), what="the broken one failing")
         kubelet.clear()
         _set_cm(kube, ns, "2")
@@ -719,13 +939,18 @@ def test_a_broken_neighbour_is_no_canary_and_stops_no_one(
             lambda: _restamped(kube, ns, before), interval=0.2, what="the canary re-stamped"
         )
         assert first == [order[0]], f"the canary was {first}, not {order[0]}"
-        kubelet.allow(*healthy)
+        kubelet.allow(*healthy, "late")
         for name in healthy:
             _wait_state(kube, ns, name, COMPLETE, timeout=60)
         # it rolls too (last), followed and reported as it was: failed, held
         broken_record = _record(_wait_state(kube, ns, "broken", FAILED, timeout=40))
+        assert _sources(_get(kube, ns, "late")) == before["late"], "late rolled before it"
+        _wait_event(kube, ns, "late", "ConfigRolloutAwaitingApproval", "Normal")
+        _approve(control_plane, ns)
+        _wait_state(kube, ns, "late", COMPLETE, timeout=60)
     assert broken_record["action"] == "hold", broken_record
     assert _sources(_get(kube, ns, "broken")) != before["broken"]
+    assert _sources(_get(kube, ns, "late")) != before["late"]
 
 
 # --- a kind without a deadline of its own ---------------------------------------------------

@@ -1,0 +1,124 @@
+"""No combination of changes leaves every rollout waiting (shared/SPEC.md, safe delivery under
+what people and tools do), against the API server: two changes whose waves share a workload,
+one of them awaiting an approval that comes late, both roll to their end.
+(tests/unit/test_waves_liveness.py holds the property over every combination.)
+
+One configpin of its own (instance `liveness`, `--rollout-waves 1,approve,100%`), its webhook
+registered from the chart's own entry, every controller write through admission. No kubelet:
+the fake `Kubelet` reports every pod Ready.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.configpin import Configpin
+from harness.controlplane import ControlPlane, wait_for
+from harness.kubelet import Kubelet
+from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
+from tests.integration.instances import instance_fixtures
+from tests.integration.workloads import (
+    get,
+    record,
+    set_cm,
+    sources,
+    stamped,
+    state,
+    wait_event,
+    wait_healthy,
+)
+from webhook.core.constants import ANN_MODE, ANN_WAVE
+from webhook.core.record import Change
+from webhook.kube.raw import Kube, path
+
+INSTANCE = "liveness"
+ARGS = [
+    "--coalesce-window", "0.5",
+    "--min-rollout-interval", "0",
+    "--resync-period", "600",  # (what rolls here does not wait for a resync)
+    "--rollout-waves", "1,approve,100%",
+]  # fmt: skip
+COMPLETE = "complete"
+
+cp, ns = instance_fixtures(INSTANCE, "liveness", ARGS)
+
+
+def _app(name: str, consumes: tuple[str, ...], wave: int) -> dict[str, Any]:
+    """Deployment `name`, one replica, reading key `a` of each ConfigMap it `consumes`."""
+    env = [env_key_ref("configmap", s, "a", f"V{i}") for i, s in enumerate(consumes)]
+    annotations = {ANN_MODE: "checksum", ANN_WAVE: str(wave)}
+    dep = deployment(name, pod_spec(container(env=env)), replicas=1, annotations=annotations)
+    dep["spec"]["progressDeadlineSeconds"] = 600
+    return dep
+
+
+def _approve(plane: ControlPlane, namespace: str, source: str) -> None:
+    """`kubectl configpin approve configmap/SOURCE -n NS`, as the cluster's admin."""
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+    plugin = str(Path(sys.executable).parent / "kubectl-configpin")
+    done = subprocess.run(
+        [plugin, "approve", f"configmap/{source}", "-n", namespace],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _changes(dep: Mapping[str, Any]) -> list[Change]:
+    """The changes its rollout record says it rolled."""
+    return [c for c in map(Change.parse, record(dep).get("changes") or ()) if c is not None]
+
+
+def _wait_rolled(kube: Kube, namespace: str, name: str, before: Mapping[str, str]) -> None:
+    wait_for(
+        lambda: (
+            sources(get(kube, namespace, name)) != before
+            and state(get(kube, namespace, name)) == COMPLETE
+        ),
+        timeout=60,
+        what=f"{name} rolled and complete",
+    )
+
+
+def test_two_changes_sharing_a_canary_one_awaiting_approval_both_roll_to_their_end(
+    kube: Kube, ns: str, cp: Configpin, control_plane: ControlPlane
+) -> None:
+    """`x` reads s1 alone and comes first of its waves; `c` reads s0 and s1, first of s0's
+    waves and second of s1's; `a` and `b` read s0 alone. s1 changes: `x` rolls, and `c`, after
+    `approve`, waits for s1's approval. s0 changes: `c` cannot roll it (it would carry s1's
+    unapproved content), so `a` is s0's canary, rolls and completes (on main `c` stayed s0's
+    canary: `a` and `b` waited for it, and it for s1's approval). s0 approved: `b` rolls; s1
+    approved: `c` rolls both. Every workload ends on what its sources hold, complete."""
+    for name in ("s0", "s1"):
+        kube.create(path("configmaps", ns), configmap(name, {"a": "0"}))
+    apps = {"x": (("s1",), -1), "c": (("s0", "s1"), 0), "a": (("s0",), 1), "b": (("s0",), 1)}
+    for name, (consumes, wave) in apps.items():
+        kube.create(path("deployments", ns), _app(name, consumes, wave))
+    before = {name: sources(stamped(kube, ns, name)) for name in apps}
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow(*apps)
+        wait_healthy(kube, ns, list(apps))
+        set_cm(kube, ns, "1", source="s1")
+        _wait_rolled(kube, ns, "x", before["x"])
+        wait_event(kube, ns, "c", "ConfigRolloutAwaitingApproval", "Normal")
+        assert sources(get(kube, ns, "c")) == before["c"]
+        set_cm(kube, ns, "1", source="s0")
+        _wait_rolled(kube, ns, "a", before["a"])
+        wait_event(kube, ns, "b", "ConfigRolloutAwaitingApproval", "Normal")
+        assert sources(get(kube, ns, "b")) == before["b"]
+        assert sources(get(kube, ns, "c")) == before["c"]
+        _approve(control_plane, ns, "s0")
+        _wait_rolled(kube, ns, "b", before["b"])
+        assert sources(get(kube, ns, "c")) == before["c"]  # s1 awaits its approval still
+        _approve(control_plane, ns, "s1")
+        _wait_rolled(kube, ns, "c", before["c"])
+    changes = sorted(c.source.name for c in _changes(get(kube, ns, "c")))
+    assert changes == ["s0", "s1"], changes
