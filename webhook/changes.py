@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from webhook.core.constants import ANN_APPROVE, ANN_APPROVED, ANN_PLAN, PLAN_REQUEST
-from webhook.core.model import SOURCE_API_KINDS, SourceId, source_kind, typed_source_kind
+from webhook.core.model import (
+    SOURCE_API_KINDS,
+    SourceId,
+    SourceKind,
+    source_kind,
+    typed_source_kind,
+)
 from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.user import connect_as_user
@@ -41,8 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", help="kubeconfig context")
 
 
-def _dry_run(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """The plan of applying `obj`: configpin's answer in the dry run's result."""
+def dry_run_plan(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """The plan of applying `obj`: configpin's answer in the dry run's result (also the
+    dashboard's preview)."""
     kind, name = source_kind(obj["kind"]), obj["metadata"]["name"]
     assert kind is not None  # (`_objects`: sources only)
     body = json.loads(json.dumps(obj))
@@ -71,14 +78,22 @@ def _dry_run(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
 def _objects(files: Sequence[Path]) -> list[dict[str, Any]]:
     out = []
     for file in files:
-        for doc in read_text(decode(file.read_bytes(), str(file)), str(file)):
-            obj = doc.obj
-            if (
-                isinstance(obj, dict)
-                and obj.get("kind") in SOURCE_API_KINDS
-                and obj.get("apiVersion") == "v1"
-            ):
-                out.append(obj)
+        out += sources_in(file.read_bytes(), str(file))
+    return out
+
+
+def sources_in(data: bytes, name: str) -> list[dict[str, Any]]:
+    """The ConfigMaps and Secrets of a file's bytes (YAML or JSON); raises
+    webhook.manifests.InputError for what cannot be read."""
+    out = []
+    for doc in read_text(decode(data, name), name):
+        obj = doc.obj
+        if (
+            isinstance(obj, dict)
+            and obj.get("kind") in SOURCE_API_KINDS
+            and obj.get("apiVersion") == "v1"
+        ):
+            out.append(obj)
     return out
 
 
@@ -127,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         for obj in objects:
             namespace = obj["metadata"].get("namespace") or args.namespace or default_ns
             try:
-                plan = _dry_run(kube, namespace, obj)
+                plan = dry_run_plan(kube, namespace, obj)
             except KubeError as e:
                 print(
                     f"configpin plan: {obj['kind']} {obj['metadata']['name']}: {e}", file=sys.stderr
@@ -168,6 +183,23 @@ def _ask_approval(kube: Kube, api_path: str) -> dict[str, Any]:
     raise Conflict(f"PUT {api_path}", 409, "the source kept changing")
 
 
+def approval(kube: Kube, kind: SourceKind, namespace: str, name: str) -> dict[str, Any] | None:
+    """Ask admission to record, as the user of `kube`, the approval of the content the source
+    holds now: the record configpin wrote ({user, at, content}), or None when configpin did
+    not answer (the request is taken back). Raises KubeError with the API server's answer (a
+    refusal: the user may not update it)."""
+    api_path = path(kind.resource, namespace, name)
+    result = _ask_approval(kube, api_path)
+    annotations = (result.get("metadata") or {}).get("annotations") or {}
+    if ANN_APPROVE in annotations:  # configpin's admission did not answer: take it back
+        undo = {"metadata": {"annotations": {ANN_APPROVE: None}}}
+        with contextlib.suppress(KubeError):
+            kube.patch(api_path, undo, content_type=MERGE_PATCH)
+        return None
+    record: dict[str, Any] = json.loads(annotations.get(ANN_APPROVED) or "{}")
+    return record
+
+
 def approve(args: argparse.Namespace) -> int:
     """Ask admission to record, as you, the approval of the content the source holds now:
     an update of the source (your right to update it is what is checked)."""
@@ -182,27 +214,20 @@ def approve(args: argparse.Namespace) -> int:
         print(f"configpin approve: no cluster: {e}", file=sys.stderr)
         return 2
     namespace = args.namespace or default_ns
-    api_path = path(kind.resource, namespace, name)
     sid = SourceId(kind, name)
     with api:
-        kube = Kube(api)
         try:
-            result = _ask_approval(kube, api_path)
+            record = approval(Kube(api), kind, namespace, name)
         except KubeError as e:
             print(f"configpin approve: {sid}: {e}", file=sys.stderr)
             return 2
-        annotations = (result.get("metadata") or {}).get("annotations") or {}
-        if ANN_APPROVE in annotations:  # configpin's admission did not answer: take it back
-            undo = {"metadata": {"annotations": {ANN_APPROVE: None}}}
-            with contextlib.suppress(KubeError):
-                kube.patch(api_path, undo, content_type=MERGE_PATCH)
+        if record is None:
             print(
                 f"configpin approve: configpin did not record the approval of {sid} in "
                 f"{namespace} (is it installed for this namespace, and running?)",
                 file=sys.stderr,
             )
             return 1
-        record = json.loads(annotations.get(ANN_APPROVED) or "{}")
         print(
             f"approved {sid} in {namespace}: its content now "
             f"({record.get('content', '?')}) by {record.get('user', '?')}; the waves "
