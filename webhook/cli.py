@@ -197,6 +197,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
         changes.add_approve_arguments(ap)
 
+    db = sub.add_parser(
+        "dashboard",
+        help="a local web page of changes, waves, consumers and approvals, over your own "
+        "kubeconfig and rights (also `kubectl configpin dashboard`)",
+        description="Serve a web page on this machine (loopback by default) that shows recent "
+        "changes of ConfigMaps and Secrets with their waves as a live timeline, who uses which "
+        "key, each workload's status, and a preview of a manifest; with an Approve button. It "
+        "acts only with your own rights and installs nothing in the cluster. Exit 0: stopped; "
+        "2: usage, connection or bind error.",
+    )
+    if argv is None or "dashboard" in argv:
+        from webhook.dashboard import command
+
+        command.add_arguments(db)
+        _kind_arguments(db)
+
     sub.add_parser(
         "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
     )
@@ -392,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(settings.log_level, settings.log_format)
         return cmd_serve(settings)
     setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
-    if args.command in ("render", "status"):
+    if args.command in ("render", "status", "dashboard"):
         problem = _use_kinds(args.command, args)
         if problem is not None:
             print(problem, file=sys.stderr)
@@ -413,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from webhook import changes
 
         return changes.approve(args)
+    if args.command == "dashboard":
+        from webhook.dashboard import command
+
+        return command.run(args)
     if args.command == "keygen":
         print(new_key_text().decode())
         return 0

@@ -1,0 +1,530 @@
+"""What the dashboard reads, with the user's own rights: one list, then a watch from it, per
+resource type in the namespace asked for (or every namespace), kept in memory trimmed to what
+the pages need (client-go's reflector, kopf's `watching.py`).
+
+- Workloads of every kind `configpin status` reports on, whole (the status of one is asked of
+  the API server with a dry run of it), less their managed fields.
+- ConfigMaps: their key names and configpin's annotations; values are dropped as read.
+- Secrets: metadata only (`PartialObjectMetadata`): their data is never asked for in a list or
+  a watch. Their key names are read one Secret at a time, when a page asks who uses which key
+  of it (`secret_keys`: a GET, which needs `get` on it; the values are dropped as read).
+- Events that configpin's controller writes (its reasons), as short notes.
+
+Where the user may list but not watch, the list is read again every second; where they may
+not list, the feed says so (the API server's answer) and the rest works; where the API server
+cannot be reached, each feed says so and keeps what it last read, trying again with backoff.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from webhook.core.constants import DOMAIN, LABEL_SNAPSHOT
+from webhook.core.kinds import WorkloadKind
+from webhook.core.model import JSONObject
+from webhook.core.owners import left_to_owner, operator_owned
+from webhook.core.record import digest_mapping_any
+from webhook.kube.errors import Forbidden, Gone, KubeError, NotFound
+from webhook.kube.raw import Kube, path
+
+log = logging.getLogger(__name__)
+
+POLL: Final = 1.0  # seconds between lists where the user may not watch
+RETRY_MAX: Final = 10.0
+EVENTS_MAX: Final = 20_000
+WATCH_SECONDS: Final = 240
+META_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+META_ONE: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+# The Events configpin's controller writes (webhook.controller.report): the rest are not read.
+REASONS: Final = frozenset(
+    {
+        "RolloutStarted",
+        "Refreshed",
+        "RolledInsteadOfRefresh",
+        "RolloutDeferred",
+        "RolloutFailed",
+        "ConfigRolloutWaiting",
+        "ConfigRolloutAwaitingApproval",
+        "ConfigRolloutAwaitingWindow",
+        "ConfigRolloutComplete",
+        "ConfigRolloutLeft",
+        "ConfigRolloutFailed",
+        "ConfigRolledBack",
+        "ConfigRolledBackByPerson",
+    }
+)
+_LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+class MetadataKube(Kube):
+    """Lists and watches answered as object metadata only (meta.k8s.io/v1), with no fallback
+    to whole objects: a Secret's data never leaves the API server for a list or a watch. One
+    feed's (one thread's): the Accept header follows the request being made."""
+
+    def __init__(self, api: Any) -> None:
+        super().__init__(api)
+        self._accept = META_LIST
+
+    def open(self, method: str, api_path: str, **kwargs: Any) -> Any:
+        query = kwargs.get("query") or {}
+        self._accept = META_ONE if query.get("watch") else META_LIST
+        return super().open(method, api_path, **kwargs)
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = super()._headers(content_type)
+        headers["Accept"] = self._accept
+        return headers
+
+
+def epoch(stamp: Any) -> float:
+    """Seconds since the epoch of an API server time stamp (0: none)."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def configpin_annotations(meta: Mapping[str, Any]) -> dict[str, str]:
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict):
+        return {}
+    return {
+        str(k): str(v)
+        for k, v in annotations.items()
+        if isinstance(k, str) and k.startswith(DOMAIN + "/")
+    }
+
+
+@dataclass(frozen=True)
+class Source:
+    """A ConfigMap or Secret as the pages need it: names, never values."""
+
+    kind: str  # "configmap" or "secret"
+    namespace: str
+    name: str
+    resource_version: str
+    annotations: Mapping[str, str]  # configpin's own (configpin.io/...)
+    keys: tuple[str, ...] | None  # None: not read (a Secret's, from a list)
+    copy: bool = False  # one of configpin's snapshot copies
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class Note:
+    """An Event configpin wrote about a workload."""
+
+    namespace: str
+    kind: str
+    name: str
+    reason: str
+    note: str
+    type: str
+    at: float  # its last occurrence
+    count: int = 1
+
+
+def _source(kind: str, obj: JSONObject, *, with_keys: bool) -> Source:
+    meta = obj.get("metadata") or {}
+    keys: tuple[str, ...] | None = None
+    if with_keys:
+        found = set((obj.get("data") or {}).keys()) | set((obj.get("binaryData") or {}).keys())
+        keys = tuple(sorted(str(k) for k in found))
+    labels = meta.get("labels") or {}
+    return Source(
+        kind,
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        str(meta.get("resourceVersion") or ""),
+        configpin_annotations(meta),
+        keys,
+        isinstance(labels, dict) and labels.get(LABEL_SNAPSHOT) == "true",
+        epoch(meta.get("creationTimestamp")),
+    )
+
+
+def _note(obj: JSONObject) -> Note | None:
+    reason = str(obj.get("reason") or "")
+    if reason not in REASONS:
+        return None
+    about = obj.get("involvedObject") or obj.get("regarding") or {}
+    series = obj.get("series") or {}
+    at = max(
+        epoch(obj.get("lastTimestamp")),
+        epoch(obj.get("eventTime")),
+        epoch(series.get("lastObservedTime")),
+        epoch(obj.get("firstTimestamp")),
+        epoch((obj.get("metadata") or {}).get("creationTimestamp")),
+    )
+    count = obj.get("count") or series.get("count") or 1
+    return Note(
+        str(about.get("namespace") or (obj.get("metadata") or {}).get("namespace") or ""),
+        str(about.get("kind") or ""),
+        str(about.get("name") or ""),
+        reason,
+        str(obj.get("message") or obj.get("note") or "")[:2000],
+        str(obj.get("type") or ""),
+        at,
+        count if isinstance(count, int) else 1,
+    )
+
+
+def _workload(kind: WorkloadKind, api_version: str) -> Callable[[JSONObject], JSONObject | None]:
+    """The workloads `configpin status` reports on: not those whose owner's template decides
+    (a Deployment's ReplicaSets, a CronJob's Jobs), nor configpin's copies."""
+
+    def trim(obj: JSONObject) -> JSONObject | None:
+        obj.setdefault("kind", kind.kind)
+        obj.setdefault("apiVersion", api_version)
+        meta = obj.get("metadata") or {}
+        if (meta.get("labels") or {}).get(LABEL_SNAPSHOT):
+            return None
+        if left_to_owner(obj) is not None and not operator_owned(obj):
+            return None
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop(_LAST_APPLIED, None)
+        return obj
+
+    return trim
+
+
+@dataclass
+class FeedState:
+    """How one feed stands, for the page to say."""
+
+    what: str  # "Deployments in shop"
+    listed: bool = False
+    watching: bool = False
+    served: bool = True  # (a custom kind whose CRD is not installed: nothing to say)
+    error: str = ""
+    since: float = 0.0  # when it last read the cluster
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "listed": self.listed,
+            "watching": self.watching,
+            "error": self.error,
+            "since": self.since,
+        }
+
+
+class Feed:
+    """One resource type in the scope: list, watch from the list's resourceVersion (or list
+    again every `POLL` s where the user may not watch), into `table` (key -> trimmed)."""
+
+    def __init__(
+        self,
+        store: Store,
+        what: str,
+        kube: Kube,
+        api_path: str,
+        trim: Callable[[JSONObject], Any],
+        key: Callable[[JSONObject], Any],
+        *,
+        optional: bool = False,
+    ) -> None:
+        self.store = store
+        self.kube = kube
+        self.api_path = api_path
+        self.trim = trim
+        self.key = key
+        self.optional = optional  # a 404 means "not served here", said by nothing
+        self.table: dict[Any, Any] = {}
+        self.state = FeedState(what)
+        self.may_watch = True
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"dashboard-{self.state.what}", daemon=True
+        )
+        self._thread.start()
+
+    def _kept(self, obj: JSONObject) -> tuple[Any, Any] | None:
+        value = self.trim(obj)
+        return None if value is None else (self.key(obj), value)
+
+    def _list(self) -> str:
+        fresh: dict[Any, Any] = {}
+        rv = ""
+        for page in self.kube.list_pages(self.api_path, page_size=500):
+            rv = str((page.get("metadata") or {}).get("resourceVersion") or rv)
+            for item in page.get("items") or ():
+                kept = self._kept(item)
+                if kept is not None:
+                    fresh[kept[0]] = kept[1]
+        with self.store.lock:
+            changed = fresh != self.table
+            self.table = fresh
+            self.state.listed = True
+            self.state.error = ""
+            self.state.since = time.time()
+        if changed:
+            self.store.changed(self)
+        return rv
+
+    def _watch(self, rv: str) -> None:
+        with self.kube.watch(self.api_path, rv, timeout_seconds=WATCH_SECONDS) as events:
+            with self.store.lock:
+                self.state.watching = True
+            for event in events:
+                if self.store.stopped.is_set():
+                    return
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    code = obj.get("code")
+                    if code == 410:
+                        raise Gone(self.api_path, 410, "watch expired")
+                    raise KubeError(self.api_path, code, str(obj.get("message") or "watch error"))
+                if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue
+                kept = self._kept(obj)
+                with self.store.lock:
+                    if kind == "DELETED" or kept is None:
+                        self.table.pop(self.key(obj), None)
+                    elif kept is not None:
+                        self.table[kept[0]] = kept[1]
+                    self.state.since = time.time()
+                self.store.changed(self)
+
+    def _failed(self, error: KubeError | Exception, doing: str) -> None:
+        if isinstance(error, Forbidden):
+            why = f"you may not {doing} {self.state.what}: {error.reason}"
+        elif isinstance(error, KubeError) and error.status is None:
+            why = f"cannot reach the API server ({error.reason}); showing what was read before"
+        else:
+            why = f"cannot {doing} {self.state.what}: {error}"
+        with self.store.lock:
+            self.state.error = why
+            self.state.watching = False
+            if isinstance(error, Forbidden) and doing == "list":
+                self.table = {}  # (nothing may be shown that the user may not read)
+        self.store.changed(self)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        stopped = self.store.stopped
+        while not stopped.is_set():
+            try:
+                rv = self._list()
+            except NotFound as e:
+                if self.optional:
+                    with self.store.lock:
+                        self.state.served = False
+                    return
+                self._failed(e, "list")
+                stopped.wait(RETRY_MAX)
+                continue
+            except Exception as e:
+                self._failed(e, "list")
+                stopped.wait(backoff)
+                backoff = min(backoff * 2, RETRY_MAX)
+                continue
+            backoff = 0.5
+            if not self.may_watch:
+                stopped.wait(POLL)
+                continue
+            try:
+                self._watch(rv)
+            except Forbidden:
+                self.may_watch = False  # list again every POLL s instead
+            except Gone:
+                pass
+            except Exception as e:
+                log.info("watch of %s ended: %s", self.state.what, e)
+                stopped.wait(backoff)
+            with self.store.lock:
+                self.state.watching = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the feeds hold at one moment (shallow copies: the values are not changed after)."""
+
+    version: int
+    now: float
+    workloads: list[JSONObject]
+    sources: list[Source]
+    notes: list[Note]
+    feeds: list[FeedState]
+    ends: Mapping[tuple[str, str, str, float], float] = field(default_factory=dict)
+
+
+def _workload_key(obj: JSONObject) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
+
+
+def _meta_key(obj: JSONObject) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace")), str(meta.get("name")))
+
+
+def _uid(obj: JSONObject) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+class Store:
+    """Every feed of the dashboard's scope, and a version that moves whenever one changes
+    (the page is told, and reads again)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str | None,
+        kinds: Iterable[tuple[WorkloadKind, str]],
+        *,
+        secrets_kube: Kube,
+    ) -> None:
+        """`kinds`: each workload kind with the API prefix the cluster serves it at;
+        `secrets_kube`: the user's client asking for metadata only."""
+        self.kube = kube
+        self.namespace = namespace
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.stopped = threading.Event()
+        self.version = 0
+        self._rolling: dict[tuple[str, str, str, float], None] = {}
+        self._ends: dict[tuple[str, str, str, float], float] = {}
+        self._keys: dict[tuple[str, str], tuple[str, tuple[str, ...] | None, str]] = {}
+        where = f"in {namespace}" if namespace else "in every namespace"
+        self.workload_feeds: list[Feed] = []
+        for kind, prefix in kinds:
+            api_version = prefix.removeprefix("/apis/").removeprefix("/api/")
+            self.workload_feeds.append(
+                Feed(
+                    self,
+                    f"{kind.kind}s {where}",
+                    kube,
+                    path(kind.resource, namespace, prefix=prefix),
+                    _workload(kind, api_version),
+                    _workload_key,
+                    optional=kind.custom,
+                )
+            )
+        self.configmaps = Feed(
+            self,
+            f"ConfigMaps {where}",
+            kube,
+            path("configmaps", namespace),
+            lambda o: _source("configmap", o, with_keys=True),
+            _meta_key,
+        )
+        self.secrets = Feed(
+            self,
+            f"Secrets {where}",
+            secrets_kube,
+            path("secrets", namespace),
+            lambda o: _source("secret", o, with_keys=False),
+            _meta_key,
+        )
+        self.events = Feed(
+            self, f"Events {where}", kube, path("events", namespace, prefix="/api/v1"), _note, _uid
+        )
+        self.feeds = [*self.workload_feeds, self.configmaps, self.secrets, self.events]
+
+    def start(self) -> None:
+        for feed in self.feeds:
+            feed.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    def changed(self, feed: Feed) -> None:
+        with self.cond:
+            if feed is self.events and len(feed.table) > EVENTS_MAX:
+                oldest = sorted(feed.table.items(), key=lambda kv: kv[1].at)
+                for key, _ in oldest[: len(feed.table) - EVENTS_MAX]:
+                    del feed.table[key]
+            if feed in self.workload_feeds:
+                self._saw_rollouts(feed.table.values())
+            self.version += 1
+            self.cond.notify_all()
+
+    def bump(self) -> None:
+        """Something the pages show changed outside the feeds (a workload's status)."""
+        with self.cond:
+            self.version += 1
+            self.cond.notify_all()
+
+    def wait_newer(self, version: int, timeout: float) -> int:
+        """The version, once it is newer than `version` (or after `timeout` s)."""
+        with self.cond:
+            self.cond.wait_for(
+                lambda: self.version != version or self.stopped.is_set(), timeout=timeout
+            )
+            return self.version
+
+    def _saw_rollouts(self, workloads: Iterable[JSONObject]) -> None:
+        """When a rollout seen in progress was first seen ended: its end, where no Event
+        says (Events expire after an hour)."""
+        now = time.time()
+        for obj in workloads:
+            meta = obj.get("metadata") or {}
+            record = digest_mapping_any((meta.get("annotations") or {}).get(DOMAIN + "/rollout"))
+            since = record.get("since")
+            if not isinstance(since, int | float):
+                continue
+            key = (*_workload_key(obj), float(since))
+            if record.get("state") == "rolling":
+                self._rolling[key] = None
+            elif key in self._rolling and key not in self._ends:
+                self._ends[key] = now
+
+    def snapshot(self) -> Snapshot:
+        with self.lock:
+            workloads = [o for f in self.workload_feeds for o in f.table.values()]
+            sources = [*self.configmaps.table.values(), *self.secrets.table.values()]
+            notes = list(self.events.table.values())
+            feeds = [
+                FeedState(**vars(f.state))
+                for f in self.feeds
+                if f.state.served and (f.state.listed or f.state.error)
+            ]
+            return Snapshot(
+                self.version, time.time(), workloads, sources, notes, feeds, dict(self._ends)
+            )
+
+    def ready(self) -> bool:
+        """Every feed has been read once (or said why not)."""
+        with self.lock:
+            return all(f.state.listed or f.state.error or not f.state.served for f in self.feeds)
+
+    def secret_keys(self, namespace: str, name: str) -> tuple[tuple[str, ...] | None, str]:
+        """The key names of Secret `name` (a GET: `get` on it is needed; the values are
+        dropped as read), kept while its resourceVersion stays; (None, why) when not read."""
+        with self.lock:
+            listed = self.secrets.table.get((namespace, name))
+            known = self._keys.get((namespace, name))
+        rv = listed.resource_version if listed is not None else ""
+        if known is not None and known[0] == rv and rv:
+            return known[1], known[2]
+        try:
+            obj = self.kube.get(path("secrets", namespace, name))
+        except Forbidden as e:
+            keys, why = None, f"its key names need `get` on the Secret: {e.reason}"
+        except KubeError as e:
+            keys, why = None, f"its key names could not be read: {e}"
+        else:
+            found = set((obj.get("data") or {}).keys()) | set(obj.get("stringData") or {})
+            keys, why = tuple(sorted(str(k) for k in found)), ""
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+            del obj
+        with self.lock:
+            self._keys[(namespace, name)] = (rv, keys, why)
+        return keys, why

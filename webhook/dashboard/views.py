@@ -1,0 +1,835 @@
+"""The dashboard's pages as data, worked out from what the feeds hold (a `Snapshot`): the JSON
+the page reads, and that other tools may read.
+
+Pure: no cluster call and no clock (the snapshot says when it was taken); a workload's status
+(`configpin status`'s dry run) is handed in by `status_of`.
+
+What configpin wrote is read as it stands: this process holds no digest key, so a record's
+signature is not checked (as `configpin status` does not). The pages say so.
+
+- `changes`: each recent change of a consumed source (from who changed it, on the source; the
+  rollout records that name it, on the workloads; the controller's Events that say a workload
+  waits for it), and `change`: one change's members in wave order, each with its rollout as a
+  bar (from its re-stamp to complete, failed, left, or waiting) and what it waits for.
+- `sources`, `source`: who uses which key of each ConfigMap and Secret, how, and what a change
+  does there.
+- `workloads`: what `configpin status` reports, with the last rollouts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from webhook.core.constants import (
+    ANN_APPROVED,
+    ANN_CHANGED_BY,
+    ANN_MODE,
+    ANN_ON_CHANGE,
+    ANN_ON_FAILURE,
+    ANN_REJECTED,
+    ANN_ROLLOUT,
+    ANN_ROLLOUT_WAVES,
+    ANN_SHARED,
+    ANN_SOURCES,
+    APPROVE_STEP,
+    MODE_OFF,
+    MODE_SNAPSHOT,
+    ON_CHANGE_REFRESH,
+)
+from webhook.core.kinds import template_paths, workload_kind
+from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.progress import Standing, standing
+from webhook.core.record import Change, annotations_of, digest_mapping_any
+from webhook.core.refs import CONTAINER_LISTS, find_sites, get_path
+from webhook.core.waves import Member, WaveStep, approval_from, cut_waves, wave_of, wave_order
+from webhook.dashboard.feeds import Note, Snapshot, Source, epoch
+
+PAGE: Final = 50  # rows of a list page
+TIMELINE_PAGE: Final = 100  # rows of a change's timeline page
+RECENT: Final = 100  # changes listed at most
+_CHANGE_IN_NOTE: Final = re.compile(r"((?:[a-z0-9.-]+/)?(?:configmap|secret)/[^\s@/]+@[0-9a-f]+)")
+_WAVE_IN_NOTE: Final = re.compile(r"wave (\d+) of (\d+)")
+_WAITING: Final = ("ConfigRolloutWaiting", "ConfigRolloutAwaitingApproval")
+_ENDS: Final = {
+    "ConfigRolloutComplete": "complete",
+    "ConfigRolloutLeft": "left",
+    "ConfigRolloutFailed": "failed",
+    "ConfigRolledBack": "failed",
+    "ConfigRolledBackByPerson": "failed",
+}
+_ACTIONS: Final = {
+    "undo": "undone",
+    "hold": "held",
+    "none": "left as it is",
+    "rolled-back-by-person": "rolled back by a person",
+}
+UNSIGNED: Final = (
+    "as configpin's records stand on the objects: this page holds no digest key, so their "
+    "signatures are not checked (configpin itself believes only those it signed)"
+)
+
+WorkloadRef = tuple[str, str, str]  # kind, namespace, name
+StatusOf = Callable[[JSONObject], Mapping[str, Any] | None]
+
+
+# --- a workload as the pages read it ----------------------------------------------------------
+
+
+def ref_of(obj: Mapping[str, Any]) -> WorkloadRef:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _template_annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    paths = template_paths(str(obj.get("kind", "")))
+    meta = get_path(obj, paths[0]) if paths else None
+    found = meta.get("annotations") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _pod_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
+    paths = template_paths(str(obj.get("kind", "")))
+    spec = get_path(obj, paths[1]) if paths else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def record_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """configpin's rollout record on the workload, as it stands ({} when none)."""
+    return digest_mapping_any(annotations_of(obj).get(ANN_ROLLOUT))
+
+
+def _since(record: Mapping[str, Any]) -> float | None:
+    since = record.get("since")
+    return float(since) if isinstance(since, int | float) else None
+
+
+def _healthy(obj: Mapping[str, Any]) -> bool:
+    kind = workload_kind(str(obj.get("kind")))
+    return kind is None or standing(kind, obj) is Standing.HEALTHY
+
+
+@dataclass(frozen=True)
+class Use:
+    """One place a workload's pod spec reads a source."""
+
+    keys: frozenset[str] | None  # None: every key
+    how: str  # env, envFrom, volume, subPath
+    where: str  # in a person's words
+    optional: bool
+
+
+def _mounts(spec: Mapping[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
+    """Volume name -> (container, mountPath, subPath) of each mount of it."""
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for clist in CONTAINER_LISTS:
+        for container in spec.get(clist) or ():
+            if not isinstance(container, dict):
+                continue
+            for mount in container.get("volumeMounts") or ():
+                if isinstance(mount, dict) and isinstance(mount.get("name"), str):
+                    sub = str(mount.get("subPath") or mount.get("subPathExpr") or "")
+                    out.setdefault(mount["name"], []).append(
+                        (str(container.get("name") or "?"), str(mount.get("mountPath") or ""), sub)
+                    )
+    return out
+
+
+def uses(obj: Mapping[str, Any]) -> dict[str, list[Use]]:
+    """How the workload's pod spec reads each source ("configmap/<name>" -> its uses)."""
+    spec = _pod_spec(obj)
+    mounts: dict[str, list[tuple[str, str, str]]] | None = None
+    out: dict[str, list[Use]] = {}
+    for site in find_sites(spec):
+        where = site.path
+        key = f"{site.source.kind.value}/{site.source.name}"
+        if where[0] == "volumes":
+            if mounts is None:
+                mounts = _mounts(spec)
+            volume = get_path(spec, where[:2])
+            vname = str(volume.get("name") if isinstance(volume, dict) else "?")
+            found = mounts.get(vname) or [("", "", "")]
+            for container, at, sub in found:
+                place = f" at {at}" if at else ""
+                cont = f" in {container}" if container else ""
+                if sub:
+                    use = Use(
+                        site.keys,
+                        "subPath",
+                        f"volume {vname}, subPath {sub}{place}{cont}",
+                        site.optional,
+                    )
+                else:
+                    kind = "projected volume" if "projected" in where else "volume"
+                    use = Use(site.keys, "volume", f"{kind} {vname}{place}{cont}", site.optional)
+                out.setdefault(key, []).append(use)
+            continue
+        container = get_path(spec, where[:2])
+        cname = str(container.get("name") if isinstance(container, dict) else "?")
+        if where[2] == "env":
+            env = get_path(spec, where[:4])
+            var = str(env.get("name") if isinstance(env, dict) else "?")
+            use = Use(site.keys, "env", f"env {var} in {cname}", site.optional)
+        else:
+            use = Use(site.keys, "envFrom", f"envFrom in {cname}", site.optional)
+        out.setdefault(key, []).append(use)
+    return out
+
+
+def _mode(obj: Mapping[str, Any]) -> str:
+    return str(annotations_of(obj).get(ANN_MODE) or "")
+
+
+def pinned(obj: Mapping[str, Any]) -> bool:
+    return bool(digest_mapping_any(_template_annotations(obj).get(ANN_SOURCES)))
+
+
+def on_change(obj: Mapping[str, Any], source: str, its_uses: Sequence[Use]) -> str:
+    """What a change of `source` does to the workload: roll, refresh, or nothing."""
+    own = annotations_of(obj)
+    if _mode(obj) == MODE_OFF:
+        return "nothing (configpin.io/mode: off)"
+    if not pinned(obj):
+        return "nothing (not pinned)"
+    kind = workload_kind(str(obj.get("kind")))
+    if kind is not None and not kind.rolls:
+        return f"nothing (a {kind.kind}'s pod template cannot change)"
+    rejected = digest_mapping_any(own.get(ANN_REJECTED))
+    held = (
+        f"; hold where its content was rejected before ({ANN_REJECTED})"
+        if source in rejected
+        else ""
+    )
+    if own.get(ANN_ON_CHANGE) == ON_CHANGE_REFRESH and _mode(obj) != MODE_SNAPSHOT:
+        if all(u.how == "volume" for u in its_uses):
+            return "refresh" + held
+        return "roll (refresh cannot reach an env var or a subPath mount)" + held
+    return "roll" + held
+
+
+def on_failure(obj: Mapping[str, Any]) -> str:
+    value = annotations_of(obj).get(ANN_ON_FAILURE)
+    if isinstance(value, str) and value:
+        return value
+    return "undo" if _mode(obj) == MODE_SNAPSHOT else "configpin's default (hold in checksum mode)"
+
+
+# --- changes -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One workload in a change's timeline."""
+
+    ref: WorkloadRef
+    wave_annotation: int
+    vouches: bool
+    state: str  # rolling, complete, failed, left, waiting, pending, checking
+    detail: str = ""
+    waits_for: str = ""  # wave, cap, approval, stopped, window, configpin
+    note: str = ""
+    start: float | None = None
+    end: float | None = None
+    wave: int = 0  # from 1
+    said_wave: tuple[int, int] | None = None  # "wave N of M", as an Event said
+
+    def as_dict(self) -> dict[str, Any]:
+        kind, namespace, name = self.ref
+        return {
+            "namespace": namespace,
+            "kind": kind,
+            "name": name,
+            "wave": self.wave,
+            "state": self.state,
+            "detail": self.detail,
+            "waits_for": self.waits_for,
+            "note": self.note,
+            "start": self.start,
+            "end": self.end,
+        }
+
+
+@dataclass
+class Facts:
+    """What is known of one change."""
+
+    change: Change
+    by: str = ""
+    at: float = 0.0
+    keys: tuple[str, ...] | None = None
+    more: int = 0
+    current: bool = False  # its source holds this content now (as its record of who says)
+    namespaces: set[str] = field(default_factory=set)
+    rows: dict[WorkloadRef, Row] = field(default_factory=dict)
+
+    @property
+    def ident(self) -> str:
+        return str(self.change)
+
+
+def _json(text: Any) -> dict[str, Any]:
+    return digest_mapping_any(text)
+
+
+def _sid(kind: str, name: str) -> SourceId:
+    return SourceId(SourceKind(kind), name)
+
+
+def _by_text(text: str) -> str:
+    """A rollout record's `by` ("alice at 2026-...Z"): the user."""
+    user, _, _ = text.rpartition(" at ")
+    return user or text
+
+
+def _changed_by(source: Source) -> tuple[Change, dict[str, Any]] | None:
+    record = _json(source.annotations.get(ANN_CHANGED_BY))
+    content = record.get("content")
+    if not isinstance(content, str) or not content:
+        return None
+    shared = source.annotations.get(ANN_SHARED) == "true"
+    change = Change.of(source.namespace, _sid(source.kind, source.name), content, shared=shared)
+    return change, record
+
+
+def _wait_kind(note: Note) -> str:
+    if note.reason == "ConfigRolloutAwaitingApproval":
+        return "approval"
+    text = note.note
+    if "--max-rolling" in text:
+        return "cap"
+    if "failed (wave" in text or "are not rolled" in text:
+        return "stopped"
+    if "rolls in waves" in text:
+        return "wave"
+    return "configpin"
+
+
+_WAITS: Final = {
+    "approval": "an approval",
+    "cap": "a place (--max-rolling: too many rollouts in flight in its namespace)",
+    "stopped": "nothing: an earlier wave failed, this one will not roll",
+    "wave": "an earlier wave to complete",
+    "configpin": "configpin",
+    "window": "a rollout window",
+}
+
+
+def _waiting_notes(notes: Iterable[Note]) -> dict[WorkloadRef, Note]:
+    """The latest waiting Event of each workload."""
+    latest: dict[WorkloadRef, Note] = {}
+    for note in notes:
+        if note.reason not in _WAITING:
+            continue
+        ref = (note.kind, note.namespace, note.name)
+        if ref not in latest or note.at >= latest[ref].at:
+            latest[ref] = note
+    return latest
+
+
+def _end_notes(notes: Iterable[Note]) -> dict[WorkloadRef, list[Note]]:
+    out: dict[WorkloadRef, list[Note]] = {}
+    for note in notes:
+        if note.reason in _ENDS:
+            out.setdefault((note.kind, note.namespace, note.name), []).append(note)
+    return out
+
+
+def _rolled_row(
+    obj: Mapping[str, Any],
+    record: Mapping[str, Any],
+    ends: Sequence[Note],
+    seen_ends: Mapping[tuple[str, str, str, float], float],
+) -> Row:
+    ref = ref_of(obj)
+    state = str(record.get("state") or "rolling")
+    since = _since(record)
+    healthy = record.get("healthy", True) is not False and state != "left"
+    row = Row(ref, wave_of(obj), healthy, state, start=since)
+    if state == "failed":
+        action = _ACTIONS.get(str(record.get("action")), str(record.get("action") or "?"))
+        row.detail = f"{record.get('signal') or 'failed'} ({action})"
+    elif state == "left":
+        row.detail = "scaled to zero while rolling: it proves nothing and left the waves"
+    elif state == "rolling":
+        row.detail = "re-stamped: updated pods not all Ready yet"
+    elif state == "complete":
+        row.detail = "every updated pod Ready"
+    if state != "rolling" and since is not None:
+        wanted = _ENDS_WANTED.get(state, ())
+        found = [n.at for n in ends if n.reason in wanted and n.at >= since - 1]
+        if found:
+            row.end = min(found)
+        else:
+            row.end = seen_ends.get((*ref, since))
+    return row
+
+
+_ENDS_WANTED: Final = {
+    "complete": ("ConfigRolloutComplete",),
+    "left": ("ConfigRolloutLeft",),
+    "failed": ("ConfigRolloutFailed", "ConfigRolledBack", "ConfigRolledBackByPerson"),
+}
+
+
+def gather(snapshot: Snapshot) -> dict[str, Facts]:
+    """Every change the cluster says something about, by its id."""
+    facts: dict[str, Facts] = {}
+
+    def get(change: Change) -> Facts:
+        found = facts.get(str(change))
+        if found is None:
+            found = facts[str(change)] = Facts(change)
+        return found
+
+    for source in snapshot.sources:
+        if source.copy:
+            continue
+        found = _changed_by(source)
+        if found is None:
+            continue
+        change, record = found
+        f = get(change)
+        f.current = True
+        f.namespaces.add(source.namespace)
+        at = record.get("at")
+        if isinstance(at, int | float) and (not f.at or at < f.at):
+            f.at = float(at)
+            f.by = str(record.get("user") or "")
+        keys = record.get("keys")
+        if isinstance(keys, list):
+            f.keys = tuple(str(k) for k in keys)
+            more = record.get("more")
+            f.more = more if isinstance(more, int) else 0
+    ends = _end_notes(snapshot.notes)
+    records: dict[WorkloadRef, dict[str, Any]] = {}
+    for obj in snapshot.workloads:
+        record = record_of(obj)
+        if not record:
+            continue
+        ref = ref_of(obj)
+        records[ref] = record
+        for text in record.get("changes") or ():
+            named = Change.parse(str(text))
+            if named is None:
+                continue
+            f = get(named)
+            f.namespaces.add(ref[1])
+            f.rows[ref] = _rolled_row(obj, record, ends.get(ref, ()), snapshot.ends)
+            since = _since(record)
+            if since is not None and not f.current and (not f.at or since < f.at):
+                f.at = since  # (no record of who changed it: its first rollout's start)
+            if not f.by and record.get("by"):
+                f.by = _by_text(str(record["by"]))
+    by_ref = {ref_of(o): o for o in snapshot.workloads}
+    for ref, note in _waiting_notes(snapshot.notes).items():
+        waiter = by_ref.get(ref)
+        if waiter is None:
+            continue
+        since = _since(records.get(ref, {}))
+        if since is not None and note.at < since:
+            continue  # said before its last rollout started
+        match = _CHANGE_IN_NOTE.search(note.note)
+        waited = Change.parse(match.group(1)) if match else None
+        if waited is None:
+            continue
+        f = get(waited)
+        if ref in f.rows:
+            continue
+        f.namespaces.add(ref[1])
+        waits = _wait_kind(note)
+        row = Row(
+            ref, wave_of(waiter), _healthy(waiter), "waiting", waits_for=waits, note=note.note
+        )
+        row.detail = f"waits for {_WAITS[waits]}"
+        row.start = note.at
+        said = _WAVE_IN_NOTE.search(note.note)
+        if said:
+            row.said_wave = (int(said.group(1)), int(said.group(2)))
+        f.rows[ref] = row
+        if not f.at:
+            f.at = note.at
+    return facts
+
+
+def _consumers(snapshot: Snapshot, f: Facts) -> list[tuple[JSONObject, list[Use]]]:
+    """The pinned workloads of the change's namespaces that read a key it changed."""
+    source = f"{f.change.source.kind.value}/{f.change.source.name}"
+    out = []
+    for obj in snapshot.workloads:
+        ref = ref_of(obj)
+        if f.change.namespace and ref[1] != f.change.namespace:
+            continue
+        if not f.change.namespace and ref[1] not in f.namespaces:
+            continue
+        found = uses(obj).get(source)
+        if not found or not pinned(obj) or _mode(obj) == MODE_OFF:
+            continue
+        if f.keys is not None and not f.more:
+            changed = set(f.keys)
+            if all(u.keys is not None and not (u.keys & changed) for u in found):
+                continue  # it reads other keys only
+        out.append((obj, found))
+    return out
+
+
+def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
+    """The consumers of a change its source holds now that neither rolled for it nor were
+    said to wait: stale by `configpin status`'s dry run (not rolled yet), or not checked yet.
+    Those that take it in place (on-change: refresh) are no member of the waves."""
+    if not f.current:
+        return
+    for obj, its_uses in _consumers(snapshot, f):
+        ref = ref_of(obj)
+        if ref in f.rows:
+            continue
+        source = f"{f.change.source.kind.value}/{f.change.source.name}"
+        if on_change(obj, source, its_uses).startswith("refresh"):
+            continue
+        meta = obj.get("metadata") or {}
+        if epoch(meta.get("creationTimestamp")) > f.at > 0:
+            continue  # made after the change: it started with it
+        status = status_of(obj)
+        row = Row(ref, wave_of(obj), _healthy(obj), "pending")
+        if status is None:
+            row.state, row.detail = (
+                "checking",
+                "asking the API server (dry run) whether it is stale",
+            )
+        else:
+            state = str(status.get("state") or "")
+            if state not in ("stale", "waiting", "awaiting-approval"):
+                continue
+            row.detail = str(status.get("reason") or "stale: not rolled yet")
+            row.waits_for = "approval" if state == "awaiting-approval" else "configpin"
+            row.state = "waiting" if state in ("waiting", "awaiting-approval") else "pending"
+        f.rows[ref] = row
+
+
+def _approvals(snapshot: Snapshot, f: Facts) -> list[dict[str, Any]]:
+    """Who approved the change's content, in which namespace (as the source records it)."""
+    out = []
+    for source in snapshot.sources:
+        if (
+            source.kind != f.change.source.kind.value
+            or source.name != f.change.source.name
+            or source.namespace not in f.namespaces | ({f.change.namespace} - {""})
+        ):
+            continue
+        record = _json(source.annotations.get(ANN_APPROVED))
+        if record.get("content") == f.change.content:
+            out.append(
+                {"namespace": source.namespace, "user": record.get("user"), "at": record.get("at")}
+            )
+    return out
+
+
+def steps_text(steps: Sequence[WaveStep] | None) -> str:
+    if steps is None:
+        return "off"
+    parts = []
+    for s in steps:
+        if s.approve:
+            parts.append(APPROVE_STEP)
+        elif s.count:
+            parts.append(str(s.count))
+        else:
+            parts.append(f"{s.fraction * 100:g}%")
+    return ",".join(parts)
+
+
+def _summary(f: Facts) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for row in f.rows.values():
+        counts[row.state] = counts.get(row.state, 0) + 1
+    kind, name = f.change.source.kind.value, f.change.source.name
+    return {
+        "id": f.ident,
+        "namespace": f.change.namespace,
+        "namespaces": sorted(f.namespaces),
+        "shared": f.change.shared,
+        "source": {"kind": kind, "name": name},
+        "content": f.change.content,
+        "by": f.by or "unknown",
+        "at": f.at or None,
+        "keys": list(f.keys) if f.keys is not None else None,
+        "more": f.more,
+        "current": f.current,
+        "counts": counts,
+        "waiting_approval": sum(1 for r in f.rows.values() if r.waits_for == "approval"),
+    }
+
+
+def changes(snapshot: Snapshot, query: str = "") -> dict[str, Any]:
+    """The recent changes, newest first."""
+    facts = [f for f in gather(snapshot).values() if f.rows or f.current]
+    if query:
+        q = query.lower()
+        facts = [f for f in facts if q in f.ident.lower() or q in f.by.lower()]
+    facts.sort(key=lambda f: (-(f.at or 0), f.ident))
+    return {
+        "changes": [_summary(f) for f in facts[:RECENT]],
+        "total": len(facts),
+        "said": UNSIGNED,
+    }
+
+
+def change(
+    snapshot: Snapshot,
+    ident: str,
+    steps: Sequence[WaveStep] | None,
+    status_of: StatusOf,
+    page: int = 1,
+) -> dict[str, Any] | None:
+    """One change: its members in wave order, as a timeline (None: nothing says so)."""
+    f = gather(snapshot).get(ident)
+    if f is None:
+        return None
+    _pending(snapshot, f, status_of)
+    by_ref = {ref_of(o): o for o in snapshot.workloads}
+    rows = list(f.rows.values())
+    members = {Member(r.wave_annotation, r.ref[1], r.ref[0], r.ref[2]): r for r in rows}
+    ordered = [members[m] for m in wave_order(members)]
+    plan = cut_waves(ordered, lambda r: r.vouches, steps)
+    for i, wave in enumerate(plan):
+        for row in wave:
+            row.wave = i + 1
+    approve_at = approval_from(steps)
+    approvals = _approvals(snapshot, f)
+    approved_in = {a["namespace"] for a in approvals}
+    waiting_in = sorted({r.ref[1] for r in rows if r.waits_for == "approval"})
+    asks = [
+        r.ref[1]
+        for r in rows
+        if r.state in ("pending", "waiting", "checking")
+        and (
+            (approve_at is not None and r.wave > approve_at)
+            or _asks_approval(by_ref.get(r.ref, {}))
+        )
+        and r.ref[1] not in approved_in
+    ]
+    said = {r.said_wave[1] for r in rows if r.said_wave is not None}
+    note = ""
+    if said and said != {len(plan)}:
+        note = (
+            f"configpin's Events say {', '.join(map(str, sorted(said)))} waves; this page cut "
+            f"them with --rollout-waves {steps_text(steps)}: start the dashboard with the "
+            "--rollout-waves configpin runs with"
+        )
+    pages = max(1, math.ceil(len(ordered) / TIMELINE_PAGE))
+    page = min(max(1, page), pages)
+    shown = ordered[(page - 1) * TIMELINE_PAGE : page * TIMELINE_PAGE]
+    starts = [r.start for r in rows if r.start is not None]
+    ends = [r.end for r in rows if r.end is not None]
+    going = any(r.state in ("rolling", "waiting", "pending", "checking") for r in rows)
+    begin = min([*starts, *([f.at] if f.at else [])], default=snapshot.now)
+    finish = snapshot.now if going or not ends else max(ends)
+    return {
+        **_summary(f),
+        "waves": len(plan),
+        "wave_sizes": [len(w) for w in plan],
+        "waves_setting": steps_text(steps),
+        "waves_note": note,
+        "approval": {
+            "asked": bool(waiting_in or asks),
+            "after_wave": approve_at,
+            "approved": approvals,
+            "namespaces": sorted(set(waiting_in) | set(asks)),
+        },
+        "rows": [r.as_dict() for r in shown],
+        "total": len(ordered),
+        "page": page,
+        "pages": pages,
+        "begin": begin,
+        "finish": max(finish, begin + 1),
+        "now": snapshot.now,
+        "said": UNSIGNED,
+    }
+
+
+def _asks_approval(obj: Mapping[str, Any]) -> bool:
+    value = annotations_of(obj).get(ANN_ROLLOUT_WAVES)
+    return isinstance(value, str) and APPROVE_STEP in [p.strip() for p in value.split(",")]
+
+
+# --- used by -----------------------------------------------------------------------------------
+
+
+def _source_key(kind: str, name: str) -> str:
+    return f"{kind}/{name}"
+
+
+def _all_consumers(
+    snapshot: Snapshot,
+) -> dict[tuple[str, str, str], list[tuple[JSONObject, list[Use]]]]:
+    """(kind, namespace, name) of a source -> the workloads that read it, with how."""
+    out: dict[tuple[str, str, str], list[tuple[JSONObject, list[Use]]]] = {}
+    for obj in snapshot.workloads:
+        ns = ref_of(obj)[1]
+        for key, its_uses in uses(obj).items():
+            kind, _, name = key.partition("/")
+            out.setdefault((kind, ns, name), []).append((obj, its_uses))
+    return out
+
+
+def _page(items: Sequence[Any], page: int, size: int = PAGE) -> tuple[list[Any], int, int]:
+    pages = max(1, math.ceil(len(items) / size))
+    page = min(max(1, page), pages)
+    return list(items[(page - 1) * size : page * size]), page, pages
+
+
+def sources(snapshot: Snapshot, query: str = "", page: int = 1) -> dict[str, Any]:
+    """Every ConfigMap and Secret of the scope (and those workloads read that are missing),
+    with how many workloads read each."""
+    consumers = _all_consumers(snapshot)
+    known = {(s.kind, s.namespace, s.name): s for s in snapshot.sources if not s.copy}
+    keys = sorted(set(known) | set(consumers), key=lambda k: (k[1], k[0], k[2]))
+    if query:
+        q = query.lower()
+        keys = [k for k in keys if q in f"{k[0]}/{k[1]}/{k[2]}".lower()]
+    shown, page, pages = _page(keys, page)
+    rows = []
+    for kind, ns, name in shown:
+        source = known.get((kind, ns, name))
+        record = _json(source.annotations.get(ANN_CHANGED_BY)) if source else {}
+        rows.append(
+            {
+                "kind": kind,
+                "namespace": ns,
+                "name": name,
+                "consumers": len(consumers.get((kind, ns, name), ())),
+                "keys": len(source.keys) if source and source.keys is not None else None,
+                "missing": source is None,
+                "changed_by": record.get("user"),
+                "changed_at": record.get("at"),
+            }
+        )
+    return {"sources": rows, "total": len(keys), "page": page, "pages": pages}
+
+
+def source(
+    snapshot: Snapshot,
+    kind: str,
+    namespace: str,
+    name: str,
+    secret_keys: Callable[[str, str], tuple[tuple[str, ...] | None, str]],
+) -> dict[str, Any]:
+    """Who uses which key of one source: for each key, the workloads that read it, how, and
+    what a change of it does there."""
+    found = next(
+        (s for s in snapshot.sources if (s.kind, s.namespace, s.name) == (kind, namespace, name)),
+        None,
+    )
+    keys: tuple[str, ...] | None
+    keys_note = ""
+    if found is None:
+        keys, keys_note = None, "not found (or not readable): what its consumers name is listed"
+    elif found.keys is not None:
+        keys = found.keys
+    else:
+        keys, keys_note = secret_keys(namespace, name)
+    readers = _all_consumers(snapshot).get((kind, namespace, name), [])
+    by_key: dict[str, list[dict[str, Any]]] = {k: [] for k in keys or ()}
+    every: list[dict[str, Any]] = []
+    for obj, its_uses in readers:
+        wkind, _, wname = ref_of(obj)
+        change_does = on_change(obj, _source_key(kind, name), its_uses)
+        for use in its_uses:
+            entry = {
+                "kind": wkind,
+                "name": wname,
+                "how": use.how,
+                "where": use.where,
+                "optional": use.optional,
+                "on_change": change_does,
+                "on_failure": on_failure(obj),
+            }
+            if use.keys is None:
+                if keys is None:
+                    every.append(entry)
+                for k in keys or ():
+                    by_key[k].append(entry)
+            else:
+                for k in sorted(use.keys):
+                    by_key.setdefault(k, []).append(entry)
+    present = set(keys or ())
+    out_keys = [
+        {
+            "key": k,
+            "missing": keys is not None and k not in present,
+            "consumers": sorted(by_key[k], key=lambda e: (e["kind"], e["name"], e["where"])),
+        }
+        for k in sorted(by_key)
+    ]
+    record = _json(found.annotations.get(ANN_CHANGED_BY)) if found else {}
+    return {
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+        "found": found is not None,
+        "keys_known": keys is not None,
+        "keys_note": keys_note,
+        "keys": out_keys,
+        "every_key": sorted(every, key=lambda e: (e["kind"], e["name"], e["where"])),
+        "workloads": len(readers),
+        "changed_by": record.get("user"),
+        "changed_at": record.get("at"),
+        "changed_keys": record.get("keys"),
+    }
+
+
+# --- workloads ---------------------------------------------------------------------------------
+
+
+def last_rollouts(notes: Iterable[Note], ref: WorkloadRef, most: int = 4) -> list[dict[str, Any]]:
+    """The latest rollout Events about a workload, newest first."""
+    mine = [n for n in notes if (n.kind, n.namespace, n.name) == ref]
+    mine.sort(key=lambda n: -n.at)
+    return [{"reason": n.reason, "type": n.type, "at": n.at, "note": n.note} for n in mine[:most]]
+
+
+def workload_refs(snapshot: Snapshot, query: str = "") -> list[JSONObject]:
+    objs = sorted(snapshot.workloads, key=lambda o: (ref_of(o)[1], ref_of(o)[0], ref_of(o)[2]))
+    if query:
+        q = query.lower()
+        objs = [o for o in objs if q in "/".join(ref_of(o)).lower()]
+    return objs
+
+
+def workloads(
+    snapshot: Snapshot, status_of: StatusOf, query: str = "", page: int = 1
+) -> dict[str, Any]:
+    """What `configpin status` reports on each workload (a page of them), with its sources,
+    the copies it uses and its last rollouts."""
+    objs = workload_refs(snapshot, query)
+    shown, page, pages = _page(objs, page)
+    rows = []
+    for obj in shown:
+        kind, ns, name = ref_of(obj)
+        status = status_of(obj)
+        record = record_of(obj)
+        row: dict[str, Any] = {
+            "namespace": ns,
+            "kind": kind,
+            "name": name,
+            "checking": status is None,
+            "state": str(status.get("state")) if status else "checking",
+            "reason": str(status.get("reason") or "") if status else "",
+            "mode": str(status.get("mode")) if status else (_mode(obj) or "default"),
+            "sources": [
+                {"source": s.get("source"), "state": s.get("state")}
+                for s in (status.get("sources") or [] if status else [])
+            ],
+            "copies": list(status.get("copies") or []) if status else [],
+            "rolled_at": str(annotations_of(obj).get("configpin.io/rolled-at") or ""),
+            "rollout": {
+                k: record.get(k) for k in ("state", "since", "by", "signal", "action", "changes")
+            }
+            if record
+            else None,
+            "last": last_rollouts(snapshot.notes, (kind, ns, name)),
+        }
+        rows.append(row)
+    return {"workloads": rows, "total": len(objs), "page": page, "pages": pages, "said": UNSIGNED}
