@@ -317,6 +317,21 @@ _WAITS: Final = {
 }
 
 
+_AFTER_WAVE: Final = re.compile(r"when wave (\d+) is complete \((\d+) of (\d+)")
+_IN_FLIGHT: Final = re.compile(r"(\d+) config rollouts are in flight")
+
+
+def _wait_detail(waits: str, note: str) -> str:
+    """What the controller's note adds to what the workload waits for, in a few words."""
+    if waits == "wave" and (m := _AFTER_WAVE.search(note)):
+        return f"wave {m.group(1)}: {m.group(2)} of {m.group(3)} complete"
+    if waits == "cap" and (m := _IN_FLIGHT.search(note)):
+        return f"{m.group(1)} rollouts in flight in its namespace"
+    if waits == "approval" and "rollout-waves" in note and "comes after approve" not in note:
+        return "its own configpin.io/rollout-waves asks for one"
+    return ""
+
+
 def _waiting_notes(notes: Iterable[Note]) -> dict[WorkloadRef, Note]:
     """The latest waiting Event of each workload."""
     latest: dict[WorkloadRef, Note] = {}
@@ -364,6 +379,8 @@ def _rolled_row(
             row.end = min(found)
         else:
             row.end = seen_ends.get((*ref, since))
+        if state == "complete" and row.end is not None:
+            row.detail += f" after {max(0, round(row.end - since))} s"
     return row
 
 
@@ -443,7 +460,7 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
         row = Row(
             ref, wave_of(waiter), _healthy(waiter), "waiting", waits_for=waits, note=note.note
         )
-        row.detail = f"waits for {_WAITS[waits]}"
+        row.detail = _wait_detail(waits, note.note)
         row.start = note.at
         said = _WAVE_IN_NOTE.search(note.note)
         if said:

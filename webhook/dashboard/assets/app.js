@@ -12,6 +12,7 @@
   let loading = false;
   let again = false;
   let lastVersion = -1;
+  let oneNamespace = false; // the dashboard shows one namespace: no namespace column
   const messages = {}; // a change's id -> the last answer to its Approve
 
   // --- building the page (text only: names come from tenants, never as HTML)
@@ -88,6 +89,7 @@
 
   async function overview() {
     const doc = await get("/api/overview");
+    oneNamespace = doc.scope.startsWith("namespace ");
     document.getElementById("scope").textContent =
       doc.scope + (doc.context ? " · context " + doc.context : "");
     const problems = document.getElementById("problems");
@@ -246,16 +248,10 @@
     return svg;
   }
   function axis(begin, finish) {
-    const svg = s("svg", { viewBox: "0 0 1000 22", preserveAspectRatio: "none" });
-    for (let i = 0; i <= 4; i++) {
-      const t = begin + ((finish - begin) * i) / 4;
-      const xx = i * 250;
-      svg.append(s("line", { x1: xx, x2: xx, y1: 14, y2: 22 }));
-      const label = s("text", { x: Math.min(Math.max(xx, 2), 960), y: 11 });
-      label.textContent = clock(t);
-      svg.append(label);
-    }
-    return svg;
+    // the times in HTML (an SVG stretched to the column would stretch its text too)
+    const labels = [];
+    for (let i = 0; i <= 4; i++) labels.push(h("span", {}, clock(begin + ((finish - begin) * i) / 4)));
+    return h("div", { class: "ticks" }, labels);
   }
   function legend() {
     const item = (cls, text) => {
@@ -323,6 +319,7 @@
         );
       }
       const waits = row.state === "waiting" || row.state === "pending" ? WAITS[row.waits_for] || row.waits_for : "";
+      const detail = waits && row.detail === "waits for " + waits ? "" : row.detail;
       body.append(
         h("tr", {
             "data-workload": row.namespace + "/" + row.kind + "/" + row.name,
@@ -331,7 +328,7 @@
           },
           h("td", {}, row.kind + " ", h("strong", {}, row.name), c.shared ? h("span", { class: "quiet" }, " " + row.namespace) : null),
           h("td", {}, badge(row.state)),
-          h("td", {}, waits ? h("div", {}, waits) : null, h("div", { class: "waits", title: row.note }, row.detail)),
+          h("td", { title: row.note }, waits ? h("div", {}, waits) : null, detail ? h("div", { class: "waits" }, detail) : null),
           h("td", { class: "bar" }, bar(row, c.begin, c.finish, c.now)))
       );
     }
@@ -424,7 +421,7 @@
     const doc = await get(withQuery("/api/workloads", r));
     const rows = doc.workloads.map((w) =>
       h("tr", { "data-workload": w.namespace + "/" + w.kind + "/" + w.name },
-        h("td", {}, w.namespace),
+        oneNamespace ? null : h("td", {}, w.namespace),
         h("td", {}, w.kind + " ", h("strong", {}, w.name)),
         h("td", {}, badge(w.state)),
         h("td", { class: "waits" }, w.reason),
@@ -441,7 +438,7 @@
       h("div", { class: "toolbar" }, searchBox(r, "filter: namespace, kind, name"),
         checking ? h("span", { class: "quiet" }, "asking the API server about " + checking + " (dry runs)…") : null),
       h("table", { "data-testid": "workloads" },
-        h("thead", {}, h("tr", {}, ["Namespace", "Workload", "State", "Why", "Sources", "Copies in use", "Last rollouts"].map((t) => h("th", {}, t)))),
+        h("thead", {}, h("tr", {}, [oneNamespace ? null : "Namespace", "Workload", "State", "Why", "Sources", "Copies in use", "Last rollouts"].filter((t) => t).map((t) => h("th", {}, t)))),
         h("tbody", {}, rows)),
       pager(r, doc)
     );
@@ -492,7 +489,7 @@
         f.text().then((t) => { previewText = t; draw(); });
       },
     });
-    const ns = h("input", { type: "text", id: "preview-ns", placeholder: "namespace (if the manifest names none)",
+    const ns = h("input", { type: "text", id: "preview-ns", class: "wide", placeholder: "namespace (if the manifest names none)",
       value: previewNs, oninput: (ev) => { previewNs = ev.target.value; } });
     let result = null;
     if (previewAnswer) {
