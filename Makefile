@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit unit-compiled integration node bench control-plane image test-images clean
+.PHONY: run test lint unit unit-compiled integration browser node bench control-plane image test-images clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ run: $(STAMP)
 	$(BIN)/configpin serve $(ARGS)
 
 ## The whole suite: linters, import contracts, the unit tests on the pure-Python package and on
-## the wheel with its core compiled by mypyc, then the integration tests and the node tests on
-## every control plane (1.20.2 and 1.36.2, provisioned and cached by hack/provision-control-plane.sh)
+## the wheel with its core compiled by mypyc, then the integration tests, the dashboard's browser
+## tests and the node tests on every control plane (1.20.2 and 1.36.2, provisioned and cached by hack/provision-control-plane.sh)
 test: $(STAMP) lint
 	$(BIN)/python hack/run-tests.py $(PYTEST_ARGS)
 
@@ -47,6 +47,12 @@ control-plane:
 ## The integration suite on one control plane: make integration K8S=1.36.2
 integration: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/provision-control-plane.sh $(or $(K8S),1.20.2))" $(BIN)/pytest -p no:cacheprovider tests/integration $(PYTEST_ARGS)
+
+## The dashboard's browser suite on one control plane (Debian's chromium, installed when missing):
+## make browser K8S=1.36.2
+browser: $(STAMP)
+	$(PYTHON) -m harness.browser >/dev/null
+	KUBEBUILDER_ASSETS="$$(hack/provision-control-plane.sh $(or $(K8S),1.20.2))" $(BIN)/pytest -p no:cacheprovider tests/browser $(PYTEST_ARGS)
 
 ## configpin's image as an OCI archive (build/images/configpin.oci.tar), built from Debian's
 ## packages with no Docker daemon and no registry (docs/image.md); cached, rebuilt when its inputs change

@@ -3,8 +3,9 @@
 archive the unit suite then checks), the unit tests twice (the pure-Python package as installed for
 development, then the wheel with its core compiled by mypyc), the integration suite on every
 control plane, and once more on the newest one from the compiled wheel (what the image runs),
-these three side by side, then the node suite (tests/node: a real node runs pods,
-docs/real-nodes.md) on every control plane.
+and the dashboard's browser suite (tests/browser: Debian's chromium driven by Playwright) on
+every control plane, these five side by side, then the node suite (tests/node: a real node runs
+pods, docs/real-nodes.md) on every control plane.
 
     make test                                  # what CI runs
     .venv/bin/python hack/run-tests.py [PYTEST_ARGS...]
@@ -15,6 +16,10 @@ Control planes: 1.20.2 (built from Debian's packages by hack/provision-control-p
 ``CONFIGPIN_K8S_VERSIONS=1.36.2`` picks versions. The integration suites run side by side
 (each mostly waits on its control plane); ``CONFIGPIN_SERIAL_INTEGRATION=1`` runs them one
 after another.
+
+The browser suites need Debian's chromium: ``python -m harness.browser`` installs it with
+apt-get (harness/apt.py) when it is missing, before they start. ``CONFIGPIN_BROWSER_TESTS=0``
+leaves them out, and the summary says so.
 
 A version that cannot be provided is named in the closing summary and fails the run, unless
 ``CONFIGPIN_ALLOW_MISSING_VERSIONS=1`` (a laptop without shared/); a pytest run that collects
@@ -115,14 +120,15 @@ def _pytest(
     _ended(run, exit_code, time.monotonic() - started, junit)
 
 
-def _side_by_side(
-    suites: list[tuple[Run, dict[str, str], Path]], paths: list[str], extra: list[str], out: Path
-) -> None:
+Suite = tuple[Run, dict[str, str], Path, list[str]]  # a run, its environment, folder and paths
+
+
+def _side_by_side(suites: list[Suite], extra: list[str], out: Path) -> None:
     """`_pytest` of every suite at once, each one's output to a file of its own, printed
     whole as each ends."""
     started = time.monotonic()
     pending = []
-    for run, env, cwd in suites:
+    for run, env, cwd, paths in suites:
         junit, log_path = _files(run, out)
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
@@ -212,14 +218,15 @@ def main(extra: list[str]) -> int:
     # spends most of its time waiting on it (one suite keeps about a fifth of a core busy), so
     # together they take little more than the slowest alone. Their output is printed whole as
     # each ends. CONFIGPIN_SERIAL_INTEGRATION=1 runs them one after another instead.
-    suites: list[tuple[Run, dict[str, str], Path]] = []
+    integration = ["tests/integration"]
+    suites: list[Suite] = []
     for label, assets, why in planes:
         run = Run(f"integration {label}")
         runs.append(run)
         if assets is None:
             run.why = f"control plane not provided: {why}"
             continue
-        suites.append((run, {**env, "KUBEBUILDER_ASSETS": str(assets)}, REPO))
+        suites.append((run, {**env, "KUBEBUILDER_ASSETS": str(assets)}, REPO, integration))
 
     # The build the image ships, through the whole production path once: the integration
     # suite from the compiled tree (its configpin processes run `python -m webhook` there) on
@@ -234,13 +241,34 @@ def main(extra: list[str]) -> int:
                 "KUBEBUILDER_ASSETS": str(assets),
                 "CONFIGPIN_EXPECT_COMPILED": "1",
             }
-            suites.append((run, compiled_env, out / "compiled"))
+            suites.append((run, compiled_env, out / "compiled", integration))
+
+    # The dashboard in a real browser, beside them: each suite has a control plane of its own
+    # and mostly waits on it and on the browser.
+    browsers_left_out = env.get("CONFIGPIN_BROWSER_TESTS") == "0"
+    chromium = ""
+    if not browsers_left_out and any(assets is not None for _, assets, _ in planes):
+        print("\n==== chromium for the browser suites (harness/browser.py) ====", flush=True)
+        if subprocess.call([sys.executable, "-m", "harness.browser"], cwd=REPO) != 0:
+            chromium = "chromium could not be installed (python -m harness.browser)"
+    for label, assets, why in planes:
+        run = Run(f"browser {label}")
+        runs.append(run)
+        if browsers_left_out:
+            run.why = "left out: CONFIGPIN_BROWSER_TESTS=0"
+        elif assets is None:
+            run.why = f"control plane not provided: {why}"
+        elif chromium:
+            run.exit_code, run.why = 1, chromium
+        else:
+            browser_env = {**env, "KUBEBUILDER_ASSETS": str(assets)}
+            suites.append((run, browser_env, REPO, ["tests/browser"]))
 
     if env.get("CONFIGPIN_SERIAL_INTEGRATION") == "1":
-        for run, suite_env, cwd in suites:
-            _pytest(run, ["tests/integration"], extra, suite_env, out, cwd=cwd)
+        for run, suite_env, cwd, paths in suites:
+            _pytest(run, paths, extra, suite_env, out, cwd=cwd)
     else:
-        _side_by_side(suites, ["tests/integration"], extra, out)
+        _side_by_side(suites, extra, out)
 
     # A real node per control plane: pods run, and the tests assert what they read. Its images
     # were built before the unit suite.

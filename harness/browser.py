@@ -52,8 +52,8 @@ def ensure() -> Path:
     fonts = Path("/usr/share/fonts/truetype/liberation")
     if CHROMIUM.exists() and fonts.exists():
         return CHROMIUM
-    if shutil.which("apt-get") is None:
-        raise RuntimeError(f"{CHROMIUM} is missing and this is no Debian machine (no apt-get)")
+    if shutil.which("apt-config") is None:
+        raise RuntimeError(f"{CHROMIUM} is missing and this is no Debian machine (no apt)")
     _log(f"installing {' '.join(PACKAGES)} with apt-get")
     noninteractive = {"DEBIAN_FRONTEND": "noninteractive"}
     quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "say": _log}
@@ -61,7 +61,7 @@ def ensure() -> Path:
     install = ["install", "-y", "-qq", "--no-install-recommends", *PACKAGES]
     apt.run(install, sudo=True, env=noninteractive, **quiet)
     if not CHROMIUM.exists():
-        raise RuntimeError(f"apt-get installed {PACKAGES[0]}, but {CHROMIUM} is missing")
+        raise RuntimeError(f"{PACKAGES[0]} was installed, but {CHROMIUM} is missing")
     return CHROMIUM
 
 
