@@ -624,21 +624,22 @@ def test_no_seeded_secret_value_reaches_the_browser(
             assert status == 200, preview
             answers["/api/preview"] = preview
             pages = {}
-            for view in ("changes", "sources", f"source/secret/{ns}/db", "workloads"):
+            views = {
+                "changes": "tr[data-change]",
+                "sources": "tr[data-source]",
+                f"source/secret/{ns}/db": "[data-key=password] tr[data-consumer]",
+                "workloads": "tr[data-workload]",
+            }
+            for view, drawn in views.items():
                 page.goto(d.url + "#/" + view)
-                page.wait_for_function(
-                    "document.getElementById('view').dataset.loaded !== undefined", timeout=LIVE
-                )
-                page.wait_for_timeout(500)
+                page.wait_for_selector(drawn, timeout=LIVE)
                 pages[view] = page.content().encode()
             change = json.loads(answers["/api/changes"])["changes"][0]["id"]
             page.goto(d.url + "#/change/" + quote(change, safe=""))
             page.wait_for_selector("tr[data-workload]", timeout=LIVE)
             pages["change"] = page.content().encode()
             page.goto(d.url + "#/workloads")
-            page.wait_for_function(
-                "!document.body.innerText.includes('asking the API server')", timeout=LIVE
-            )
+            page.wait_for_selector("text=asking the API server", state="detached", timeout=LIVE)
             _shot(page, shots, "workloads.png")
             pages["workloads"] = page.content().encode()
         for where, body in {**answers, **pages}.items():
