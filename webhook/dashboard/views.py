@@ -461,7 +461,7 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
             ref, wave_of(waiter), _healthy(waiter), "waiting", waits_for=waits, note=note.note
         )
         row.detail = _wait_detail(waits, note.note)
-        row.start = note.at
+        row.start = note.at  # (from the change, below, where its time is known)
         said = _WAVE_IN_NOTE.search(note.note)
         if said:
             row.said_wave = (int(said.group(1)), int(said.group(2)))
@@ -605,6 +605,9 @@ def change(
     if f is None:
         return None
     _pending(snapshot, f, status_of)
+    for row in f.rows.values():
+        if row.state in ("waiting", "pending") and f.at and (row.start or f.at + 1) > f.at:
+            row.start = f.at  # it has waited since the change
     by_ref = {ref_of(o): o for o in snapshot.workloads}
     rows = list(f.rows.values())
     members = {Member(r.wave_annotation, r.ref[1], r.ref[0], r.ref[2]): r for r in rows}
