@@ -22,6 +22,7 @@ import contextlib
 import http.client
 import http.server
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -645,3 +646,57 @@ def test_no_seeded_secret_value_reaches_the_browser(
         for where, body in {**answers, **pages}.items():
             for value in forbidden:
                 assert value not in body, (where, value)
+
+
+# --- what it may not read, and an API server it cannot reach ------------------------------------
+
+
+def test_a_missing_right_and_an_unreachable_api_server_are_said_plainly(
+    kube: Kube, control_plane: ControlPlane, ns: str, page: Any, tmp_path: Path
+) -> None:
+    """A user who may read workloads, ConfigMaps and Events but not Secrets: the page says
+    which right is missing (the API server's answer) and Used by still lists the ConfigMaps.
+    A kubeconfig whose API server does not answer: the page says it cannot reach it."""
+    kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
+    kube.create(path("serviceaccounts", ns), {"metadata": {"name": "nosecrets"}})
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    read = ["get", "list", "watch"]
+    rules = [
+        {"apiGroups": [""], "resources": ["configmaps", "events"], "verbs": read},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": read},
+    ]
+    kube.create(f"{rbac}/namespaces/{ns}/roles", {"metadata": {"name": "r"}, "rules": rules})
+    kube.create(
+        f"{rbac}/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": "r"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "nosecrets", "namespace": ns}],
+        },
+    )
+    limited = service_account_kubeconfig(
+        control_plane, kube.api, ns, "nosecrets", tmp_path / "limited.kubeconfig"
+    )
+    with running_dashboard(limited, ns) as d:
+        page.goto(d.url + "#/sources")
+        page.wait_for_selector(f"tr[data-source='configmap/{ns}/cfg']", timeout=LIVE)
+        said = page.wait_for_selector("#problems p:has-text('you may not list')", timeout=LIVE)
+        text = said.inner_text()
+        assert "Secrets" in text and "Forbidden" in text and "nosecrets" in text, text
+        assert "ConfigMaps" not in text.split("The API server said")[0], text
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        unreachable = tmp_path / "unreachable.kubeconfig"
+        unreachable.write_text(
+            control_plane.kubeconfig.read_text().replace(
+                control_plane.host, f"https://127.0.0.1:{port}"
+            )
+        )
+        with running_dashboard(unreachable, ns) as d:
+            page.goto(d.url)
+            said = page.wait_for_selector(
+                "#problems p:has-text('cannot reach the API server')", timeout=LIVE
+            )
+            assert "cannot reach the API server" in said.inner_text()
+            page.wait_for_selector("text=No change of a consumed ConfigMap", timeout=LIVE)

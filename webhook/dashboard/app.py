@@ -31,7 +31,7 @@ from urllib.parse import parse_qs
 from webhook.changes import approval, dry_run_plan, sources_in
 from webhook.core.waves import WaveStep
 from webhook.dashboard import views
-from webhook.dashboard.feeds import Store
+from webhook.dashboard.feeds import FeedState, Store
 from webhook.dashboard.guard import HEADERS, Fence
 from webhook.dashboard.statuses import StatusBook
 from webhook.kube.errors import KubeError
@@ -82,6 +82,21 @@ def json_response(status: int, doc: Any) -> Response:
 
 def error(status: int, message: str) -> Response:
     return json_response(status, {"error": message})
+
+
+def problems(feeds: Sequence[FeedState], scope: str) -> list[str]:
+    """What the page says could not be read: the resource types the user may not list in one
+    line (with the API server's first answer), then every other error."""
+    refused = [f for f in feeds if f.forbidden]
+    out = [f.error for f in feeds if f.error and not f.forbidden]
+    if refused:
+        names = ", ".join(f.what.split(" in ")[0] for f in refused)
+        out.insert(
+            0,
+            f"you may not list {names} ({scope}): not shown. The API server said: "
+            f"{refused[0].forbidden}",
+        )
+    return out
 
 
 def asset(name: str) -> bytes:
@@ -167,7 +182,7 @@ class App:
                 "context": self.context,
                 "ready": self.store.ready(),
                 "feeds": [f.as_dict() for f in snapshot.feeds],
-                "errors": [f.error for f in snapshot.feeds if f.error],
+                "errors": problems(snapshot.feeds, self.scope),
                 "counts": {
                     "workloads": len(snapshot.workloads),
                     "sources": sum(1 for s in snapshot.sources if not s.copy),

@@ -208,6 +208,7 @@ class FeedState:
     served: bool = True  # (a custom kind whose CRD is not installed: nothing to say)
     error: str = ""
     since: float = 0.0  # when it last read the cluster
+    forbidden: str = ""  # the API server's answer, where the user may not list it
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -216,6 +217,7 @@ class FeedState:
             "watching": self.watching,
             "error": self.error,
             "since": self.since,
+            "forbidden": bool(self.forbidden),
         }
 
 
@@ -269,9 +271,10 @@ class Feed:
             self.table = fresh
             self.state.listed = True
             self.state.error = ""
+            self.state.forbidden = ""
             self.state.since = time.time()
         if changed:
-            self.store.changed(self)
+            self.store.changed(self, fresh.values())
         return rv
 
     def _watch(self, rv: str) -> None:
@@ -297,7 +300,7 @@ class Feed:
                     elif kept is not None:
                         self.table[kept[0]] = kept[1]
                     self.state.since = time.time()
-                self.store.changed(self)
+                self.store.changed(self, [obj] if kept is not None else ())
 
     def _failed(self, error: KubeError | Exception, doing: str) -> None:
         if isinstance(error, Forbidden):
@@ -309,6 +312,7 @@ class Feed:
         with self.store.lock:
             self.state.error = why
             self.state.watching = False
+            self.state.forbidden = error.reason if isinstance(error, Forbidden) else ""
             if isinstance(error, Forbidden) and doing == "list":
                 self.table = {}  # (nothing may be shown that the user may not read)
         self.store.changed(self)
@@ -445,14 +449,15 @@ class Store:
         with self.cond:
             self.cond.notify_all()
 
-    def changed(self, feed: Feed) -> None:
+    def changed(self, feed: Feed, objects: Iterable[Any] = ()) -> None:
+        """`feed` changed; `objects`: those it read anew (to see rollouts end)."""
         with self.cond:
             if feed is self.events and len(feed.table) > EVENTS_MAX:
                 oldest = sorted(feed.table.items(), key=lambda kv: kv[1].at)
                 for key, _ in oldest[: len(feed.table) - EVENTS_MAX]:
                     del feed.table[key]
             if feed in self.workload_feeds:
-                self._saw_rollouts(feed.table.values())
+                self._saw_rollouts(objects)
             self.version += 1
             self.cond.notify_all()
 
