@@ -29,6 +29,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from webhook.changes import approval, dry_run_plan, sources_in
+from webhook.core.model import SourceKind, typed_source_kind
 from webhook.core.waves import WaveStep
 from webhook.dashboard import views
 from webhook.dashboard.feeds import FeedState, Store
@@ -44,7 +45,6 @@ _ASSETS: Final = {
     "app.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
-_RESOURCES: Final = {"configmap": "configmaps", "secret": "secrets"}
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class App:
 
     def source(self, request: Request) -> Response:
         kind = request.arg("kind")
-        if kind not in _RESOURCES:
+        if kind not in {k.value for k in SourceKind}:
             return error(400, "kind: configmap or secret")
         doc = views.source(
             self.store.snapshot(),
@@ -243,12 +243,12 @@ class App:
         if isinstance(doc, Response):
             return doc
         kind, ns, name = (str(doc.get(k) or "") for k in ("kind", "namespace", "name"))
-        resource = _RESOURCES.get(kind)
-        if resource is None or not ns or not name:
+        source = typed_source_kind(kind)
+        if source is None or not ns or not name:
             return error(400, "kind (configmap or secret), namespace and name are needed")
         what = f"{kind}/{name} in {ns}"
         try:
-            record = approval(self.kube, resource, ns, name)
+            record = approval(self.kube, source, ns, name)
         except KubeError as e:
             status = e.status if e.status in (403, 404, 409, 422) else 502
             return json_response(

@@ -29,6 +29,7 @@ from webhook.core.constants import DOMAIN, LABEL_SNAPSHOT
 from webhook.core.kinds import WorkloadKind
 from webhook.core.model import JSONObject
 from webhook.core.owners import left_to_owner, operator_owned
+from webhook.core.reasons import EventReason
 from webhook.core.record import digest_mapping_any
 from webhook.kube.errors import Forbidden, Gone, KubeError, NotFound
 from webhook.kube.raw import Kube, path
@@ -42,22 +43,23 @@ WATCH_SECONDS: Final = 240
 META_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 META_ONE: Final = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
-# The Events configpin's controller writes (webhook.controller.report): the rest are not read.
+# The Events configpin's controller writes about rollouts (webhook.core.reasons.EventReason):
+# the rest are not kept.
+R = EventReason
 REASONS: Final = frozenset(
     {
-        "RolloutStarted",
-        "Refreshed",
-        "RolledInsteadOfRefresh",
-        "RolloutDeferred",
-        "RolloutFailed",
-        "ConfigRolloutWaiting",
-        "ConfigRolloutAwaitingApproval",
-        "ConfigRolloutAwaitingWindow",
-        "ConfigRolloutComplete",
-        "ConfigRolloutLeft",
-        "ConfigRolloutFailed",
-        "ConfigRolledBack",
-        "ConfigRolledBackByPerson",
+        R.ROLLOUT_STARTED,
+        R.REFRESHED,
+        R.ROLLED_INSTEAD_OF_REFRESH,
+        R.ROLLOUT_DEFERRED,
+        R.ROLLOUT_FAILED,
+        R.CONFIG_ROLLOUT_WAITING,
+        R.CONFIG_ROLLOUT_AWAITING_APPROVAL,
+        R.CONFIG_ROLLOUT_COMPLETE,
+        R.CONFIG_ROLLOUT_LEFT,
+        R.CONFIG_ROLLOUT_FAILED,
+        R.CONFIG_ROLLED_BACK,
+        R.CONFIG_ROLLED_BACK_BY_PERSON,
     }
 )
 _LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"

@@ -43,6 +43,7 @@ from webhook.core.constants import (
 from webhook.core.kinds import template_paths, workload_kind
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.progress import Standing, standing
+from webhook.core.reasons import EventReason, Status
 from webhook.core.record import Change, annotations_of, digest_mapping_any
 from webhook.core.refs import CONTAINER_LISTS, find_sites, get_path
 from webhook.core.waves import Member, WaveStep, approval_from, cut_waves, wave_of, wave_order
@@ -53,13 +54,14 @@ TIMELINE_PAGE: Final = 100  # rows of a change's timeline page
 RECENT: Final = 100  # changes listed at most
 _CHANGE_IN_NOTE: Final = re.compile(r"((?:[a-z0-9.-]+/)?(?:configmap|secret)/[^\s@/]+@[0-9a-f]+)")
 _WAVE_IN_NOTE: Final = re.compile(r"wave (\d+) of (\d+)")
-_WAITING: Final = ("ConfigRolloutWaiting", "ConfigRolloutAwaitingApproval")
+R = EventReason
+_WAITING: Final = (R.CONFIG_ROLLOUT_WAITING, R.CONFIG_ROLLOUT_AWAITING_APPROVAL)
 _ENDS: Final = {
-    "ConfigRolloutComplete": "complete",
-    "ConfigRolloutLeft": "left",
-    "ConfigRolloutFailed": "failed",
-    "ConfigRolledBack": "failed",
-    "ConfigRolledBackByPerson": "failed",
+    R.CONFIG_ROLLOUT_COMPLETE: "complete",
+    R.CONFIG_ROLLOUT_LEFT: "left",
+    R.CONFIG_ROLLOUT_FAILED: "failed",
+    R.CONFIG_ROLLED_BACK: "failed",
+    R.CONFIG_ROLLED_BACK_BY_PERSON: "failed",
 }
 _ACTIONS: Final = {
     "undo": "undone",
@@ -295,7 +297,7 @@ def _changed_by(source: Source) -> tuple[Change, dict[str, Any]] | None:
 
 
 def _wait_kind(note: Note) -> str:
-    if note.reason == "ConfigRolloutAwaitingApproval":
+    if note.reason == R.CONFIG_ROLLOUT_AWAITING_APPROVAL:
         return "approval"
     text = note.note
     if "--max-rolling" in text:
@@ -385,9 +387,9 @@ def _rolled_row(
 
 
 _ENDS_WANTED: Final = {
-    "complete": ("ConfigRolloutComplete",),
-    "left": ("ConfigRolloutLeft",),
-    "failed": ("ConfigRolloutFailed", "ConfigRolledBack", "ConfigRolledBackByPerson"),
+    "complete": (R.CONFIG_ROLLOUT_COMPLETE,),
+    "left": (R.CONFIG_ROLLOUT_LEFT,),
+    "failed": (R.CONFIG_ROLLOUT_FAILED, R.CONFIG_ROLLED_BACK, R.CONFIG_ROLLED_BACK_BY_PERSON),
 }
 
 
@@ -517,11 +519,11 @@ def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
             )
         else:
             state = str(status.get("state") or "")
-            if state not in ("stale", "waiting", "awaiting-approval"):
+            if state not in (Status.STALE, Status.WAITING, Status.AWAITING_APPROVAL):
                 continue
             row.detail = str(status.get("reason") or "stale: not rolled yet")
-            row.waits_for = "approval" if state == "awaiting-approval" else "configpin"
-            row.state = "waiting" if state in ("waiting", "awaiting-approval") else "pending"
+            row.waits_for = "approval" if state == Status.AWAITING_APPROVAL else "configpin"
+            row.state = "pending" if state == Status.STALE else "waiting"
         f.rows[ref] = row
 
 
