@@ -18,6 +18,7 @@ import pytest
 
 from harness.manifests import configmap, container, deployment, env_from, env_key_ref, pod_spec
 from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT, ANN_SOURCES, ANN_WAVE
+from webhook.core.model import SourceKind
 from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.dashboard import views
 from webhook.dashboard.app import App, Request
@@ -409,9 +410,11 @@ def test_a_source_is_kept_as_names_never_values() -> None:
         },
     )
     obj["binaryData"] = {"blob": "aHVudGVyMg=="}
-    kept = _source("configmap", obj, with_keys=True)
+    kept = _source(SourceKind.CONFIGMAP, obj, with_keys=True)
     assert kept.keys == ("blob", "password")
     assert kept.annotations == {ANN_CHANGED_BY: "{}"}
     assert "hunter2" not in repr(kept) and "aHVudGVyMg" not in repr(kept)
-    secret = _source("secret", {"metadata": {"name": "s", "namespace": NS}}, with_keys=False)
+    secret = _source(
+        SourceKind.SECRET, {"metadata": {"name": "s", "namespace": NS}}, with_keys=False
+    )
     assert secret.keys is None

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from webhook.core.constants import DOMAIN, LABEL_SNAPSHOT
 from webhook.core.kinds import WorkloadKind
-from webhook.core.model import JSONObject
+from webhook.core.model import JSONObject, SourceKind
 from webhook.core.owners import left_to_owner, operator_owned
 from webhook.core.reasons import EventReason
 from webhook.core.record import digest_mapping_any
@@ -134,15 +134,22 @@ class Note:
     count: int = 1
 
 
-def _source(kind: str, obj: JSONObject, *, with_keys: bool) -> Source:
+def key_names(kind: SourceKind, obj: JSONObject) -> tuple[str, ...]:
+    """The key names of a source as read (its content fields'), never a value."""
+    found: set[str] = set()
+    for content in kind.facts.content:
+        value = obj.get(content.name)
+        if isinstance(value, dict):
+            found |= {str(k) for k in value}
+    return tuple(sorted(found))
+
+
+def _source(kind: SourceKind, obj: JSONObject, *, with_keys: bool) -> Source:
     meta = obj.get("metadata") or {}
-    keys: tuple[str, ...] | None = None
-    if with_keys:
-        found = set((obj.get("data") or {}).keys()) | set((obj.get("binaryData") or {}).keys())
-        keys = tuple(sorted(str(k) for k in found))
+    keys = key_names(kind, obj) if with_keys else None
     labels = meta.get("labels") or {}
     return Source(
-        kind,
+        kind.value,
         str(meta.get("namespace") or ""),
         str(meta.get("name") or ""),
         str(meta.get("resourceVersion") or ""),
@@ -421,20 +428,21 @@ class Store:
                     optional=kind.custom,
                 )
             )
+        cm, secret = SourceKind.CONFIGMAP, SourceKind.SECRET
         self.configmaps = Feed(
             self,
-            f"ConfigMaps {where}",
+            f"{cm.api_kind}s {where}",
             kube,
-            path("configmaps", namespace),
-            lambda o: _source("configmap", o, with_keys=True),
+            path(cm.resource, namespace),
+            lambda o: _source(cm, o, with_keys=True),
             _meta_key,
         )
         self.secrets = Feed(
             self,
-            f"Secrets {where}",
+            f"{secret.api_kind}s {where}",
             secrets_kube,
-            path("secrets", namespace),
-            lambda o: _source("secret", o, with_keys=False),
+            path(secret.resource, namespace),
+            lambda o: _source(secret, o, with_keys=False),
             _meta_key,
         )
         self.events = Feed(
@@ -522,14 +530,13 @@ class Store:
         if known is not None and known[0] == rv and rv:
             return known[1], known[2]
         try:
-            obj = self.kube.get(path("secrets", namespace, name))
+            obj = self.kube.get(path(SourceKind.SECRET.resource, namespace, name))
         except Forbidden as e:
             keys, why = None, f"its key names need `get` on the Secret: {e.reason}"
         except KubeError as e:
             keys, why = None, f"its key names could not be read: {e}"
         else:
-            found = set((obj.get("data") or {}).keys()) | set(obj.get("stringData") or {})
-            keys, why = tuple(sorted(str(k) for k in found)), ""
+            keys, why = key_names(SourceKind.SECRET, obj), ""
             rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
             del obj
         with self.lock:

@@ -26,8 +26,8 @@ Pure: `Fence.refusal` takes the method, path and headers and says why not (None:
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -152,7 +152,7 @@ class Fence:
                 return Refusal(403, "cross-origin request refused")
         if method in CHANGES:
             given = headers.get(TOKEN_HEADER.lower(), "")
-            if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
+            if not given or not secrets.compare_digest(given.encode(), self.token.encode()):
                 return Refusal(403, "missing or wrong token: reload the page")
             ctype = headers.get("content-type", "").split(";")[0].strip().lower()
             if ctype != "application/json":
