@@ -418,3 +418,13 @@ def test_a_source_is_kept_as_names_never_values() -> None:
         SourceKind.SECRET, {"metadata": {"name": "s", "namespace": NS}}, with_keys=False
     )
     assert secret.keys is None
+
+
+def test_the_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["dashboard", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--port" in out and "--address" in out and "1,10%,100%" in out

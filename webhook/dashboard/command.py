@@ -45,7 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rollout-waves",
         default=DEFAULT_WAVES,
         help="the --rollout-waves configpin runs with, to cut a change's members into waves "
-        f"as its controller does (default: configpin's default, {DEFAULT_WAVES})",
+        f"as its controller does (default: configpin's default, {DEFAULT_WAVES})".replace(
+            "%", "%%"
+        ),
     )
 
 
