@@ -386,10 +386,19 @@
         h("td", {}, c.on_failure))
     );
   }
-  function consumerTable(list) {
+  const SHOWN = 100; // readers of a key drawn at first (a source that thousands read)
+  const expanded = new Set(); // the keys whose every reader is shown
+  function consumerTable(list, key) {
+    const all = expanded.has(key) || list.length <= SHOWN;
+    const rows = consumerRows(all ? list : list.slice(0, SHOWN));
+    if (!all) {
+      rows.push(h("tr", {}, h("td", { colspan: 5 },
+        h("button", { class: "plain", onclick: () => { expanded.add(key); draw(); } },
+          "show all " + list.length + " (" + (list.length - SHOWN) + " more)"))));
+    }
     return h("table", {},
       h("thead", {}, h("tr", {}, ["Workload", "How", "Where", "On change", "On failure"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, list.length ? consumerRows(list) : h("tr", {}, h("td", { colspan: 5, class: "quiet" }, "no workload reads it"))));
+      h("tbody", {}, list.length ? rows : h("tr", {}, h("td", { colspan: 5, class: "quiet" }, "no workload reads it"))));
   }
   async function sourceView(r) {
     const [kind, ns, name] = r.args;
@@ -399,7 +408,7 @@
       h("div", { class: "keyblock", "data-key": k.key },
         h("h2", { class: "mono" }, k.key, k.missing ? h("span", {}, " ", badge("missing")) : null,
           h("span", { class: "quiet" }, " · " + k.consumers.length + " workload" + (k.consumers.length === 1 ? "" : "s"))),
-        consumerTable(k.consumers))
+        consumerTable(k.consumers, kind + "/" + ns + "/" + name + "/" + k.key))
     );
     return h(
       "section", {},
@@ -411,7 +420,7 @@
           (doc.changed_keys ? " (keys " + doc.changed_keys.join(", ") + ")" : "")) : null,
         doc.found ? null : h("span", { class: "chip" }, "not found")),
       doc.keys_note ? h("p", { class: "quiet" }, doc.keys_note) : null,
-      doc.every_key.length ? h("div", { class: "keyblock", "data-key": "*" }, h("h2", {}, "every key"), consumerTable(doc.every_key)) : null,
+      doc.every_key.length ? h("div", { class: "keyblock", "data-key": "*" }, h("h2", {}, "every key"), consumerTable(doc.every_key, kind + "/" + ns + "/" + name + "/*")) : null,
       blocks.length ? blocks : h("p", { class: "quiet" }, "No key known.")
     );
   }
