@@ -21,7 +21,9 @@ import pytest
 
 from harness import apt
 
-REPO = Path(__file__).resolve().parents[3]
+# The checkout harness/ is in: the tests' own tree in a run of the compiled wheel
+# (hack/compiled-tree.py) is a copy beside links to it, and no git repository.
+REPO = Path(apt.__file__).resolve().parents[1]
 APT_SCRIPT = REPO / "harness" / "apt.py"
 # Run by docker in a fresh build container, where nothing else runs apt: no lock to wait for.
 NOT_WAITING = {"Dockerfile"}
