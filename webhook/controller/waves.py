@@ -10,8 +10,10 @@ what they read of this one (`rollout_for`: a write of keys they do not read move
 on, not them). Such a rollout stands for the new change as it stood for the old, rolling,
 complete, failed or rolled back by a person: the write restarts, skips and re-opens nothing.
 They are ordered the same way on every replica, from what the workloads say (their records,
-their `configpin.io/wave`), those that rolled already first, and cut into waves over those
-that can vouch for the change (healthy with pods before it); the others join the last wave.
+their `configpin.io/wave`), those that rolled already first, the others in one order that every
+change shares (webhook.core.waves.wave_place: no two changes wait for each other), and cut
+into waves over those that can vouch for the change (healthy with pods before it); the others
+join the last wave.
 So a new leader carries on where the last one was: a wave may start when every member of the
 waves before it that vouches has completed its rollout, never after one failed or was rolled
 back by a person. A member scaled to zero, deleted or broken before the change proves nothing

@@ -6,7 +6,8 @@ into waves. Who the members are (the workloads a change reaches) is worked out f
 by webhook.controller.waves.WaveCut, which the wave gate and the preview both call.
 
 - `parse_waves`: `--rollout-waves` (counts, shares of the rest, `approve` between waves).
-- `wave_order`: lower `configpin.io/wave` first, then spread across namespaces, stably;
+- `wave_order`: lower `configpin.io/wave` first, then a stable place of each workload's own
+  (`wave_place`), the same in every change, so that no two changes order two workloads apart;
   `rolled_first`: the members that rolled for the change already before the others.
 - `cut_waves` cuts the members in order into waves over those that can vouch for the change
   (healthy before, with pods): the others join the last wave. `approval_from`: the first
@@ -147,21 +148,23 @@ def _stable(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()[:8]
 
 
+def wave_place(member: Member) -> tuple[int, bytes, bytes]:
+    """A workload's place in the order of every change it is a member of: its
+    configpin.io/wave, then a stable pseudo-random place from its kind and name, its namespace
+    breaking a tie (the same name in several namespaces). It depends on the workload alone,
+    never on the other members of a change: so any two changes order the members they share
+    the same way, and one never waits for a workload that waits for it (two shared changes
+    each cutting its own round of namespaces could put each other's canary in a later wave,
+    and both waited for ever)."""
+    return (member.wave, _stable(f"{member.kind}/{member.name}"), _stable(member.namespace))
+
+
 def wave_order(members: Iterable[Member]) -> list[Member]:
-    """Lower configpin.io/wave first; within one, spread across namespaces (one of each in
-    turn, the namespaces and the workloads within each in a stable pseudo-random order)."""
-    by_wave: dict[int, dict[str, list[Member]]] = {}
-    for m in members:
-        by_wave.setdefault(m.wave, {}).setdefault(m.namespace, []).append(m)
-    out: list[Member] = []
-    for wave in sorted(by_wave):
-        groups = [
-            sorted(ms, key=lambda m: _stable(f"{m.kind}/{m.name}"))
-            for _, ms in sorted(by_wave[wave].items(), key=lambda item: _stable(item[0]))
-        ]
-        for i in range(max(len(g) for g in groups)):
-            out.extend(g[i] for g in groups if i < len(g))
-    return out
+    """Lower configpin.io/wave first, then by `wave_place`: within one namespace a stable
+    pseudo-random order; across the namespaces of a shared change their workloads interleave
+    (each namespace's in proportion to how many it has, the same name in each one namespace
+    after another), and any subset of members keeps the order."""
+    return sorted(members, key=wave_place)
 
 
 _M = TypeVar("_M")

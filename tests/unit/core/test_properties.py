@@ -1,4 +1,5 @@
-"""Invariants over generated inputs (Hypothesis): digests and the idempotence of a plan.
+"""Invariants over generated inputs (Hypothesis): digests, the idempotence of a plan, and the
+order of a change's members.
 
 Derandomized and without an example database, so every run checks the same examples: a
 failure is reproducible from the test alone, and CI never turns red by luck.
@@ -52,6 +53,7 @@ from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.plan import restamp_from_consumption
 from webhook.core.reasons import SkipReason
 from webhook.core.refs import Consumption, consumption, find_sites
+from webhook.core.waves import Member, wave_order
 
 FAST = settings(
     max_examples=60,
@@ -331,3 +333,32 @@ def test_a_restamp_from_the_index_writes_what_planning_the_object_writes(
     assert restamped["metadata"]["annotations"].pop(ANN_ROLLED_AT) == "2026-01-01T00:00:00Z"
     assert restamped == apply(out, planned)
     assert fast.sources == planned.sources and fast.observed == planned.observed
+
+
+# ---- the order of a change's members ----
+
+members = st.builds(
+    Member,
+    wave=st.integers(0, 1),
+    namespace=st.sampled_from(("team-a", "team-b", "team-c")),
+    kind=st.just("Deployment"),
+    name=st.sampled_from(tuple(f"w{i}" for i in range(6))),
+)
+
+
+@FAST
+@given(
+    one=st.frozensets(members, max_size=12),
+    other=st.frozensets(members, max_size=12),
+)
+def test_any_two_changes_order_the_members_they_share_alike(
+    one: frozenset[Member], other: frozenset[Member]
+) -> None:
+    """Two changes (of shared sources: members in several namespaces) with some workloads in
+    common roll those in the same order, whatever other members each has: else each may have
+    the other's canary in a later wave, and both wait for ever (shared/SPEC.md: no combination
+    of changes leaves every rollout waiting)."""
+    common = one & other
+    assert [m for m in wave_order(one) if m in common] == [
+        m for m in wave_order(other) if m in common
+    ]
