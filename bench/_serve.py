@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from webhook import cli
+from webhook.commands import cli
 from webhook.server import runner
 
 

@@ -63,14 +63,14 @@ from bench.common import (
     process_tree,
     write_server_files,
 )
-from webhook.digestkey import load_key_file
-from webhook.metrics import Metrics
+from webhook.inputs.sources import FileSources
+from webhook.process.digestkey import load_key_file
+from webhook.process.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
 from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
-from webhook.sources import FileSources
 
 CONFIGPIN = "configpin"
 BARE = "bare"

@@ -72,7 +72,7 @@ import gc, json, sys, time, tracemalloc, resource
 from kubernetes import client, config
 from webhook.kube.raw import Kube
 from webhook.kube.cache import SourceCache
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 def rss():
     with open("/proc/self/statm") as f:

@@ -370,9 +370,9 @@ def write_server_files(folder: Path) -> bytes:
     (digest.key). Returns the CA certificate (PEM)."""
     import yaml
 
-    from webhook import certs
+    from webhook.tls import certgen, certs
 
-    bundle = certs.generate("configpin", "configpin")
+    bundle = certgen.generate("configpin", "configpin")
     certs.write_bundle(bundle, folder / "certs")
     (folder / "sources").mkdir(exist_ok=True)
     (folder / "sources" / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))

@@ -50,10 +50,10 @@ def setup(tmp: Path) -> tuple[Any, dict[str, bytes]]:
     """An Admitter as `admission.py` serves it, and the two reviews."""
     import yaml
 
-    from webhook.digestkey import load_key_file
-    from webhook.metrics import Metrics
+    from webhook.inputs.sources import FileSources
+    from webhook.process.digestkey import load_key_file
+    from webhook.process.metrics import Metrics
     from webhook.server.handler import Admitter
-    from webhook.sources import FileSources
 
     (tmp / "sources.yaml").write_text(yaml.safe_dump_all(source_manifests()))
     (tmp / "digest.key").write_text(DIGEST_KEY)

@@ -212,7 +212,7 @@ import json, sys
 from kubernetes import client
 from bench.index_memory import configmap, secret, deployment, replicaset, measure, pages
 try:  # the controller as it is since the house was set in order (issue 25)
-    from webhook.config import Settings
+    from webhook.process.config import Settings
     from webhook.controller.rollout import RolloutController
     from webhook.controller.watches import KindHandler
     options = Settings()
@@ -224,7 +224,7 @@ from webhook.core.model import SourceKind
 from webhook.kube.cache import SourceCache
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 kube = Kube(client.ApiClient(client.Configuration()))
 metrics = Metrics()

@@ -52,12 +52,12 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, container, deployment
-from webhook.config import Settings
 from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_ON_CHANGE
 from webhook.kube.client import connect
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.raw import MERGE_PATCH, Kube, path
+from webhook.process.config import Settings
 
 INSTANCE = "bench"
 

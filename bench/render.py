@@ -132,9 +132,9 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
 
-    import webhook.manifests
+    import webhook.inputs.manifests
 
-    print(f"PyYAML {yaml.__version__}, libyaml loader/emitter: {webhook.manifests.LIBYAML}")
+    print(f"PyYAML {yaml.__version__}, libyaml loader/emitter: {webhook.inputs.manifests.LIBYAML}")
     with tempfile.TemporaryDirectory(prefix="configpin-bench-render-") as tmp:
         folder = Path(tmp)
         manifest = folder / "stream.yaml"

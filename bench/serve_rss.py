@@ -47,7 +47,8 @@ from pathlib import Path
 from bench.common import REPO, baseline_tree, control_plane_assets, free_port
 from harness.configpin import CONFIGPIN_NAMESPACE, ensure_namespace
 from harness.controlplane import ENABLED_LABEL, ControlPlane, running_control_plane
-from webhook.certs import generate, write_bundle
+from webhook.tls.certgen import generate
+from webhook.tls.certs import write_bundle
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 GOAL_MB = 60.0
@@ -89,8 +90,11 @@ PARTS: list[tuple[str, str]] = [
     ("prometheus_client", "import prometheus_client"),
     ("pydantic_settings", "import pydantic_settings"),
     ("urllib3", "import urllib3"),
-    ("configpin's own modules (webhook.cli, webhook.serve)", "import webhook.cli, webhook.serve"),
-    ("yaml (no cluster: the embedded sources)", "import yaml, webhook.manifests"),
+    (
+        "configpin's own modules (webhook.commands.cli, webhook.commands.serve)",
+        "import webhook.commands.cli, webhook.commands.serve",
+    ),
+    ("yaml (no cluster: the embedded sources)", "import yaml, webhook.inputs.manifests"),
     ("- not imported any more: cryptography.x509", "import cryptography.x509"),
     ("- not imported any more: kubernetes", "import kubernetes"),
 ]

@@ -32,16 +32,16 @@ from typing import Any
 import orjson
 
 from harness.controlplane import running_control_plane
-from webhook.config import Settings
 from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import SourceId, SourceKind
+from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
 from webhook.kube.copies import SnapshotIndex, SnapshotWriter
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter
-from webhook.sources import Miss
 
 NAMESPACE = "bench-snapshot"
 HKEY = b"bench-snapshot-digest-key-0123456789"

@@ -107,7 +107,6 @@ from harness.manifests import configmap as configmap_manifest
 from harness.manifests import container as container_manifest
 from harness.manifests import deployment, env_key_ref
 from harness.manifests import pod_spec as pod_spec_manifest
-from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
 from webhook.controller.waves import WaveCut
@@ -117,12 +116,13 @@ from webhook.core.constants import ANN_CHANGED_BY, ANN_SOURCES
 from webhook.core.current import WorkloadEntry, entry_from_object
 from webhook.core.model import SourceId, SourceKind
 from webhook.core.preview import source_write, summary
+from webhook.inputs.sources import FileSources
 from webhook.kube.lease import format_time
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter
-from webhook.sources import FileSources
 
 CM = "shared"
 HOOK = "configpin-bench"

@@ -34,8 +34,9 @@ from harness.controlplane import (
     unregister_webhook,
     wait_for,
 )
-from webhook.certs import generate, write_bundle
 from webhook.kube.client import SERVICE_ACCOUNT_DIR_ENV
+from webhook.tls.certgen import generate
+from webhook.tls.certs import write_bundle
 
 CONFIGPIN_NAMESPACE = "configpin-system"
 INSTANCE_LABEL = "test.configpin.io/instance"

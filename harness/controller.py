@@ -11,13 +11,13 @@ from typing import Any
 
 from harness.builders import HKEY, WORKLOAD_NAMESPACE, Store
 from harness.controlplane import wait_for
-from webhook.config import Settings
 from webhook.controller.leader import AlwaysLeader
 from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.model import SourceId
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 import sys
 
-from webhook.cli import main
+from webhook.commands.cli import main
 
 sys.exit(main())

@@ -12,12 +12,12 @@ from harness.controlplane import ControlPlane, wait_for
 from harness.manifests import configmap, secret
 from webhook.core.digest import record_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
 from webhook.kube.digestkey import ensure_digest_key
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
-from webhook.sources import Miss
+from webhook.process.metrics import Metrics
 
 HKEY = b"integration-test-key-0123456789abcdef"
 

@@ -38,7 +38,7 @@ from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.kube.raw import JSON_PATCH, Kube, path
 from webhook.kube.workloads import update_workload
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 DEPLOYMENTS = "/apis/apps/v1"
 

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from harness.configpin import CONFIGPIN_NAMESPACE, Configpin
 from harness.controlplane import ControlPlane
-from webhook.cli import main
+from webhook.commands.cli import main
 from webhook.kube.raw import Kube, path
 
 CHECKSUM = "configpin.io/checksum"

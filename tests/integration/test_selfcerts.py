@@ -19,9 +19,9 @@ from harness.configpin import (
     start_configpin,
 )
 from harness.controlplane import ControlPlane, register_webhook, unregister_webhook
-from webhook.certs import generate
 from webhook.kube.raw import Kube, path
 from webhook.kube.selfcerts import SelfManagedCerts
+from webhook.tls.certgen import generate
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,7 @@ from webhook.kube.cache import SourceCache
 from webhook.kube.copies import SnapshotIndex, SnapshotWriter, delete_unchanged
 from webhook.kube.errors import Invalid
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 INSTANCE = "sweep"
 GRACE = 2.0

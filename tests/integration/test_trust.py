@@ -48,10 +48,10 @@ from harness.manifests import (
     secret,
 )
 from webhook.core.model import SourceId, SourceKind
+from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
-from webhook.sources import Miss
+from webhook.process.metrics import Metrics
 
 SOURCES = "configpin.io/sources"
 HKEY = b"trust-test-digest-key-0123456789abcdef"

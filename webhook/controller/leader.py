@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from webhook.config import Settings
 from webhook.kube.lease import LeaseLock, LeaseRecord, duration_seconds
 from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

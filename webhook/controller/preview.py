@@ -32,7 +32,7 @@ from webhook.core.preview import Effect, Row
 from webhook.core.progress import Standing
 from webhook.core.record import Change
 from webhook.core.waves import Member, rolled_first, wave_order
-from webhook.sources import Miss
+from webhook.inputs.sources import Miss
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,13 +51,13 @@ from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import Action, State
 from webhook.core.refresh import RollInstead
 from webhook.core.refs import get_path
+from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
 from webhook.kube.errors import Conflict, Forbidden, NotFound
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import MERGE_PATCH
 from webhook.kube.workloads import Served, update_workload
-from webhook.metrics import Metrics
-from webhook.sources import Miss
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from webhook.config import Settings
 from webhook.controller.restamp import plan_update
 from webhook.core.constants import ANN_REFRESHED, ANN_SOURCES, ON_CHANGE_REFRESH
 from webhook.core.current import Lookup, WorkloadRef
@@ -26,7 +25,8 @@ from webhook.kube.errors import Forbidden
 from webhook.kube.pods import annotate_pod, workload_pods
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

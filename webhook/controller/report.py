@@ -18,7 +18,7 @@ from webhook.core.record import ACTION_WORDS, ROLLOUT_WORDS, Action, RolloutReco
 from webhook.core.refresh import RollInstead
 from webhook.core.waves import Wait, WaitReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from webhook.config import Settings
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Ended, Follower
 from webhook.controller.waves import Gate
@@ -78,7 +77,8 @@ from webhook.core.refresh import RollInstead, roll_instead
 from webhook.core.refs import Consumption
 from webhook.core.times import format_time, parse_time
 from webhook.core.waves import Wait
-from webhook.sources import Miss
+from webhook.inputs.sources import Miss
+from webhook.process.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from prometheus_client import Gauge
 
-from webhook.config import Settings
 from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
@@ -53,7 +52,8 @@ from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.ratelimit import LimitedKube, RateLimiter
 from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -421,6 +421,14 @@ class RolloutController:
 
     def namespace_selected(self, namespace: str) -> None:
         self.check_all(namespace=namespace)
+
+    def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
+        """What the index holds of a workload its watch saw, or why it holds nothing."""
+        return self.restamper.entry(obj)
+
+    def forget(self, ref: WorkloadRef) -> None:
+        """A workload the index no longer holds: its pending rollout is dropped."""
+        self.queue.forget(ref)
 
     def report_owned(self, obj: JSONObject) -> None:
         """An operator's workload: said once, by the leader, where configpin acts."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from webhook.core.current import WorkloadRef
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 STALE_EVERY: Final = 5.0  # seconds between two counts of the stale workloads
 

@@ -40,7 +40,7 @@ from webhook.kube.copies import (
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.events import EventRecorder, Regarding
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from webhook.controller.index import WorkloadIndex
 from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.kinds import custom_kinds
 from webhook.core.model import JSONObject
@@ -18,25 +19,45 @@ from webhook.kube.events import Regarding
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube
 from webhook.kube.workloads import Served, discover_kinds, served_custom_kinds
-from webhook.metrics import Metrics
-
-if TYPE_CHECKING:
-    from webhook.controller.rollout import RolloutController
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+class Indexed(Protocol):
+    """What the watches ask of the controller they feed (webhook.controller.rollout's
+    RolloutController): its index, what a workload's entry is, and what to do when one moves."""
+
+    index: WorkloadIndex
+
+    def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason: ...
+
+    def forget(self, ref: WorkloadRef) -> None: ...
+
+    def report_owned(self, obj: JSONObject) -> None: ...
+
+    def check_all(self, *, kind: str | None = None, namespace: str | None = None) -> int: ...
+
+    def check(
+        self, entry: WorkloadEntry, *, seen: float | None = None, pods_moved: bool = False
+    ) -> bool: ...
+
+    def rollout_moved(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> None: ...
+
+    def workload_removed(self, entry: WorkloadEntry) -> None: ...
 
 
 class KindHandler:
     """The informer handler of one workload kind: keeps that kind's index entries."""
 
-    def __init__(self, controller: RolloutController, kind: str) -> None:
+    def __init__(self, controller: Indexed, kind: str) -> None:
         self.controller = controller
         self.kind = kind
 
     def _entry(self, obj: JSONObject) -> WorkloadEntry | None:
         obj.setdefault("kind", self.kind)  # list items carry no kind
         try:
-            entry = self.controller.restamper.entry(obj)
+            entry = self.controller.entry(obj)
         except Exception:
             # Never let one odd object stop the watch (it would fail again on every retry).
             meta = obj.get("metadata") or {}
@@ -54,7 +75,7 @@ class KindHandler:
         entries = [e for e in map(self._entry, items) if e is not None]
         c = self.controller
         for ref in c.index.replace_kind(self.kind, entries):
-            c.queue.forget(ref)
+            c.forget(ref)
         c.check_all(kind=self.kind)
 
     def event(self, kind: str, obj: JSONObject) -> None:
@@ -66,7 +87,7 @@ class KindHandler:
             gone = c.index.remove(ref)
             if gone is not None:
                 if kind == "DELETED":
-                    c.queue.forget(ref)
+                    c.forget(ref)
                 c.workload_removed(gone)
             return
         old = c.index.put(entry)
@@ -82,7 +103,7 @@ class KindHandler:
 
 class WorkloadWatches:
     def __init__(
-        self, kube: Kube, metrics: Metrics, controller: RolloutController, *, watch_timeout: int
+        self, kube: Kube, metrics: Metrics, controller: Indexed, *, watch_timeout: int
     ) -> None:
         self.kube = kube
         self.metrics = metrics

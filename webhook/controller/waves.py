@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
 from webhook.core.current import (
@@ -63,8 +62,9 @@ from webhook.core.waves import (
     rolled_first,
     wave_order,
 )
+from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
-from webhook.sources import Miss
+from webhook.process.config import Settings
 
 _ORDERS_MAX: Final = 4096
 _MEMBERS_MAX: Final = 256  # (namespace, change) member lists kept, the most recently asked

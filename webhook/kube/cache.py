@@ -21,11 +21,11 @@ from typing import Final, Protocol, TypeAlias
 from webhook.core import digest
 from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+from webhook.inputs.sources import MISS, Miss
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
-from webhook.sources import MISS, Miss
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class _KindIndex:
 
 
 class SourceCache:
-    """A SourceReader over the cluster (see webhook.sources.SourceReader)."""
+    """A SourceReader over the cluster (see webhook.inputs.sources.SourceReader)."""
 
     def __init__(self, kube: Kube, hkey: bytes, metrics: Metrics) -> None:
         self.kube = kube

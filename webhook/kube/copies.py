@@ -37,7 +37,7 @@ from webhook.core.snapshot import snapshot_object
 from webhook.kube.cache import SourceCache, is_snapshot
 from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

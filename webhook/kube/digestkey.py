@@ -6,9 +6,9 @@ from __future__ import annotations
 import base64
 import logging
 
-from webhook.digestkey import new_key_text, parse_key
 from webhook.kube.errors import AlreadyExists, NotFound
 from webhook.kube.raw import Kube, path
+from webhook.process.digestkey import new_key_text, parse_key
 
 log = logging.getLogger(__name__)
 DATA_KEY = "key"

@@ -10,11 +10,11 @@ import threading
 from collections.abc import Generator, Iterable, Iterator
 from typing import Final, Protocol, TypeVar
 
-from webhook.allocator import release
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Gone, KubeError
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
+from webhook.process.allocator import release
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

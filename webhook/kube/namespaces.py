@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
-from webhook.config import Settings
 from webhook.core.model import JSONObject
 from webhook.kube.errors import KubeError
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

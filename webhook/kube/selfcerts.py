@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from webhook.certs import CertificateError, CertInfo, generate, needs_renewal, read_certificates
 from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from webhook.kube.raw import Kube, path
 from webhook.kube.webhookconfig import set_ca_bundle
+from webhook.tls.certs import CertificateError, CertInfo, needs_renewal, read_certificates
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,9 @@ class SelfManagedCerts:
             return None
 
     def _new(self, ca: tuple[bytes, bytes] | None) -> Material:
-        b = generate(self.service, self.namespace, validity_days=self.validity_days, ca=ca)
+        from webhook.tls import certgen  # noqa: PLC0415 (cryptography only to make a certificate)
+
+        b = certgen.generate(self.service, self.namespace, validity_days=self.validity_days, ca=ca)
         return Material(b.ca_cert_pem, b.ca_key_pem, b.cert_pem, b.key_pem)
 
     def _store(self, material: Material, previous: Material | None) -> Material:

@@ -25,7 +25,7 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
 
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 from webhook.server.admission import BadReview, parse_review
 from webhook.server.handler import Admitter, Webhook
 from webhook.server.lifecycle import Lifecycle

@@ -11,11 +11,11 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, Protocol, TypeVar
 
-from webhook.config import Settings
 from webhook.core.kinds import admitted_kinds, custom_kinds
 from webhook.core.model import SOURCE_API_KINDS, JSONObject
 from webhook.core.owners import pinned_owners
-from webhook.metrics import AdmissionResult, Metrics, Tally
+from webhook.process.config import Settings
+from webhook.process.metrics import AdmissionResult, Metrics, Tally
 from webhook.server import large
 from webhook.server.admission import BadReview, Review
 from webhook.server.policy import Trouble

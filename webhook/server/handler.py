@@ -20,11 +20,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
-from webhook.config import Settings
 from webhook.core.model import SnapshotEnsurer
 from webhook.core.shape import ShapeError, check_request
+from webhook.inputs.sources import SourceReader
 from webhook.kube.events import EventRecorder
-from webhook.metrics import AdmissionResult, Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import AdmissionResult, Metrics
 from webhook.server import large
 from webhook.server.admission import AdmissionReviewOut, Review, allowed
 from webhook.server.context import Admission, Scope
@@ -34,7 +35,6 @@ from webhook.server.policy import Answer
 from webhook.server.sources import SourceAdmission
 from webhook.server.workloads import WorkloadAdmission
 from webhook.server.writes import SourcePreview, SourceWrites
-from webhook.sources import SourceReader
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from webhook import allocator
 from webhook.core.kinds import WorkloadKind, template_paths, use_custom_kinds
 from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.owners import use_owner_kinds
@@ -29,6 +28,7 @@ from webhook.core.plan import plan_object
 from webhook.core.preview import SourceWrite, source_write
 from webhook.core.refs import consumption, find_sites, get_path
 from webhook.core.shape import ShapeError, check_request
+from webhook.process import allocator
 from webhook.server.admission import BadReview, Review, parse_review
 from webhook.server.intake import Intake, intake
 from webhook.server.writes import source_kind_of

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from webhook.allocator import release
+from webhook.process.allocator import release
 
 logger = logging.getLogger(__name__)
 

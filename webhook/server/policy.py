@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from webhook.metrics import AdmissionResult
+from webhook.process.metrics import AdmissionResult
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, denied, errored
 
 # An answer, and the result label it is counted under (configpin_admissions_total).

@@ -33,8 +33,8 @@ from typing import Any, cast
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from webhook import allocator
-from webhook.metrics import Metrics
+from webhook.process import allocator
+from webhook.process.metrics import Metrics
 from webhook.server import memory
 from webhook.server.guard import GuardCounters, Limits, guarded
 from webhook.server.lifecycle import Lifecycle

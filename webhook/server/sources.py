@@ -5,7 +5,7 @@ a refusal, never a change of its data, never an API call."""
 from __future__ import annotations
 
 from webhook.core.preview import source_write
-from webhook.metrics import AdmissionResult
+from webhook.process.metrics import AdmissionResult
 from webhook.server import large
 from webhook.server.admission import Review, allowed
 from webhook.server.context import Admission

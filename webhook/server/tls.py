@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.certs import CertificateError, check_pair, private_files, read_certificates
-from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
+from webhook.tls.certs import CertificateError, check_pair, private_files, read_certificates
+from webhook.tls.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 
 logger = logging.getLogger(__name__)
 

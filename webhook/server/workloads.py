@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from webhook.config import Settings
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.kept import changes_only_the_record
 from webhook.core.model import (
@@ -24,13 +23,14 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.plan import plan_object
-from webhook.metrics import AdmissionResult
+from webhook.inputs.sources import Miss, SourceReader
+from webhook.process.config import Settings
+from webhook.process.metrics import AdmissionResult
 from webhook.server import large
 from webhook.server.admission import Review, allowed, denied, patched
 from webhook.server.context import Admission, Busy
 from webhook.server.events import AdmissionEvents
 from webhook.server.policy import Answer
-from webhook.sources import Miss, SourceReader
 
 log = logging.getLogger(__name__)
 

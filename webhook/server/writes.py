@@ -34,7 +34,7 @@ from webhook.core.preview import (
     summary,
     wants_plan,
 )
-from webhook.metrics import AdmissionResult
+from webhook.process.metrics import AdmissionResult
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, patched
 
 

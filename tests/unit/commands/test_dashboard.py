@@ -1,4 +1,4 @@
-"""webhook/dashboard: the fence of the local server (its own Host only, a token for every
+"""webhook/commands/dashboard: the fence of the local server (its own Host only, a token for every
 change, same-origin only, the headers of every answer), on its own and through a real server
 on loopback; and the pages' data from what the feeds hold (waves in the controller's order,
 who uses which key, names and never values).
@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from harness.manifests import configmap, container, deployment, env_from, env_key_ref, pod_spec
+from webhook.commands.dashboard import changes, views
+from webhook.commands.dashboard.app import App, Request
+from webhook.commands.dashboard.feeds import FeedState, Note, Snapshot, Source, _source
+from webhook.commands.dashboard.guard import CSP, TOKEN_HEADER, Fence
+from webhook.commands.dashboard.http import Server
 from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT, ANN_SOURCES, ANN_WAVE
 from webhook.core.model import SourceKind
 from webhook.core.waves import Member, parse_waves, wave_plan
-from webhook.dashboard import views
-from webhook.dashboard.app import App, Request
-from webhook.dashboard.feeds import FeedState, Note, Snapshot, Source, _source
-from webhook.dashboard.guard import CSP, TOKEN_HEADER, Fence
-from webhook.dashboard.http import Server
 
 PORT = 3100
 TOKEN = "t" * 43
@@ -325,7 +325,7 @@ def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_fo
         )  # fmt: skip
     who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
     snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes)
-    found = views.change(snap, CHANGE, parse_waves("1,approve,100%"), lambda _o: None)
+    found = changes.change(snap, CHANGE, parse_waves("1,approve,100%"), lambda _o: None)
     assert found is not None
     rows = found["rows"]
     assert [r["name"] for r in rows] == order
@@ -342,7 +342,7 @@ def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_fo
         "approved": [],
         "namespaces": [NS],
     }
-    listed = views.changes(snap)["changes"]
+    listed = changes.changes(snap)["changes"]
     assert [c["id"] for c in listed] == [CHANGE]
     assert listed[0]["counts"] == {"complete": 1, "rolling": 1, "waiting": 8}
 
@@ -362,7 +362,7 @@ def test_a_change_not_acted_on_yet_lists_its_stale_readers_as_the_dry_run_says()
         "current": {"state": "current"},
     }
     snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})])
-    found = views.change(
+    found = changes.change(
         snap, CHANGE, parse_waves("1,10%,100%"), lambda o: states.get(o["metadata"]["name"])
     )
     assert found is not None
@@ -421,7 +421,7 @@ def test_a_source_is_kept_as_names_never_values() -> None:
 
 
 def test_the_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
-    from webhook.cli import main
+    from webhook.commands.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["dashboard", "--help"])

@@ -31,17 +31,17 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
-from webhook.cli import main
-from webhook.config import Settings
+from webhook.commands.cli import main
 from webhook.core import digest
 from webhook.core.constants import ANN_CHECKSUM, ANN_SOURCES, LABEL_SNAPSHOT, LABEL_SOURCE
 from webhook.core.model import JSONObject, SourceKind
-from webhook.digestkey import load_key_file
-from webhook.metrics import Metrics
+from webhook.inputs.sources import FileSources
+from webhook.process.config import Settings
+from webhook.process.digestkey import load_key_file
+from webhook.process.metrics import Metrics
 from webhook.server.app import create_app
 from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
-from webhook.sources import FileSources
 
 KEY_TEXT = "3f1c0b6a9e2d4c5b8a7f6e5d4c3b2a19\n"  # read as the stripped bytes, like the server
 

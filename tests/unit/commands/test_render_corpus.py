@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness import chart as _chart
-from webhook.cli import main
+from webhook.commands.cli import main
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 REPO = Path(__file__).resolve().parents[3]

@@ -10,11 +10,7 @@ import pytest
 import yaml
 
 from tests.unit.conftest import container, env_cm, pod_spec, vol_cm, workload
-from webhook.core.constants import ANN_ROLLOUT
-from webhook.core.names import snapshot_name
-from webhook.core.reasons import WAIT_STATES, Status
-from webhook.core.record import ACTION_WORDS, Action
-from webhook.status import (
+from webhook.commands.status import (
     SourceStatus,
     StatusReader,
     WorkloadStatus,
@@ -22,6 +18,10 @@ from webhook.status import (
     _dry_run_copy,
     copy_of,
 )
+from webhook.core.constants import ANN_ROLLOUT
+from webhook.core.names import snapshot_name
+from webhook.core.reasons import WAIT_STATES, Status
+from webhook.core.record import ACTION_WORDS, Action
 
 DIGEST = "0123456789abcdef" * 4
 

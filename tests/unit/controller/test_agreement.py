@@ -34,10 +34,10 @@ from tests.unit.conftest import (
 from webhook.core.constants import ANN_CHECKSUM, ANN_OBSERVED, ANN_ROLLED_AT, ANN_SOURCES
 from webhook.core.kept import changes_only_the_record, dumps_mapping
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
-from webhook.metrics import Metrics
+from webhook.inputs.sources import Miss
+from webhook.process.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter
-from webhook.sources import Miss
 
 CM = SourceKind.CONFIGMAP
 

@@ -30,7 +30,6 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
@@ -47,6 +46,7 @@ from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.preview import Effect, source_write
 from webhook.core.record import State, rollout_record
 from webhook.core.waves import WaitReason
+from webhook.process.config import Settings
 from webhook.server.admission import Review
 from webhook.server.writes import SourceWrites
 

@@ -27,7 +27,6 @@ from tests.unit.conftest import (
     vol_cm,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
 from webhook.controller.waves import Gate, WaveCut
@@ -59,6 +58,7 @@ from webhook.core.preview import (
     summary,
 )
 from webhook.core.record import Change, RolloutRecord, State, identity
+from webhook.process.config import Settings
 from webhook.server.admission import Review
 from webhook.server.writes import SourceWrites
 

@@ -29,7 +29,6 @@ from harness.builders import (
     pod_spec,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.leader import AlwaysLeader
 from webhook.controller.outcome import Rolled, Settled
 from webhook.controller.rollout import RolloutController
@@ -43,7 +42,8 @@ from webhook.kube.errors import Conflict, KubeError, NotFound
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import MERGE_PATCH, path
 from webhook.kube.workloads import Served
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 
 NS = "team-a"
 WEB = path("deployments", NS, "web", prefix="/apis/apps/v1")

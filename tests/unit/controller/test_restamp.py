@@ -28,7 +28,6 @@ from tests.unit.conftest import (
     vol_cm,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Follower
 from webhook.controller.reconcile import Prelude
@@ -58,8 +57,9 @@ from webhook.core.reasons import Fallback, SkipReason
 from webhook.core.record import Change, rollout_record
 from webhook.core.times import format_time
 from webhook.core.waves import Wait, WaitReason
+from webhook.inputs.sources import MISS
 from webhook.kube.errors import Forbidden
-from webhook.sources import MISS
+from webhook.process.config import Settings
 
 NOW = 1_800_000_000.0  # the decision's wall clock
 DEPLOYMENT = builtin("Deployment")

@@ -16,7 +16,7 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.core.current import entry_from_object
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 
 class Clock:

@@ -18,7 +18,6 @@ from tests.unit.conftest import (
     vol_cm,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.waves import Gate
 from webhook.core import digest
@@ -35,6 +34,7 @@ from webhook.core.current import WorkloadRef, entry_from_object
 from webhook.core.model import SourceId, SourceKind
 from webhook.core.record import Action, Change, RolloutRecord, State, identity
 from webhook.core.waves import Wait, WaitReason
+from webhook.process.config import Settings
 
 CFG = SourceId(SourceKind.CONFIGMAP, "cfg")
 UNAVAILABLE = {"conditions": [{"type": "Available", "status": "False"}]}

@@ -35,7 +35,6 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
-from webhook.config import Settings
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.reconcile import Prelude
@@ -53,6 +52,7 @@ from webhook.core.kinds import builtin
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.record import State, rollout_record
 from webhook.core.waves import Wait, WaitReason
+from webhook.process.config import Settings
 
 NAMESPACES = ("team-a", "team-b")
 SOURCES = ("s0", "s1", "s2")

@@ -23,8 +23,7 @@ from tests.unit.conftest import (
     recorded_sources,
     vol_cm,
 )
-from webhook.cli import main
-from webhook.config import Settings
+from webhook.commands.cli import main
 from webhook.core.constants import ANN_OWNED, ANN_SOURCES
 from webhook.core.current import entry_from_object
 from webhook.core.kinds import (
@@ -45,8 +44,9 @@ from webhook.core.owners import (
 )
 from webhook.core.reasons import SkipReason
 from webhook.core.shape import ShapeError, check_object
-from webhook.digestkey import new_key_text
 from webhook.kube.copies import Copy
+from webhook.process.config import Settings
+from webhook.process.digestkey import new_key_text
 
 CLONESET = "apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template"
 

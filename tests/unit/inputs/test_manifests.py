@@ -1,4 +1,4 @@
-"""Reading manifests as kubectl does and writing them back (webhook/manifests.py), and no
+"""Reading manifests as kubectl does and writing them back (webhook/inputs/manifests.py), and no
 traceback from `configpin render` whatever the input."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.cli import main
-from webhook.manifests import LIBYAML, InputError, decode, dump, read_text
+from webhook.commands.cli import main
+from webhook.inputs.manifests import LIBYAML, InputError, decode, dump, read_text
 
 
 def _one(text: str) -> Any:

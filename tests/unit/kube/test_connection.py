@@ -29,11 +29,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from webhook import certs
 from webhook.kube import client
 from webhook.kube.client import ConfigError, Connection, TokenFile, connect
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import Kube
+from webhook.tls import certgen, certs
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
@@ -81,12 +81,12 @@ def client_cert(ca: certs.CertBundle, name: str) -> tuple[bytes, bytes]:
 @pytest.fixture(scope="module")
 def server_bundle() -> certs.CertBundle:
     # Names hook.ns.svc (and localhost), not 127.0.0.1: tls-server-name is needed by address.
-    return certs.generate("hook", "ns", extra_ips=())
+    return certgen.generate("hook", "ns", extra_ips=())
 
 
 @pytest.fixture(scope="module")
 def client_ca() -> certs.CertBundle:
-    return certs.generate("clients", "ns")
+    return certgen.generate("clients", "ns")
 
 
 def b64(data: bytes) -> str:
@@ -428,7 +428,7 @@ def test_server_verification_fails(
 ) -> None:
     ca = cluster.pop("ca", None)
     if ca:
-        pem = server_bundle.ca_cert_pem if ca == "right" else certs.generate("x", "y").ca_cert_pem
+        pem = server_bundle.ca_cert_pem if ca == "right" else certgen.generate("x", "y").ca_cert_pem
         cluster["certificate-authority-data"] = b64(pem)
     path = write_kubeconfig(tmp_path / "k", {"server": https_server, **cluster}, {"token": "t"})
     with connect(path) as conn, pytest.raises(KubeError) as e:
@@ -547,7 +547,7 @@ def test_kubeconfig_from_the_environment_uses_its_first_file(
 def test_serve_says_why_it_cannot_connect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from webhook.cli import main
+    from webhook.commands.cli import main
 
     path = tmp_path / "config"
     path.write_text("current-context: nope\n")

@@ -38,7 +38,7 @@ from webhook.kube.copies import (
 )
 from webhook.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 NS = "team-a"
 _REPLICASETS = next(k for k in owner_kinds() if k.kind == "ReplicaSet")

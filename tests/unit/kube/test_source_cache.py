@@ -13,7 +13,7 @@ from webhook.core.constants import ANN_IGNORE
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import Kube
-from webhook.metrics import Metrics
+from webhook.process.metrics import Metrics
 
 NS = "team-a"
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from webhook.metrics import AdmissionResult, LoopCounts, LoopHistogram, Metrics
+from webhook.process.metrics import AdmissionResult, LoopCounts, LoopHistogram, Metrics
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 

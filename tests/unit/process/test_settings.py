@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import build_parser, main
-from webhook.config import Settings, env_name, flag_name, settings_markdown
+from webhook.commands.cli import build_parser, main
+from webhook.process.config import Settings, env_name, flag_name, settings_markdown
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "configpin"
@@ -85,8 +85,9 @@ def test_the_docs_settings_table_is_the_models() -> None:
     match = re.search(r"<!-- settings:begin[^>]*-->\n(.*?)<!-- settings:end -->", page, re.S)
     assert match, "docs/settings.md lost its settings markers"
     assert match[1] == settings_markdown(), (
-        "docs/settings.md's settings table drifted from webhook/config.py: replace it with "
-        "`python -c 'from webhook.config import settings_markdown; print(settings_markdown())'`"
+        "docs/settings.md's settings table drifted from webhook/process/config.py: replace it "
+        "with `python -c 'from webhook.process.config import settings_markdown; "
+        "print(settings_markdown())'`"
     )
 
 
@@ -145,7 +146,7 @@ def test_json_logs_carry_decision_fields(capsys: pytest.CaptureFixture[str]) -> 
     import json
     import logging
 
-    from webhook.logs import setup_logging
+    from webhook.process.logs import setup_logging
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level

@@ -29,13 +29,13 @@ from harness.chart import (
     validate_values,
 )
 from harness.images import dockerfile_instructions, dockerfile_stages
-from webhook.cli import build_parser
-from webhook.config import Settings
+from webhook.commands.cli import build_parser
 from webhook.core.kinds import BUILTIN_KINDS
 from webhook.core.model import SourceKind
-from webhook.metrics import Metrics
+from webhook.inputs.sources import FileSources
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 from webhook.server.handler import SOURCES_PATH, WORKLOADS_PATH, Admitter
-from webhook.sources import FileSources
 
 ROOT = CHART_DIR.parents[1]
 NON_DEFAULT = {
@@ -1013,7 +1013,7 @@ MONITORING = {
 
 
 def _registered_metrics() -> set[str]:
-    from webhook.metrics import Metrics
+    from webhook.process.metrics import Metrics
 
     names = set()
     for family in Metrics().registry.collect():
@@ -1049,7 +1049,7 @@ def test_monitoring_objects_only_when_asked() -> None:
 
 def test_alerts_and_dashboard_name_only_metrics_configpin_serves() -> None:
     """A renamed metric would leave an alert that never fires: every configpin_* name the
-    rules and the dashboard use is one that webhook/metrics.py registers."""
+    rules and the dashboard use is one that webhook/process/metrics.py registers."""
     objects = render(MONITORING)
     rules = one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
     exprs = [r["expr"] for r in rules]

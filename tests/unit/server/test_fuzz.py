@@ -36,10 +36,10 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.core.model import JSONObject
-from webhook.metrics import Metrics
+from webhook.inputs.sources import FileSources
+from webhook.process.metrics import Metrics
 from webhook.server.admission import BadReview, parse_review
 from webhook.server.handler import Admitter
-from webhook.sources import FileSources
 
 SOURCES = [configmap("cfg", {"a": "1", "b": "2"}), secret("creds", {"user": "u"})]
 

@@ -10,13 +10,13 @@ from typing import Any
 import jsonpatch
 
 from harness.builders import RecordingWriter
-from webhook.config import Settings
 from webhook.core.digest import namespace_key, record_from_object, source_digest
 from webhook.core.model import JSONObject, SnapshotRequest, SourceId, SourceKind, SourceRecord
-from webhook.metrics import Metrics
+from webhook.inputs.sources import Miss
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 from webhook.server.admission import parse_review
 from webhook.server.handler import Admitter
-from webhook.sources import Miss
 
 KEY = b"0123456789abcdef0123456789abcdef"
 

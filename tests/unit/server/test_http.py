@@ -41,7 +41,6 @@ from tests.unit.conftest import (
     vol_secret,
     workload,
 )
-from webhook.config import Settings
 from webhook.core import digest
 from webhook.core.constants import ANN_CHANGED_BY, ANN_CHECKSUM, ANN_IGNORE, ANN_SOURCES
 from webhook.core.model import (
@@ -51,14 +50,15 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
-from webhook.metrics import Metrics
+from webhook.inputs.sources import FileSources, Miss
+from webhook.process.config import Settings
+from webhook.process.metrics import Metrics
 from webhook.server import large
 from webhook.server.admission import MAX_WARNING, MAX_WARNINGS_TOTAL, capped_warnings, parse_review
 from webhook.server.app import JSON, MAX_BODY, create_app
 from webhook.server.handler import Admitter
 from webhook.server.intake import Intake, intake
 from webhook.server.lifecycle import Lifecycle
-from webhook.sources import FileSources, Miss
 
 pytestmark = pytest.mark.anyio
 

@@ -23,8 +23,8 @@ import pytest
 
 from tests.unit.conftest import HKEY, configmap, container, env_cm, pod_spec, review, workload
 from tests.unit.server._tls_app import free_port
-from webhook import certs
-from webhook.metrics import Metrics
+from webhook.inputs.sources import FileSources
+from webhook.process.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
 from webhook.server.guard import Limits
@@ -32,7 +32,7 @@ from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.runner import serve_async
 from webhook.server.tls import ReloadingTLSContext
-from webhook.sources import FileSources
+from webhook.tls import certgen, certs
 
 LIMITS = Limits(
     max_connections=6,
@@ -99,7 +99,7 @@ def _post(body: bytes, extra: str = "", path: str = "/mutate") -> bytes:
 
 @pytest.fixture(params=["h11", "httptools"])
 def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live]:
-    bundle = certs.generate("configpin", "configpin")
+    bundle = certgen.generate("configpin", "configpin")
     certs.write_bundle(bundle, tmp_path / "c")
     metrics = Metrics()
     lifecycle = Lifecycle()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from webhook import allocator
+from webhook.process import allocator
 from webhook.server import memory
 
 
@@ -59,7 +59,7 @@ def _glibc() -> Any:
 
 _LARGE_BUFFERS = """
 import ctypes, sys
-from webhook import allocator
+from webhook.process import allocator
 from tests.unit.server.test_memory import _glibc
 libc = _glibc()
 allocator.tune_allocator()

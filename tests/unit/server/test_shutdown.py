@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from tests.unit.server._tls_app import build_app, client_context, free_port, get, running_server
-from webhook import certs
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.runner import serve_async
 from webhook.server.tls import ReloadingTLSContext
+from webhook.tls import certgen, certs
 
 SHUTDOWN_DELAY = 1.0
 DRAIN_TIMEOUT = 5.0
@@ -43,7 +43,7 @@ def test_lifecycle() -> None:
 
 @pytest.fixture
 def bundle(tmp_path: Path) -> tuple[certs.CertBundle, Path, Path]:
-    b = certs.generate("configpin", "configpin")
+    b = certgen.generate("configpin", "configpin")
     certs.write_bundle(b, tmp_path / "c")
     return b, tmp_path / "c" / "tls.crt", tmp_path / "c" / "tls.key"
 

@@ -13,8 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.unit.server._tls_app import client_context, handshake, running_server
-from webhook import certs
 from webhook.server.tls import ReloadingTLSContext
+from webhook.tls import certgen, certs
 
 # ---- a Secret volume as the kubelet lays it out ----
 
@@ -82,12 +82,12 @@ def der(pem: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def bundle_a() -> certs.CertBundle:
-    return certs.generate("configpin", "configpin")
+    return certgen.generate("configpin", "configpin")
 
 
 @pytest.fixture(scope="module")
 def bundle_b() -> certs.CertBundle:
-    return certs.generate("configpin", "configpin")  # a different CA as well
+    return certgen.generate("configpin", "configpin")  # a different CA as well
 
 
 # ---- ReloadingTLSContext on its own ----

@@ -12,12 +12,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook import certs
+from webhook.tls import certgen, certs, devcerts
 
 
 @pytest.fixture(scope="module")
 def bundle() -> certs.CertBundle:
-    return certs.generate("hook", "team-a", extra_dns=["hook.example.com"])
+    return certgen.generate("hook", "team-a", extra_dns=["hook.example.com"])
 
 
 def _cert(pem: bytes) -> x509.Certificate:
@@ -71,7 +71,7 @@ def test_not_before_allows_for_clock_skew(bundle: certs.CertBundle) -> None:
 
 
 def test_an_existing_ca_signs_the_new_cert(bundle: certs.CertBundle) -> None:
-    again = certs.generate("other", "ns", ca=(bundle.ca_cert_pem, bundle.ca_key_pem))
+    again = certgen.generate("other", "ns", ca=(bundle.ca_cert_pem, bundle.ca_key_pem))
     assert again.ca_cert_pem == bundle.ca_cert_pem
     _cert(again.cert_pem).verify_directly_issued_by(_cert(bundle.ca_cert_pem))
     assert again.cert_pem != bundle.cert_pem
@@ -79,11 +79,11 @@ def test_an_existing_ca_signs_the_new_cert(bundle: certs.CertBundle) -> None:
 
 def test_a_leaf_certificate_is_refused_as_ca(bundle: certs.CertBundle) -> None:
     with pytest.raises(certs.CertificateError, match="not a CA"):
-        certs.generate("x", "y", ca=(bundle.cert_pem, bundle.key_pem))
+        certgen.generate("x", "y", ca=(bundle.cert_pem, bundle.key_pem))
 
 
 def test_mismatched_pair_is_refused_without_showing_the_key(bundle: certs.CertBundle) -> None:
-    other = certs.generate("hook", "team-a")
+    other = certgen.generate("hook", "team-a")
     with pytest.raises(certs.CertificateError) as e:
         certs.check_pair(bundle.cert_pem, other.key_pem)
     assert "does not match" in str(e.value)
@@ -104,7 +104,7 @@ def test_write_bundle_modes_and_contents(tmp_path: Path, bundle: certs.CertBundl
 
 
 def test_needs_renewal() -> None:
-    b = certs.generate("s", "n", validity_days=40)
+    b = certgen.generate("s", "n", validity_days=40)
     now = datetime.now(UTC)
     assert not certs.needs_renewal(b.cert_pem, now=now, before=timedelta(days=30))
     assert certs.needs_renewal(b.cert_pem, now=now, before=timedelta(days=45))
@@ -114,24 +114,24 @@ def test_needs_renewal() -> None:
 
 def test_ensure_dev_certs_creates_then_leaves_alone(tmp_path: Path) -> None:
     out = tmp_path / "certs"
-    cert, key, ca = certs.ensure_dev_certs(out)
+    cert, key, ca = devcerts.ensure_dev_certs(out)
     assert (cert, key, ca) == (out / "tls.crt", out / "tls.key", out / "ca.crt")
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     sans = _cert(cert.read_bytes()).extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert "configpin.configpin.svc" in sans.value.get_values_for_type(x509.DNSName)
 
     before = {p.name: (p.read_bytes(), p.stat().st_ino) for p in out.iterdir()}
-    assert certs.ensure_dev_certs(out) == (cert, key, ca)
+    assert devcerts.ensure_dev_certs(out) == (cert, key, ca)
     after = {p.name: (p.read_bytes(), p.stat().st_ino) for p in out.iterdir()}
     assert after == before
 
 
 def test_ensure_dev_certs_renews_a_cert_close_to_expiry_keeping_the_ca(tmp_path: Path) -> None:
     out = tmp_path / "certs"
-    old = certs.generate("configpin", "configpin", validity_days=10)
+    old = certgen.generate("configpin", "configpin", validity_days=10)
     certs.write_bundle(old, out)
 
-    cert, key, ca = certs.ensure_dev_certs(out)
+    cert, key, ca = devcerts.ensure_dev_certs(out)
     new_cert = _cert(cert.read_bytes())
     assert cert.read_bytes() != old.cert_pem
     assert new_cert.not_valid_after_utc > datetime.now(UTC) + timedelta(days=300)
@@ -146,21 +146,21 @@ def test_ensure_dev_certs_renews_a_cert_close_to_expiry_keeping_the_ca(tmp_path:
 )
 def test_ensure_dev_certs_replaces_unusable_files(tmp_path: Path, damage: str) -> None:
     out = tmp_path / "certs"
-    certs.ensure_dev_certs(out)
+    devcerts.ensure_dev_certs(out)
     original = (out / "tls.crt").read_bytes()
     if damage == "missing_key":
         (out / "tls.key").unlink()
     elif damage == "garbage_cert":
         (out / "tls.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\nnope\n")
     elif damage == "wrong_key":
-        (out / "tls.key").write_bytes(certs.generate("a", "b").key_pem)
+        (out / "tls.key").write_bytes(certgen.generate("a", "b").key_pem)
     elif damage == "other_ca":  # tls.crt was not signed by the CA beside it
-        other = certs.generate("configpin", "configpin")
+        other = certgen.generate("configpin", "configpin")
         (out / "ca.crt").write_bytes(other.ca_cert_pem)
         (out / "ca.key").write_bytes(other.ca_key_pem)
 
     service = "elsewhere" if damage == "other_service" else "configpin"
-    cert, key, _ = certs.ensure_dev_certs(out, service=service)
+    cert, key, _ = devcerts.ensure_dev_certs(out, service=service)
     assert cert.read_bytes() != original
     certs.check_pair(cert.read_bytes(), key.read_bytes())
 
@@ -169,10 +169,10 @@ def test_ensure_dev_certs_replaces_an_unreadable_key(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         pytest.skip("root reads files whatever their mode")
     out = tmp_path / "certs"
-    certs.ensure_dev_certs(out)
+    devcerts.ensure_dev_certs(out)
     original = (out / "tls.crt").read_bytes()
     (out / "tls.key").chmod(0)
-    cert, key, _ = certs.ensure_dev_certs(out)
+    cert, key, _ = devcerts.ensure_dev_certs(out)
     assert cert.read_bytes() != original
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
 
@@ -268,7 +268,7 @@ def test_read_certificates_agrees_with_cryptography(
 
 
 def test_read_certificates_reads_a_bundle_in_order(bundle: certs.CertBundle) -> None:
-    other = certs.generate("x", "y")
+    other = certgen.generate("x", "y")
     infos = certs.read_certificates(bundle.ca_cert_pem + b"\n" + other.ca_cert_pem)
     assert [i.pem for i in infos] == [bundle.ca_cert_pem, other.ca_cert_pem]
 

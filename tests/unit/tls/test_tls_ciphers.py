@@ -10,15 +10,15 @@ import pytest
 from pydantic import ValidationError
 
 from tests.unit.server.test_tls_reload import memory_handshake
-from webhook import certs
-from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
-from webhook.config import Settings
+from webhook.process.config import Settings
 from webhook.server.tls import ReloadingTLSContext
+from webhook.tls import certgen, certs
+from webhook.tls.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 
 
 @pytest.fixture(scope="module")
 def bundle() -> certs.CertBundle:
-    return certs.generate("configpin", "configpin")  # an ECDSA certificate
+    return certgen.generate("configpin", "configpin")  # an ECDSA certificate
 
 
 def _server(tmp_path: Path, bundle: certs.CertBundle, **kw: object) -> ReloadingTLSContext:

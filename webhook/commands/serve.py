@@ -9,14 +9,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook.certs import ensure_dev_certs
-from webhook.config import Settings
 from webhook.controller.rollout import RolloutController
 from webhook.controller.sweep import SnapshotLifetime
 from webhook.core.kinds import use_custom_kinds
 from webhook.core.model import SourceId
 from webhook.core.owners import use_owner_kinds
-from webhook.digestkey import ensure_key_file, load_key_file
+from webhook.inputs.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.copies import SnapshotIndex, SnapshotWriter
@@ -25,7 +23,9 @@ from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.kube.selfcerts import SelfManagedCerts
-from webhook.metrics import Metrics
+from webhook.process.config import Settings
+from webhook.process.digestkey import ensure_key_file, load_key_file
+from webhook.process.metrics import Metrics
 from webhook.server import runner
 from webhook.server.app import create_app
 from webhook.server.context import Excluding, Scope
@@ -34,7 +34,7 @@ from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 from webhook.server.tls import ReloadingTLSContext
 from webhook.server.writes import SourcePreview
-from webhook.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
+from webhook.tls.devcerts import ensure_dev_certs
 
 # reportingController of configpin's Events (at most 128 characters, a domain-qualified name)
 EVENT_CONTROLLER = "configpin.io/configpin"

@@ -16,8 +16,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
-from webhook.dashboard.app import BODY_MAX, App, Request, Response, error
-from webhook.dashboard.feeds import Store
+from webhook.commands.dashboard.app import BODY_MAX, App, Request, Response, error
+from webhook.commands.dashboard.feeds import Store
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from webhook.core.model import (
     source_kind,
     typed_source_kind,
 )
+from webhook.inputs.manifests import decode, read_text
 from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 from webhook.kube.user import connect_as_user
-from webhook.manifests import decode, read_text
 
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "configpin-plan"
@@ -84,7 +84,7 @@ def _objects(files: Sequence[Path]) -> list[dict[str, Any]]:
 
 def sources_in(data: bytes, name: str) -> list[dict[str, Any]]:
     """The ConfigMaps and Secrets of a file's bytes (YAML or JSON); raises
-    webhook.manifests.InputError for what cannot be read."""
+    webhook.inputs.manifests.InputError for what cannot be read."""
     out = []
     for doc in read_text(decode(data, name), name):
         obj = doc.obj

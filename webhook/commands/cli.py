@@ -15,14 +15,14 @@ from webhook import __version__
 from webhook.core.constants import MODES
 from webhook.core.kinds import ARGO_ROLLOUT, parse_custom_kinds, use_custom_kinds
 from webhook.core.owners import parse_owner_kinds, use_owner_kinds
-from webhook.digestkey import BadDigestKey, load_key_file, new_key_text
-from webhook.logs import setup_logging
-from webhook.sources import EMBEDDED_MANIFESTS
+from webhook.inputs.sources import EMBEDDED_MANIFESTS
+from webhook.process.digestkey import BadDigestKey, load_key_file, new_key_text
+from webhook.process.logs import setup_logging
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from webhook.config import Settings
+    from webhook.process.config import Settings
 
 # The cluster client, the server, `status`, the settings model and the certificate code take
 # over a second to import: the commands that use them import them, so `render` (a pipeline
@@ -47,7 +47,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field, its help made from the field: description, default and
     environment variable. Values are handed to Settings as given, so a wrong one is refused
     with the same rule whether it came from a flag or from the environment."""
-    from webhook.config import Settings, default_text, env_name, flag_name
+    from webhook.process.config import Settings, default_text, env_name, flag_name
 
     for field, info in Settings.model_fields.items():
         text = f"{info.description} [default: {default_text(field)}; env {env_name(field)}]"
@@ -66,7 +66,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings_error(command: str, error: ValidationError) -> str:
-    from webhook.config import Settings, env_name, flag_name
+    from webhook.process.config import Settings, env_name, flag_name
 
     """`configpin serve: --port (CONFIGPIN_PORT): Input should be ... (got '70000')`."""
     lines = []
@@ -165,7 +165,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "2: usage or connection error.",
     )
     if argv is None or "status" in argv:
-        from webhook import status
+        from webhook.commands import status
 
         status.add_arguments(st)
         _kind_arguments(st)
@@ -180,7 +180,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "Changes nothing. Exit 0: planned; 2: usage or connection error.",
     )
     if argv is None or "plan" in argv:
-        from webhook import changes
+        from webhook.commands import changes
 
         changes.add_arguments(pl)
 
@@ -193,7 +193,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "Exit 0: approved; 1: configpin did not record it; 2: usage or connection error.",
     )
     if argv is None or "approve" in argv:
-        from webhook import changes
+        from webhook.commands import changes
 
         changes.add_approve_arguments(ap)
 
@@ -208,7 +208,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "2: usage, connection or bind error.",
     )
     if argv is None or "dashboard" in argv:
-        from webhook.dashboard import command
+        from webhook.commands.dashboard import command
 
         command.add_arguments(db)
         _kind_arguments(db)
@@ -256,15 +256,15 @@ def _use_kinds(command: str, args: argparse.Namespace) -> str | None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from webhook.config import Settings
+    from webhook.process.config import Settings
 
     given = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     return Settings(**given)
 
 
 def cmd_serve(settings: Settings) -> int:
+    from webhook.commands.serve import serve
     from webhook.kube.client import ConfigError
-    from webhook.serve import serve
 
     try:
         return serve(settings)
@@ -311,8 +311,8 @@ def _render_key(args: argparse.Namespace) -> bytes:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from webhook.manifests import STDIN
-    from webhook.render import EXIT_UNUSABLE, check_allow_missing, stdin_is_terminal
+    from webhook.commands.render import EXIT_UNUSABLE, check_allow_missing, stdin_is_terminal
+    from webhook.inputs.manifests import STDIN
 
     for pattern in args.allow_missing:
         problem = check_allow_missing(pattern)
@@ -343,8 +343,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def _render_and_print(paths: list[str], hkey: bytes, args: argparse.Namespace) -> int:
-    from webhook.render import Options as RenderOptions
-    from webhook.render import read_inputs, render
+    from webhook.commands.render import Options as RenderOptions
+    from webhook.commands.render import read_inputs, render
 
     docs, errors = read_inputs(paths, sys.stdin.buffer)
     options = RenderOptions(
@@ -367,10 +367,11 @@ def _render_and_print(paths: list[str], hkey: bytes, args: argparse.Namespace) -
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from webhook.certs import generate, write_bundle
     from webhook.kube.client import connect
     from webhook.kube.raw import Kube
     from webhook.kube.webhookconfig import set_ca_bundle
+    from webhook.tls.certgen import generate
+    from webhook.tls.certs import write_bundle
 
     bundle = generate(args.service, args.namespace, validity_days=args.days)
     write_bundle(bundle, args.out)
@@ -418,19 +419,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "certs":
         return cmd_certs(args)
     if args.command == "status":
-        from webhook import status
+        from webhook.commands import status
 
         return status.run(args)
     if args.command == "plan":
-        from webhook import changes
+        from webhook.commands import changes
 
         return changes.run(args)
     if args.command == "approve":
-        from webhook import changes
+        from webhook.commands import changes
 
         return changes.approve(args)
     if args.command == "dashboard":
-        from webhook.dashboard import command
+        from webhook.commands.dashboard import command
 
         return command.run(args)
     if args.command == "keygen":

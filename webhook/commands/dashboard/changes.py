@@ -1,55 +1,50 @@
-"""The dashboard's pages as data, worked out from what the feeds hold (a `Snapshot`): the JSON
-the page reads, and that other tools may read.
+"""The changes pages as data: `changes`, each recent change of a consumed source (from who
+changed it, on the source; the rollout records that name it, on the workloads; the
+controller's Events that say a workload waits for it), and `change`, one change's members in
+wave order, each with its rollout as a bar (from its re-stamp to complete, failed, left, or
+waiting) and what it waits for.
 
 Pure: no cluster call and no clock (the snapshot says when it was taken); a workload's status
-(`configpin status`'s dry run) is handed in by `status_of`.
-
-What configpin wrote is read as it stands: this process holds no digest key, so a record's
-signature is not checked (as `configpin status` does not). The pages say so.
-
-- `changes`: each recent change of a consumed source (from who changed it, on the source; the
-  rollout records that name it, on the workloads; the controller's Events that say a workload
-  waits for it), and `change`: one change's members in wave order, each with its rollout as a
-  bar (from its re-stamp to complete, failed, left, or waiting) and what it waits for.
-- `sources`, `source`: who uses which key of each ConfigMap and Secret, how, and what a change
-  does there.
-- `workloads`: what `configpin status` reports, with the last rollouts.
-"""
+(`configpin status`'s dry run) is handed in by `status_of`. What configpin wrote is read as it
+stands: this process holds no digest key, so a record's signature is not checked (as
+`configpin status` does not). The pages say so."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from webhook.commands.dashboard.feeds import Note, Snapshot, Source, epoch
+from webhook.commands.dashboard.workload import (
+    UNSIGNED,
+    StatusOf,
+    Use,
+    WorkloadRef,
+    healthy,
+    mode_of,
+    on_change,
+    pinned,
+    record_of,
+    ref_of,
+    since_of,
+    uses,
+)
 from webhook.core.constants import (
     ANN_APPROVED,
     ANN_CHANGED_BY,
-    ANN_MODE,
-    ANN_ON_CHANGE,
-    ANN_ON_FAILURE,
-    ANN_REJECTED,
-    ANN_ROLLOUT,
     ANN_ROLLOUT_WAVES,
     ANN_SHARED,
-    ANN_SOURCES,
     APPROVE_STEP,
     MODE_OFF,
-    MODE_SNAPSHOT,
-    ON_CHANGE_REFRESH,
 )
-from webhook.core.kinds import template_paths, workload_kind
 from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.core.progress import Standing, standing
 from webhook.core.reasons import EventReason, Status
 from webhook.core.record import Change, annotations_of, digest_mapping_any
-from webhook.core.refs import CONTAINER_LISTS, find_sites, get_path
 from webhook.core.waves import Member, WaveStep, approval_from, cut_waves, wave_of, wave_order
-from webhook.dashboard.feeds import Note, Snapshot, Source, epoch
 
-PAGE: Final = 50  # rows of a list page
 TIMELINE_PAGE: Final = 100  # rows of a change's timeline page
 RECENT: Final = 100  # changes listed at most
 _CHANGE_IN_NOTE: Final = re.compile(r"((?:[a-z0-9.-]+/)?(?:configmap|secret)/[^\s@/]+@[0-9a-f]+)")
@@ -69,154 +64,6 @@ _ACTIONS: Final = {
     "none": "left as it is",
     "rolled-back-by-person": "rolled back by a person",
 }
-UNSIGNED: Final = (
-    "as configpin's records stand on the objects: this page holds no digest key, so their "
-    "signatures are not checked (configpin itself believes only those it signed)"
-)
-
-WorkloadRef = tuple[str, str, str]  # kind, namespace, name
-StatusOf = Callable[[JSONObject], Mapping[str, Any] | None]
-
-
-# --- a workload as the pages read it ----------------------------------------------------------
-
-
-def ref_of(obj: Mapping[str, Any]) -> WorkloadRef:
-    meta = obj.get("metadata") or {}
-    return (str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-
-
-def _template_annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    paths = template_paths(str(obj.get("kind", "")))
-    meta = get_path(obj, paths[0]) if paths else None
-    found = meta.get("annotations") if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
-def _pod_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
-    paths = template_paths(str(obj.get("kind", "")))
-    spec = get_path(obj, paths[1]) if paths else None
-    return spec if isinstance(spec, dict) else {}
-
-
-def record_of(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """configpin's rollout record on the workload, as it stands ({} when none)."""
-    return digest_mapping_any(annotations_of(obj).get(ANN_ROLLOUT))
-
-
-def _since(record: Mapping[str, Any]) -> float | None:
-    since = record.get("since")
-    return float(since) if isinstance(since, int | float) else None
-
-
-def _healthy(obj: Mapping[str, Any]) -> bool:
-    kind = workload_kind(str(obj.get("kind")))
-    return kind is None or standing(kind, obj) is Standing.HEALTHY
-
-
-@dataclass(frozen=True)
-class Use:
-    """One place a workload's pod spec reads a source."""
-
-    keys: frozenset[str] | None  # None: every key
-    how: str  # env, envFrom, volume, subPath
-    where: str  # in a person's words
-    optional: bool
-
-
-def _mounts(spec: Mapping[str, Any]) -> dict[str, list[tuple[str, str, str]]]:
-    """Volume name -> (container, mountPath, subPath) of each mount of it."""
-    out: dict[str, list[tuple[str, str, str]]] = {}
-    for clist in CONTAINER_LISTS:
-        for container in spec.get(clist) or ():
-            if not isinstance(container, dict):
-                continue
-            for mount in container.get("volumeMounts") or ():
-                if isinstance(mount, dict) and isinstance(mount.get("name"), str):
-                    sub = str(mount.get("subPath") or mount.get("subPathExpr") or "")
-                    out.setdefault(mount["name"], []).append(
-                        (str(container.get("name") or "?"), str(mount.get("mountPath") or ""), sub)
-                    )
-    return out
-
-
-def uses(obj: Mapping[str, Any]) -> dict[str, list[Use]]:
-    """How the workload's pod spec reads each source ("configmap/<name>" -> its uses)."""
-    spec = _pod_spec(obj)
-    mounts: dict[str, list[tuple[str, str, str]]] | None = None
-    out: dict[str, list[Use]] = {}
-    for site in find_sites(spec):
-        where = site.path
-        key = f"{site.source.kind.value}/{site.source.name}"
-        if where[0] == "volumes":
-            if mounts is None:
-                mounts = _mounts(spec)
-            volume = get_path(spec, where[:2])
-            vname = str(volume.get("name") if isinstance(volume, dict) else "?")
-            found = mounts.get(vname) or [("", "", "")]
-            for container, at, sub in found:
-                place = f" at {at}" if at else ""
-                cont = f" in {container}" if container else ""
-                if sub:
-                    use = Use(
-                        site.keys,
-                        "subPath",
-                        f"volume {vname}, subPath {sub}{place}{cont}",
-                        site.optional,
-                    )
-                else:
-                    kind = "projected volume" if "projected" in where else "volume"
-                    use = Use(site.keys, "volume", f"{kind} {vname}{place}{cont}", site.optional)
-                out.setdefault(key, []).append(use)
-            continue
-        container = get_path(spec, where[:2])
-        cname = str(container.get("name") if isinstance(container, dict) else "?")
-        if where[2] == "env":
-            env = get_path(spec, where[:4])
-            var = str(env.get("name") if isinstance(env, dict) else "?")
-            use = Use(site.keys, "env", f"env {var} in {cname}", site.optional)
-        else:
-            use = Use(site.keys, "envFrom", f"envFrom in {cname}", site.optional)
-        out.setdefault(key, []).append(use)
-    return out
-
-
-def _mode(obj: Mapping[str, Any]) -> str:
-    return str(annotations_of(obj).get(ANN_MODE) or "")
-
-
-def pinned(obj: Mapping[str, Any]) -> bool:
-    return bool(digest_mapping_any(_template_annotations(obj).get(ANN_SOURCES)))
-
-
-def on_change(obj: Mapping[str, Any], source: str, its_uses: Sequence[Use]) -> str:
-    """What a change of `source` does to the workload: roll, refresh, or nothing."""
-    own = annotations_of(obj)
-    if _mode(obj) == MODE_OFF:
-        return "nothing (configpin.io/mode: off)"
-    if not pinned(obj):
-        return "nothing (not pinned)"
-    kind = workload_kind(str(obj.get("kind")))
-    if kind is not None and not kind.rolls:
-        return f"nothing (a {kind.kind}'s pod template cannot change)"
-    rejected = digest_mapping_any(own.get(ANN_REJECTED))
-    held = (
-        f"; hold where its content was rejected before ({ANN_REJECTED})"
-        if source in rejected
-        else ""
-    )
-    if own.get(ANN_ON_CHANGE) == ON_CHANGE_REFRESH and _mode(obj) != MODE_SNAPSHOT:
-        if all(u.how == "volume" for u in its_uses):
-            return "refresh" + held
-        return "roll (refresh cannot reach an env var or a subPath mount)" + held
-    return "roll" + held
-
-
-def on_failure(obj: Mapping[str, Any]) -> str:
-    value = annotations_of(obj).get(ANN_ON_FAILURE)
-    if isinstance(value, str) and value:
-        return value
-    return "undo" if _mode(obj) == MODE_SNAPSHOT else "configpin's default (hold in checksum mode)"
 
 
 # --- changes -----------------------------------------------------------------------------------
@@ -362,7 +209,7 @@ def _rolled_row(
 ) -> Row:
     ref = ref_of(obj)
     state = str(record.get("state") or "rolling")
-    since = _since(record)
+    since = since_of(record)
     healthy = record.get("healthy", True) is not False and state != "left"
     row = Row(ref, wave_of(obj), healthy, state, start=since)
     if state == "failed":
@@ -437,7 +284,7 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
             f = get(named)
             f.namespaces.add(ref[1])
             f.rows[ref] = _rolled_row(obj, record, ends.get(ref, ()), snapshot.ends)
-            since = _since(record)
+            since = since_of(record)
             if since is not None and not f.current and (not f.at or since < f.at):
                 f.at = since  # (no record of who changed it: its first rollout's start)
             if not f.by and record.get("by"):
@@ -447,7 +294,7 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
         waiter = by_ref.get(ref)
         if waiter is None:
             continue
-        since = _since(records.get(ref, {}))
+        since = since_of(records.get(ref, {}))
         if since is not None and note.at < since:
             continue  # said before its last rollout started
         match = _CHANGE_IN_NOTE.search(note.note)
@@ -459,9 +306,7 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
             continue
         f.namespaces.add(ref[1])
         waits = _wait_kind(note)
-        row = Row(
-            ref, wave_of(waiter), _healthy(waiter), "waiting", waits_for=waits, note=note.note
-        )
+        row = Row(ref, wave_of(waiter), healthy(waiter), "waiting", waits_for=waits, note=note.note)
         row.detail = _wait_detail(waits, note.note)
         row.start = note.at  # (from the change, below, where its time is known)
         said = _WAVE_IN_NOTE.search(note.note)
@@ -484,7 +329,7 @@ def _consumers(snapshot: Snapshot, f: Facts) -> list[tuple[JSONObject, list[Use]
         if not f.change.namespace and ref[1] not in f.namespaces:
             continue
         found = uses(obj).get(source)
-        if not found or not pinned(obj) or _mode(obj) == MODE_OFF:
+        if not found or not pinned(obj) or mode_of(obj) == MODE_OFF:
             continue
         if f.keys is not None and not f.more:
             changed = set(f.keys)
@@ -511,7 +356,7 @@ def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
         if epoch(meta.get("creationTimestamp")) > f.at > 0:
             continue  # made after the change: it started with it
         status = status_of(obj)
-        row = Row(ref, wave_of(obj), _healthy(obj), "pending")
+        row = Row(ref, wave_of(obj), healthy(obj), "pending")
         if status is None:
             row.state, row.detail = (
                 "checking",
@@ -674,184 +519,3 @@ def change(
 def _asks_approval(obj: Mapping[str, Any]) -> bool:
     value = annotations_of(obj).get(ANN_ROLLOUT_WAVES)
     return isinstance(value, str) and APPROVE_STEP in [p.strip() for p in value.split(",")]
-
-
-# --- used by -----------------------------------------------------------------------------------
-
-
-def _source_key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
-
-
-def _all_consumers(
-    snapshot: Snapshot,
-) -> dict[tuple[str, str, str], list[tuple[JSONObject, list[Use]]]]:
-    """(kind, namespace, name) of a source -> the workloads that read it, with how."""
-    out: dict[tuple[str, str, str], list[tuple[JSONObject, list[Use]]]] = {}
-    for obj in snapshot.workloads:
-        ns = ref_of(obj)[1]
-        for key, its_uses in uses(obj).items():
-            kind, _, name = key.partition("/")
-            out.setdefault((kind, ns, name), []).append((obj, its_uses))
-    return out
-
-
-def _page(items: Sequence[Any], page: int, size: int = PAGE) -> tuple[list[Any], int, int]:
-    pages = max(1, math.ceil(len(items) / size))
-    page = min(max(1, page), pages)
-    return list(items[(page - 1) * size : page * size]), page, pages
-
-
-def sources(snapshot: Snapshot, query: str = "", page: int = 1) -> dict[str, Any]:
-    """Every ConfigMap and Secret of the scope (and those workloads read that are missing),
-    with how many workloads read each."""
-    consumers = _all_consumers(snapshot)
-    known = {(s.kind, s.namespace, s.name): s for s in snapshot.sources if not s.copy}
-    keys = sorted(set(known) | set(consumers), key=lambda k: (k[1], k[0], k[2]))
-    if query:
-        q = query.lower()
-        keys = [k for k in keys if q in f"{k[0]}/{k[1]}/{k[2]}".lower()]
-    shown, page, pages = _page(keys, page)
-    rows = []
-    for kind, ns, name in shown:
-        source = known.get((kind, ns, name))
-        record = _json(source.annotations.get(ANN_CHANGED_BY)) if source else {}
-        rows.append(
-            {
-                "kind": kind,
-                "namespace": ns,
-                "name": name,
-                "consumers": len(consumers.get((kind, ns, name), ())),
-                "keys": len(source.keys) if source and source.keys is not None else None,
-                "missing": source is None,
-                "changed_by": record.get("user"),
-                "changed_at": record.get("at"),
-            }
-        )
-    return {"sources": rows, "total": len(keys), "page": page, "pages": pages}
-
-
-def source(
-    snapshot: Snapshot,
-    kind: str,
-    namespace: str,
-    name: str,
-    secret_keys: Callable[[str, str], tuple[tuple[str, ...] | None, str]],
-) -> dict[str, Any]:
-    """Who uses which key of one source: for each key, the workloads that read it, how, and
-    what a change of it does there."""
-    found = next(
-        (s for s in snapshot.sources if (s.kind, s.namespace, s.name) == (kind, namespace, name)),
-        None,
-    )
-    keys: tuple[str, ...] | None
-    keys_note = ""
-    if found is None:
-        keys, keys_note = None, "not found (or not readable): what its consumers name is listed"
-    elif found.keys is not None:
-        keys = found.keys
-    else:
-        keys, keys_note = secret_keys(namespace, name)
-    readers = _all_consumers(snapshot).get((kind, namespace, name), [])
-    by_key: dict[str, list[dict[str, Any]]] = {k: [] for k in keys or ()}
-    every: list[dict[str, Any]] = []
-    for obj, its_uses in readers:
-        wkind, _, wname = ref_of(obj)
-        change_does = on_change(obj, _source_key(kind, name), its_uses)
-        for use in its_uses:
-            entry = {
-                "kind": wkind,
-                "name": wname,
-                "how": use.how,
-                "where": use.where,
-                "optional": use.optional,
-                "on_change": change_does,
-                "on_failure": on_failure(obj),
-            }
-            if use.keys is None:
-                if keys is None:
-                    every.append(entry)
-                for k in keys or ():
-                    by_key[k].append(entry)
-            else:
-                for k in sorted(use.keys):
-                    by_key.setdefault(k, []).append(entry)
-    present = set(keys or ())
-    out_keys = [
-        {
-            "key": k,
-            "missing": keys is not None and k not in present,
-            "consumers": sorted(by_key[k], key=lambda e: (e["kind"], e["name"], e["where"])),
-        }
-        for k in sorted(by_key)
-    ]
-    record = _json(found.annotations.get(ANN_CHANGED_BY)) if found else {}
-    return {
-        "kind": kind,
-        "namespace": namespace,
-        "name": name,
-        "found": found is not None,
-        "keys_known": keys is not None,
-        "keys_note": keys_note,
-        "keys": out_keys,
-        "every_key": sorted(every, key=lambda e: (e["kind"], e["name"], e["where"])),
-        "workloads": len(readers),
-        "changed_by": record.get("user"),
-        "changed_at": record.get("at"),
-        "changed_keys": record.get("keys"),
-    }
-
-
-# --- workloads ---------------------------------------------------------------------------------
-
-
-def last_rollouts(notes: Iterable[Note], ref: WorkloadRef, most: int = 4) -> list[dict[str, Any]]:
-    """The latest rollout Events about a workload, newest first."""
-    mine = [n for n in notes if (n.kind, n.namespace, n.name) == ref]
-    mine.sort(key=lambda n: -n.at)
-    return [{"reason": n.reason, "type": n.type, "at": n.at, "note": n.note} for n in mine[:most]]
-
-
-def workload_refs(snapshot: Snapshot, query: str = "") -> list[JSONObject]:
-    objs = sorted(snapshot.workloads, key=lambda o: (ref_of(o)[1], ref_of(o)[0], ref_of(o)[2]))
-    if query:
-        q = query.lower()
-        objs = [o for o in objs if q in "/".join(ref_of(o)).lower()]
-    return objs
-
-
-def workloads(
-    snapshot: Snapshot, status_of: StatusOf, query: str = "", page: int = 1
-) -> dict[str, Any]:
-    """What `configpin status` reports on each workload (a page of them), with its sources,
-    the copies it uses and its last rollouts."""
-    objs = workload_refs(snapshot, query)
-    shown, page, pages = _page(objs, page)
-    rows = []
-    for obj in shown:
-        kind, ns, name = ref_of(obj)
-        status = status_of(obj)
-        record = record_of(obj)
-        row: dict[str, Any] = {
-            "namespace": ns,
-            "kind": kind,
-            "name": name,
-            "checking": status is None,
-            "state": str(status.get("state")) if status else "checking",
-            "reason": str(status.get("reason") or "") if status else "",
-            "mode": str(status.get("mode")) if status else (_mode(obj) or "default"),
-            "sources": [
-                {"source": s.get("source"), "state": s.get("state")}
-                for s in (status.get("sources") or [] if status else [])
-            ],
-            "copies": list(status.get("copies") or []) if status else [],
-            "rolled_at": str(annotations_of(obj).get("configpin.io/rolled-at") or ""),
-            "rollout": {
-                k: record.get(k) for k in ("state", "since", "by", "signal", "action", "changes")
-            }
-            if record
-            else None,
-            "last": last_rollouts(snapshot.notes, (kind, ns, name)),
-        }
-        rows.append(row)
-    return {"workloads": rows, "total": len(objs), "page": page, "pages": pages, "said": UNSIGNED}

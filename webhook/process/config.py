@@ -9,10 +9,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from webhook.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 from webhook.core.kinds import ARGO_ROLLOUT, WorkloadKind, parse_custom_kinds
 from webhook.core.owners import parse_owner_kinds
 from webhook.core.waves import WaveStep, parse_waves
+from webhook.tls.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 
 Mode = Literal["checksum", "snapshot", "off"]
 

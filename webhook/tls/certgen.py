@@ -1,7 +1,7 @@
 """Making certificates: a small CA and a serving certificate signed by it (cryptography).
 
 Imported only when a certificate is made or a CA is loaded to sign one: reading, checking and
-serving certificates (`webhook.certs`, `webhook.server.tls`) need only the standard library,
+serving certificates (`webhook.tls.certs`, `webhook.server.tls`) need only the standard library,
 and cryptography costs about 10 MB of memory that a running server otherwise never uses.
 """
 
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.certs import (
+from webhook.tls.certs import (
     CA_VALIDITY_DAYS,
     CLOCK_SKEW,
     CertBundle,

@@ -96,14 +96,14 @@ def run(args: argparse.Namespace) -> int:
 
     from kubernetes import config
 
-    from webhook.dashboard.app import App
-    from webhook.dashboard.feeds import MetadataKube, Store
-    from webhook.dashboard.guard import Fence
-    from webhook.dashboard.http import Server
-    from webhook.dashboard.statuses import StatusBook
+    from webhook.commands.dashboard.app import App
+    from webhook.commands.dashboard.feeds import MetadataKube, Store
+    from webhook.commands.dashboard.guard import Fence
+    from webhook.commands.dashboard.http import Server
+    from webhook.commands.dashboard.statuses import StatusBook
+    from webhook.commands.status import StatusReader
     from webhook.kube.raw import Kube
     from webhook.kube.user import connect_as_user
-    from webhook.status import StatusReader
 
     try:
         api, default_ns = connect_as_user(args.kubeconfig, args.context)

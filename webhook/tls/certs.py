@@ -6,7 +6,7 @@ every form of the Service's DNS name, and the CA goes into the webhook configura
 
 Reading and checking certificates takes only the standard library (a short DER reader for the
 few fields configpin looks at, OpenSSL through `ssl` for keys and signatures); making one
-imports cryptography (`webhook.certgen`), which a server that already has its certificate
+imports cryptography (`webhook.tls.certgen`), which a server that already has its certificate
 never loads.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 CA_CERT_FILE = "ca.crt"
 CA_KEY_FILE = "ca.key"
@@ -62,15 +62,6 @@ def service_dns_names(service: str, namespace: str) -> list[str]:
         f"{service}.{namespace}.svc.cluster.local",
         "localhost",
     ]
-
-
-def generate(service: str, namespace: str, **options: Any) -> CertBundle:
-    """A serving certificate for `<service>.<namespace>.svc`, and a CA unless one is given
-    (`webhook.certgen.generate`, which takes the options: extra_dns, extra_ips,
-    validity_days, ca). Imported here when called: cryptography only to make a certificate."""
-    from webhook import certgen  # noqa: PLC0415
-
-    return certgen.generate(service, namespace, **options)
 
 
 def write_bundle(bundle: CertBundle, out_dir: Path) -> None:
@@ -147,7 +138,7 @@ def check_pair(cert_pem: bytes, key_pem: bytes) -> None:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         with private_files(cert_pem, key_pem) as (cert_path, key_path):
-            ctx.load_cert_chain(cert_path, key_path, password=_no_password)
+            ctx.load_cert_chain(cert_path, key_path, password=no_password)
     except ssl.SSLError as e:
         # The reason is OpenSSL's ("KEY_VALUES_MISMATCH", "PEM lib"), never the key bytes.
         if "KEY_VALUES_MISMATCH" in str(e):
@@ -155,7 +146,7 @@ def check_pair(cert_pem: bytes, key_pem: bytes) -> None:
         raise CertificateError("private key is not a valid unencrypted PEM key") from None
 
 
-def _no_password() -> bytes:
+def no_password() -> bytes:
     # An encrypted key fails to load instead of OpenSSL asking for a password on the terminal.
     return b""
 
@@ -316,87 +307,6 @@ def _read_der(der: bytes) -> CertInfo:
         not_after=_time(not_after[0], der[not_after[1] : not_after[2]]),
         dns_names=tuple(dns_names),
     )
-
-
-# ---- development certificates --------------------------------------------------------------
-
-
-def ensure_dev_certs(
-    out_dir: Path, *, service: str = "configpin", namespace: str = "configpin"
-) -> tuple[Path, Path, Path]:
-    """Return `(cert, key, ca)` paths in `out_dir`, creating or renewing the files when needed.
-
-    Existing files are kept when they are readable, the key matches the certificate, the
-    certificate names `<service>.<namespace>.svc`, and it is valid for more than 30 days.
-    A still-good CA (with its key) is reused on renewal so clients that trust it keep working.
-    """
-    cert_path, key_path, ca_path = out_dir / CERT_FILE, out_dir / KEY_FILE, out_dir / CA_CERT_FILE
-    now = datetime.now(UTC)
-    if _usable(cert_path, key_path, ca_path, f"{service}.{namespace}.svc", now):
-        return cert_path, key_path, ca_path
-
-    bundle = generate(service, namespace, ca=_reusable_ca(out_dir, now))
-    write_bundle(bundle, out_dir)
-    return cert_path, key_path, ca_path
-
-
-def _usable(cert_path: Path, key_path: Path, ca_path: Path, dns_name: str, now: datetime) -> bool:
-    try:
-        cert_pem, key_pem = cert_path.read_bytes(), key_path.read_bytes()
-        ca_pem = ca_path.read_bytes()
-    except OSError:
-        return False
-    if needs_renewal(cert_pem, now=now, before=RENEW_BEFORE):
-        return False
-    return _serves(cert_pem, key_pem, ca_pem, dns_name)
-
-
-def _serves(cert_pem: bytes, key_pem: bytes, ca_pem: bytes, dns_name: str) -> bool:
-    """A TLS handshake in memory between a server holding the pair and a client trusting only
-    `ca_pem` that asks for `dns_name`: it succeeds when the key belongs to the certificate,
-    the CA signed it, it names `dns_name` and it is valid now (OpenSSL checks each)."""
-    try:
-        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        with private_files(cert_pem, key_pem) as (cert_file, key_file):
-            server.load_cert_chain(cert_file, key_file, password=_no_password)
-        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
-        client.load_verify_locations(cadata=ca_pem.decode("ascii"))
-    except (ssl.SSLError, ValueError):
-        return False
-    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
-    ends = (
-        (client.wrap_bio(c_in, c_out, server_hostname=dns_name), c_out, s_in),
-        (server.wrap_bio(s_in, s_out, server_side=True), s_out, c_in),
-    )
-    done = [False, False]
-    for _ in range(8):
-        for i, (end, outgoing, peer) in enumerate(ends):
-            if not done[i]:
-                try:
-                    end.do_handshake()
-                    done[i] = True
-                except ssl.SSLWantReadError:
-                    pass
-                except ssl.SSLError:
-                    return False
-            peer.write(outgoing.read())
-        if all(done):
-            return True
-    return False
-
-
-def _reusable_ca(out_dir: Path, now: datetime) -> tuple[bytes, bytes] | None:
-    from webhook import certgen  # noqa: PLC0415 (cryptography only to make a certificate)
-
-    try:
-        ca_cert_pem = (out_dir / CA_CERT_FILE).read_bytes()
-        ca_key_pem = (out_dir / CA_KEY_FILE).read_bytes()
-        certgen.load_ca(ca_cert_pem, ca_key_pem)
-    except (OSError, CertificateError):
-        return None
-    if needs_renewal(ca_cert_pem, now=now, before=RENEW_BEFORE):
-        return None
-    return ca_cert_pem, ca_key_pem
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:

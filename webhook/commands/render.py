@@ -37,7 +37,7 @@ from webhook.core.model import (
 )
 from webhook.core.plan import plan_object
 from webhook.core.snapshot import snapshot_object
-from webhook.manifests import STDIN, Document, InputError, decode, dump, read_text
+from webhook.inputs.manifests import STDIN, Document, InputError, decode, dump, read_text
 
 EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1

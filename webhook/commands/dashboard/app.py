@@ -1,5 +1,5 @@
 """The dashboard's routes: a request in, a response out, nothing of HTTP's transport (the
-server in `webhook.dashboard.http` parses and writes them).
+server in `webhook.commands.dashboard.http` parses and writes them).
 
     GET  /                          the page (its token in a <meta>; its script and style below)
     GET  /assets/app.js, app.css    shipped in the package: nothing comes from elsewhere
@@ -14,7 +14,7 @@ server in `webhook.dashboard.http` parses and writes them).
     POST /api/preview               {manifest}: what `kubectl configpin plan` would list
 
 Every answer is built here with the fence's headers; the fence is asked first
-(`webhook.dashboard.guard`). JSON answers hold names, states, times and configpin's notes:
+(`webhook.commands.dashboard.guard`). JSON answers hold names, states, times and configpin's notes:
 never a value of a ConfigMap or Secret.
 """
 
@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qs
 
-from webhook.changes import approval, dry_run_plan, sources_in
+from webhook.commands.changes import approval, dry_run_plan, sources_in
+from webhook.commands.dashboard import changes, views, workload
+from webhook.commands.dashboard.feeds import FeedState, Store
+from webhook.commands.dashboard.guard import HEADERS, Fence
+from webhook.commands.dashboard.statuses import StatusBook
 from webhook.core.model import SourceKind, typed_source_kind
 from webhook.core.waves import WaveStep
-from webhook.dashboard import views
-from webhook.dashboard.feeds import FeedState, Store
-from webhook.dashboard.guard import HEADERS, Fence
-from webhook.dashboard.statuses import StatusBook
+from webhook.inputs.manifests import InputError
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import Kube
-from webhook.manifests import InputError
 
 BODY_MAX: Final = 1024 * 1024  # a pasted manifest, at most
 _ASSETS: Final = {
@@ -100,7 +100,11 @@ def problems(feeds: Sequence[FeedState], scope: str) -> list[str]:
 
 
 def asset(name: str) -> bytes:
-    return importlib.resources.files("webhook.dashboard").joinpath("assets", name).read_bytes()
+    return (
+        importlib.resources.files("webhook.commands.dashboard")
+        .joinpath("assets", name)
+        .read_bytes()
+    )
 
 
 class App:
@@ -167,7 +171,7 @@ class App:
             marks[key] = max(marks.get(key, 0.0), n.at)
 
         def status_of(obj: dict[str, Any]) -> Mapping[str, Any] | None:
-            version = StatusBook.version(obj, versions, marks.get(views.ref_of(obj), 0.0))
+            version = StatusBook.version(obj, versions, marks.get(workload.ref_of(obj), 0.0))
             return self.book.get(obj, version)
 
         return status_of
@@ -187,17 +191,17 @@ class App:
                     "workloads": len(snapshot.workloads),
                     "sources": sum(1 for s in snapshot.sources if not s.copy),
                 },
-                "waves_setting": views.steps_text(self.steps),
-                "said": views.UNSIGNED,
+                "waves_setting": changes.steps_text(self.steps),
+                "said": workload.UNSIGNED,
             },
         )
 
     def changes(self, request: Request) -> Response:
-        return json_response(200, views.changes(self.store.snapshot(), request.arg("q")))
+        return json_response(200, changes.changes(self.store.snapshot(), request.arg("q")))
 
     def change(self, request: Request) -> Response:
         status_of = self._status_of()
-        found = views.change(
+        found = changes.change(
             self.store.snapshot(), request.arg("id"), self.steps, status_of, request.page()
         )
         if found is None:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
+from webhook.commands.dashboard.workload import ref_of, uses
+from webhook.commands.status import StatusReader
 from webhook.core.model import JSONObject
-from webhook.dashboard.views import ref_of, uses
-from webhook.status import StatusReader
 
 WORKERS: Final = 4
 KEPT_MAX: Final = 20_000

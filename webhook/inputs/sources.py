@@ -42,10 +42,10 @@ class SourceReader(Protocol):
 
 def iter_manifests(paths: Iterable[Path]) -> Iterator[JSONObject]:
     """Every object in the YAML/JSON files named (folders: their *.yaml, *.yml, *.json), read
-    as kubectl reads them (`webhook.manifests`, as `configpin render` does). Raises
+    as kubectl reads them (`webhook.inputs.manifests`, as `configpin render` does). Raises
     InputError (`file:line: what`) on a file that cannot be read as manifests."""
     # YAML only when files are read: a server reading its sources from the cluster never does.
-    from webhook.manifests import decode, read_text  # noqa: PLC0415
+    from webhook.inputs.manifests import decode, read_text  # noqa: PLC0415
 
     for path in paths:
         if path.is_dir():
