@@ -42,7 +42,7 @@ from webhook.core.constants import (
 )
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.reasons import EventReason, Status
-from webhook.core.record import Change, annotations_of, digest_mapping_any
+from webhook.core.record import ACTION_WORDS, Action, Change, annotations_of, digest_mapping_any
 from webhook.core.waves import Member, WaveStep, approval_from, cut_waves, wave_of, wave_order
 
 TIMELINE_PAGE: Final = 100  # rows of a change's timeline page
@@ -57,12 +57,6 @@ _ENDS: Final = {
     R.CONFIG_ROLLOUT_FAILED: "failed",
     R.CONFIG_ROLLED_BACK: "failed",
     R.CONFIG_ROLLED_BACK_BY_PERSON: "failed",
-}
-_ACTIONS: Final = {
-    "undo": "undone",
-    "hold": "held",
-    "none": "left as it is",
-    "rolled-back-by-person": "rolled back by a person",
 }
 
 
@@ -213,7 +207,7 @@ def _rolled_row(
     healthy = record.get("healthy", True) is not False and state != "left"
     row = Row(ref, wave_of(obj), healthy, state, start=since)
     if state == "failed":
-        action = _ACTIONS.get(str(record.get("action")), str(record.get("action") or "?"))
+        action = _action_words(record.get("action"))
         row.detail = f"{record.get('signal') or 'failed'} ({action})"
     elif state == "left":
         row.detail = "scaled to zero while rolling: it proves nothing and left the waves"
@@ -388,6 +382,14 @@ def _approvals(snapshot: Snapshot, f: Facts) -> list[dict[str, Any]]:
                 {"namespace": source.namespace, "user": record.get("user"), "at": record.get("at")}
             )
     return out
+
+
+def _action_words(action: Any) -> str:
+    """What came of a failure, in the words `configpin status` and the Events use."""
+    try:
+        return ACTION_WORDS[Action(str(action))].short
+    except ValueError:
+        return str(action or "?")
 
 
 def steps_text(steps: Sequence[WaveStep] | None) -> str:
