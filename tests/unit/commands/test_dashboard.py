@@ -308,6 +308,46 @@ def _cfg(**annotations: str) -> Source:
     return Source("configmap", NS, "cfg", "9", annotations, ("a", "b"))
 
 
+def test_a_wait_for_an_earlier_wave_that_has_completed_since_is_not_shown_as_one() -> None:
+    """`1,1,approve,100%`: the last wave's workloads were said to wait for wave 2 while it
+    rolled; wave 2 has completed since, and the controller's Event for what comes next (an
+    approval) is not there yet. The page says they wait for an approval, not for an earlier
+    wave that is complete (it did, in the dashboard's own screenshot of this moment)."""
+    names = [f"w{i}" for i in range(4)]
+    order = [m.name for m in wave_plan([Member(0, NS, "Deployment", n) for n in names], None)[0]]
+    records = {order[0]: _record("complete", T0 + 1), order[1]: _record("complete", T0 + 5)}
+    workloads = [_reader(n, record=records.get(n)) for n in names]
+    notes = [
+        Note(NS, "Deployment", order[0], "ConfigRolloutComplete", "done", "Normal", T0 + 4),
+        Note(NS, "Deployment", order[1], "ConfigRolloutComplete", "done", "Normal", T0 + 8),
+    ]
+    for n in order[2:]:
+        notes.append(
+            Note(NS, "Deployment", n, "ConfigRolloutWaiting",
+                 f"not rolled yet: {CHANGE} rolls in waves: this workload rolls when wave 2 is "
+                 "complete (0 of 1 complete)", "Normal", T0 + 6)
+        )  # fmt: skip
+    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
+    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes)
+    found = changes.change(snap, CHANGE, parse_waves("1,1,approve,100%"), lambda _o: None)
+    assert found is not None
+    rows = {r["name"]: r for r in found["rows"]}
+    assert [rows[n]["wave"] for n in order] == [1, 2, 3, 3]
+    for n in order[2:]:
+        assert rows[n]["waits_for"] == "approval", rows[n]
+        assert "wave 2" not in rows[n]["detail"], rows[n]
+    assert found["approval"]["asked"] is True
+    # before wave 2 completed, the same Events are what the workloads wait for
+    records[order[1]] = _record("rolling", T0 + 5)
+    workloads = [_reader(n, record=records.get(n)) for n in names]
+    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes[:1] + notes[2:])
+    found = changes.change(snap, CHANGE, parse_waves("1,1,approve,100%"), lambda _o: None)
+    assert found is not None
+    rows = {r["name"]: r for r in found["rows"]}
+    assert {rows[n]["waits_for"] for n in order[2:]} == {"wave"}
+    assert rows[order[2]]["detail"] == "wave 2: 0 of 1 complete"
+
+
 def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_for() -> None:
     """Ten readers of a change: three rolled (complete, complete, rolling), five said to wait
     for an earlier wave, two for an approval. The rows come in wave_order, cut as

@@ -468,6 +468,7 @@ def change(
     approve_at = approval_from(steps)
     approvals = _approvals(snapshot, f)
     approved_in = {a["namespace"] for a in approvals}
+    _earlier_waves_done(plan, approve_at, approved_in)
     waiting_in = sorted({r.ref[1] for r in rows if r.waits_for == "approval"})
     asks = [
         r.ref[1]
@@ -516,6 +517,31 @@ def change(
         "now": snapshot.now,
         "said": UNSIGNED,
     }
+
+
+def _earlier_waves_done(
+    plan: Sequence[Sequence[Row]], approve_at: int | None, approved_in: set[str]
+) -> None:
+    """A workload the controller last said waits for an earlier wave, whose earlier waves have
+    all completed since: the Event is history, not what it waits for now. Past the approval
+    step, without an approval in its namespace, it waits for one; otherwise for configpin's
+    next look (its next Event says the rest)."""
+    done = True
+    for number, wave in enumerate(plan, start=1):
+        if done:
+            for row in wave:
+                if row.waits_for != "wave":
+                    continue
+                if (
+                    approve_at is not None
+                    and number > approve_at
+                    and (row.ref[1] not in approved_in)
+                ):
+                    row.waits_for, row.detail = "approval", ""
+                else:
+                    row.waits_for = "configpin"
+                    row.detail = "its earlier waves completed: configpin rolls it next"
+        done = done and all(row.state == "complete" for row in wave)
 
 
 def _asks_approval(obj: Mapping[str, Any]) -> bool:
