@@ -94,6 +94,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub, flags=argv is None or "serve" in argv)
 
+    _render_parser(sub)
+    _certs_parser(sub)
+    _cluster_parsers(sub, argv)
+    sub.add_parser(
+        "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
+    )
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def _render_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`configpin render`: offline, from files."""
     r = sub.add_parser(
         "render",
         help="offline: print manifests as admission would make them",
@@ -142,6 +154,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="leave out what cannot be read or is not an object (said on stderr) instead of exit 2",
     )
 
+
+def _certs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`configpin certs generate`."""
     c = sub.add_parser("certs", help="certificates for the webhook")
     csub = c.add_subparsers(dest="certs_command", required=True)
     g = csub.add_parser(
@@ -156,6 +171,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument("--kubeconfig", type=Path)
 
+
+def _cluster_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], argv: Sequence[str] | None
+) -> None:
+    """The commands that read the cluster with the user's own rights (status, plan, approve,
+    dashboard): each one's flags only when it is the command, or for the whole parser."""
     st = sub.add_parser(
         "status",
         help="is each workload pinned, to what, and is it stale? (also `kubectl configpin status`)",
@@ -212,12 +233,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
         command.add_arguments(db)
         _kind_arguments(db)
-
-    sub.add_parser(
-        "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
-    )
-    sub.add_parser("version", help="print the version")
-    return parser
 
 
 def _kind_arguments(p: argparse.ArgumentParser) -> None:
