@@ -130,6 +130,16 @@ class RolloutController:
         self.staleness = Staleness(metrics, clock)
         self.waiting = Waiting()
         self.report = Reporter(metrics, events, clock)
+        self._decisions(snapshots, is_copy)
+        self._runners()
+
+    def _decisions(
+        self, snapshots: SnapshotEnsurer | None, is_copy: Callable[[str, SourceId, str], bool]
+    ) -> None:
+        """What decides and does the work: the waves (gate), the re-stamp decision, the
+        reconciler that writes it, and the preview admission asks on every replica."""
+        kube, hkey, settings, cache = self.kube, self.hkey, self.settings, self.cache
+        metrics = self.metrics
         self.pods = Pods(kube, self.limited, hkey, settings, metrics, is_leader=self.is_leader)
         self.gate = Gate(self.index, cache, hkey, settings, in_scope=self.namespaces.__contains__)
         self.restamper = Restamper(
@@ -158,6 +168,10 @@ class RolloutController:
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         # What a write of a source will do (admission's preview, on every replica)
         self.preview = Previewer(self.gate.cut, ready=self.synced)
+
+    def _runners(self) -> None:
+        """The rollouts' runner (coalescing window, --min-rollout-interval) and the follows'."""
+        settings, clock, tuning = self.settings, self.clock, self.tuning
         self.runner: Runner[WorkloadRef, SourceId] = Runner(
             "rollout",
             self._reconcile,
