@@ -109,7 +109,7 @@ from harness.manifests import deployment, env_key_ref
 from harness.manifests import pod_spec as pod_spec_manifest
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
-from webhook.controller.waves import WaveCut
+from webhook.controller.wavecut import WaveCut
 from webhook.core import digest
 from webhook.core.audit import ChangedBy
 from webhook.core.constants import ANN_CHANGED_BY, ANN_SOURCES

@@ -65,7 +65,7 @@ cp_waves = leading_fixture(WAVES, "liveness-waves", WAVES_ARGS)
 @pytest.fixture
 def two(k8s: client.ApiClient, cp_waves: Configpin) -> Iterator[tuple[str, str]]:
     """Two fresh namespaces opted in for `liveness-waves` (waves with no approval: one
-    awaited would hold the later member back, webhook.controller.waves.WaveCut.held, and no
+    awaited would hold the later member back, webhook.controller.wavecut.WaveCut.held, and no
     two changes could wait for each other there)."""
     with (
         instance_namespace(k8s, WAVES, "liveness") as one,

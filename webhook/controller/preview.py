@@ -7,7 +7,7 @@ copy of it), one row (webhook.core.preview.Row): it rolls, in which wave; it ref
 in place; nothing happens to it (it consumes other keys); it holds (that content was rejected
 there). A deletion says who consumes the source and what breaks.
 
-The waves are the gate's own (webhook.controller.waves.WaveCut, one object both hold): the
+The waves are the gate's own (webhook.controller.wavecut.WaveCut, one object both hold): the
 members of the change the write makes are those of the written namespace the write leaves
 stale (judged as `stale_sources` judges them, on the content as written) or whose record
 names that change, and, for a source shared across namespaces (`configpin.io/shared`), the
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from webhook.controller.waves import Elsewhere, WaveCut, carried, member_of, vouches
+from webhook.controller.wavecut import Elsewhere, WaveCut, carried, member_of, vouches
 from webhook.core import digest
 from webhook.core.current import Consumed, RolloutBrief, WorkloadEntry
 from webhook.core.model import SourceId, SourceKind, SourceRecord

@@ -252,7 +252,7 @@ def _carried(
     none). What comes of the new rollout comes of them as well: a later wave of theirs waits
     for it, or stays stopped. (Without them, their waves would wait for a rollout that no
     record names any more; or count it complete, as they count a member whose record moved
-    on from a change it completed, webhook.controller.waves.) A failure that recorded its
+    on from a change it completed, webhook.controller.wavecut.) A failure that recorded its
     content as rejected is remembered by that record; a change whose source changes again is
     superseded."""
     brief = entry.rollout

@@ -78,7 +78,7 @@ class RolloutBrief:
     healthy: bool
     # what it rolled to, for the sources it changed (`configmap/<name>`, digest): a change of
     # the same source whose content there is the same (a write of keys it does not read) is
-    # carried by this rollout, not rolled again (webhook.controller.waves.WaveCut.rollout_for)
+    # carried by this rollout, not rolled again (webhook.controller.wavecut.WaveCut.rollout_for)
     to: tuple[tuple[str, str], ...] = ()
 
     def rolled_to(self, source: str) -> str | None:

@@ -3,7 +3,7 @@
 
 Pure: the steps of a wave list, the order of a change's members and the cut of that order
 into waves. Who the members are (the workloads a change reaches) is worked out from the index
-by webhook.controller.waves.WaveCut, which the wave gate and the preview both call.
+by webhook.controller.wavecut.WaveCut, which the wave gate and the preview both call.
 
 - `parse_waves`: `--rollout-waves` (counts, shares of the rest, `approve` between waves).
 - `wave_order`: lower `configpin.io/wave` first, then a stable place of each workload's own

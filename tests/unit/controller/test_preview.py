@@ -29,7 +29,8 @@ from tests.unit.conftest import (
 )
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
-from webhook.controller.waves import Gate, WaveCut
+from webhook.controller.wavecut import WaveCut
+from webhook.controller.waves import Gate
 from webhook.core import digest
 from webhook.core.constants import (
     ANN_APPROVE,
