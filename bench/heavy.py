@@ -11,6 +11,9 @@ Starts `configpin serve` (no cluster: the embedded default sources) and, over 12
 
     .venv/bin/python -m bench.heavy [--runs 3] [--heavy 4] [--seconds 10] [--http ..] [--loop ..]
 
+At the end it reads the RSS of the server, of its large-review worker (started by the first
+heavy review) and of multiprocessing's resource tracker beside it.
+
 The goal (issue 17): normal admissions keep p99 <= 100 ms and their worst wait <= 250 ms
 while four maximum-size reviews are in flight; /healthz never waits on admissions.
 """
@@ -29,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from bench.common import Pool, Server, exchange, post_mutate
+from bench.common import Pool, Server, exchange, post_mutate, process_tree, rss_kib
 
 
 def _review(obj: dict[str, Any], uid: str, old: dict[str, Any] | None = None) -> bytes:
@@ -183,6 +186,22 @@ async def one_run(server: Server, args: argparse.Namespace, heavy: bytes) -> dic
         )
     del normal
     out["rss_after_mib"] = server.rss() / 1024
+    for role, kib in _rss_by_role(server.proc.pid).items():
+        out[f"rss_{role}_mib"] = kib / 1024
+    return out
+
+
+def _rss_by_role(pid: int) -> dict[str, int]:
+    """KiB of RSS of the server, its large-review worker and multiprocessing's resource
+    tracker (the worker's companion), told apart by their command lines."""
+    out = {"server": rss_kib(pid), "worker": 0, "tracker": 0}
+    for child in list(process_tree(pid))[1:]:
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes()
+            kib = rss_kib(child)
+        except (OSError, RuntimeError):
+            continue
+        out["tracker" if b"resource_tracker" in argv else "worker"] += kib
     return out
 
 
