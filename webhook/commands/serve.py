@@ -23,6 +23,7 @@ from webhook.kube.events import EventRecorder
 from webhook.kube.namespaces import NamespaceSet
 from webhook.kube.raw import Kube
 from webhook.kube.selfcerts import SelfManagedCerts
+from webhook.process import allocator
 from webhook.process.config import Settings
 from webhook.process.digestkey import ensure_key_file, load_key_file
 from webhook.process.metrics import Metrics
@@ -215,6 +216,8 @@ def serve(settings: Settings) -> int:
             )
             preview = controller.preview
             stoppers.insert(0, controller.stop)  # first: it releases the Lease at once
+            # What is alive once the workloads are indexed lives as long as the process
+            controller.after_synced.append(allocator.freeze)
             if snapshots is not None:
                 lifetime = _snapshot_lifetime(settings, snapshots, controller, events)
                 stoppers.insert(0, lifetime.stop)

@@ -1,15 +1,19 @@
-"""glibc's allocator, tuned and asked to give free memory back (a no-op elsewhere).
+"""glibc's allocator, tuned and asked to give free memory back (a no-op elsewhere); and the
+interpreter's cyclic garbage collector, kept off what lives as long as the process.
 
 Two moments call `release`: after a list (webhook/kube/informer.py: whole pages of full
 objects, Secret values included, parsed to keep a few digests of each) and after a burst of
 connections or a large review (webhook/server/memory.py, webhook/server/large.py). Without it
 glibc keeps that memory mapped and RSS stays at the high-water mark.
+
+`freeze` runs once the controller has indexed the cluster (webhook/serve.py).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 from typing import Any, Final
 
 _M_MMAP_THRESHOLD: Final = -3
@@ -48,3 +52,15 @@ def tune_allocator() -> None:
 def release() -> bool:
     """Give the free pages of the C heap back to the system; True when some were."""
     return _LIBC is not None and bool(_LIBC.malloc_trim(0))
+
+
+def freeze() -> None:
+    """Leave everything alive now out of every later run of the cyclic garbage collector
+    (`gc.freeze`), after one last full run: the imports, the workload index, the caches.
+    A full run walks every object it tracks, holding the GIL, so every thread waits: with
+    1,000 workloads indexed it took 30-150 ms, once every few seconds while source writes
+    were admitted, and it grows with the cluster (bench/README.md, `source_writes`). What is
+    frozen is still freed when nothing refers to it any more; only a reference cycle among
+    frozen objects would stay."""
+    gc.collect()
+    gc.freeze()
