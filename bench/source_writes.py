@@ -44,7 +44,9 @@ answer's head and body in one write, ...: bench/_trace/sitecustomize.py), beside
 (the same revision, as it is); `--gap S` spaces the writes.
 
 configpin runs as a **follower**: a stand-in holds its Lease, so its controller indexes every
-workload (as every replica does: each one answers previews) but rolls nothing. Otherwise every
+workload (as every replica does: each one answers previews) but rolls nothing. Once the
+Deployments are made (through it), it is started again, so that it lists them at start as a
+replica does in a cluster that has them. Otherwise every
 timed write would start a rollout of every consumer, and the writes would be measured against
 those rollouts' traffic, not against the webhook's work. Before timing, a server-side dry run
 of each ConfigMap must be previewed with exactly its number of consumers.
@@ -945,9 +947,10 @@ class Tree:
 @contextlib.contextmanager
 def _cluster(
     args: argparse.Namespace, folder: Path, trees: list[Tree]
-) -> Iterator[tuple[client.ApiClient, Kube, str]]:
+) -> Iterator[tuple[client.ApiClient, Kube, str, Callable[[], None]]]:
     """The control plane; each tree's configpin a follower, started with the trace
-    (bench/_trace); `--experiment` in this tree's (and in no baseline's)."""
+    (bench/_trace); `--experiment` in this tree's (and in no baseline's). The last item
+    yielded starts each tree's configpin again (on another port)."""
     assets = control_plane_assets(args.version)
     with (
         running_control_plane(folder / "plane", assets) as plane,
@@ -961,14 +964,20 @@ def _cluster(
             "PYTHONPATH": os.pathsep.join(p for p in (str(TRACE), given) if p),
             "CONFIGPIN_BENCH_TRACE": "1",
         }
-        try:
+
+        def start() -> None:
             for tree in trees:
+                if tree.cp is not None:
+                    tree.cp.stop()
                 env = dict(traced)
                 if args.experiment and tree.name == "configpin":
                     env["CONFIGPIN_BENCH_EXPERIMENT"] = args.experiment
                 tree.cp = start_configpin(plane, folder / tree.name, env=env, repo=tree.repo)
+
+        try:
+            start()
             version = f"{plane.version[0]}.{plane.version[1]} (minor {server_minor(api)})"
-            yield api, kube, version
+            yield api, kube, version, start
         finally:
             for name in (HOOK, BASELINE_HOOK, FLOOR_HOOK):
                 unregister_webhook(api, name)
@@ -1039,26 +1048,35 @@ def through_api_server(args: argparse.Namespace) -> None:
             trees.append(Tree("baseline", f"baseline {args.baseline}", base))
         targets = _targets(args.sizes, [t.name for t in trees])
         pinned = [t for t in targets if t.tree]
-        with _cluster(args, Path(tmp), trees) as (api, kube, version):
+        with _cluster(args, Path(tmp), trees) as (api, kube, version, restart):
             writer = Writer(kube)
             this = trees[0].configpin
             chart = register_webhook(api, HOOK, this.url + "/mutate", this.ca_pem)["webhooks"]
-            configs = [
-                _configuration(
-                    HOOK if tree.name == "configpin" else BASELINE_HOOK,
-                    _configpin_hooks(chart, tree.configpin, tree.name, args.sizes),
-                )
-                for tree in trees
-            ]
-            for body in configs:
-                _put(kube, body)
-            time.sleep(1.5)  # the API server learns of the configuration through an informer
+
+            def register() -> list[dict[str, Any]]:
+                configs = [
+                    _configuration(
+                        HOOK if tree.name == "configpin" else BASELINE_HOOK,
+                        _configpin_hooks(chart, tree.configpin, tree.name, args.sizes),
+                    )
+                    for tree in trees
+                ]
+                for body in configs:
+                    _put(kube, body)
+                time.sleep(1.5)  # the API server learns of it through an informer
+                return configs
+
+            register()
             start = time.monotonic()
             for target in targets:
                 _namespace(kube, target)
             for target in pinned:
                 _populate(kube, target, args.create_concurrency)
             made = time.monotonic() - start
+            # Started again on the cluster as it now is, as a replica starts in a cluster
+            # (what it lists at start it keeps in its index; it freezes that once synced).
+            restart()
+            configs = register()
             for target in pinned:
                 wait_for(
                     functools.partial(_previewed, writer, target),
@@ -1076,7 +1094,7 @@ def through_api_server(args: argparse.Namespace) -> None:
                 configs.append(_configuration(FLOOR_HOOK, _floor_hooks(api, floor.url, floor.ca)))
                 spy = Path(args.py_spy).resolve() if args.py_spy else None
                 load = [os.getloadavg()[0]]
-                with _py_spy(this.proc.pid, spy, args.py_spy_native):
+                with _py_spy(trees[0].configpin.proc.pid, spy, args.py_spy_native):
                     for r in range(args.rounds):
                         for phase in (REGISTERED, NONE) if r % 2 == 0 else (NONE, REGISTERED):
                             _switch(kube, writer, targets, configs, phase == REGISTERED)
