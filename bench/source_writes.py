@@ -457,6 +457,7 @@ class Target:
     lat: dict[str, list[float]] = field(default_factory=lambda: {REGISTERED: [], NONE: []})
     round_p50: dict[str, list[float]] = field(default_factory=lambda: {REGISTERED: [], NONE: []})
     spans: list[tuple[float, float]] = field(default_factory=list)  # registered writes
+    after: list[int] = field(default_factory=list)  # each one's previous write: its consumers
     unanswered: int = 0  # registered writes its webhook's answer did not reach
     preview: str = ""
 
@@ -911,6 +912,7 @@ def _round(
     the machine's moments and the previous write's aftermath fall on all of them alike."""
     lat: dict[str, list[float]] = {t.name: [] for t in targets}
     order = list(targets)
+    before = 0  # the consumers of the namespace written just before
     for _ in range(cycles):
         rng.shuffle(order)
         for target in order:
@@ -918,8 +920,10 @@ def _round(
             lat[target.name].append(end - start)
             if phase == REGISTERED:
                 target.spans.append((start, end))
+                target.after.append(before)
                 if target.answered_by is not None and not answered:
                     target.unanswered += 1
+            before = target.consumers
             if gap:
                 time.sleep(gap)
     for target in targets:
@@ -1217,6 +1221,10 @@ def _report(
     for t in targets:
         if t.floor:
             print(f"  {t.name:<22} API server's call {ms(_mean(webhook, t.hook))}")
+    most = max(args.sizes)
+    for t in targets:
+        if not t.tree and most:
+            _after_many(t, [None] * len(t.spans), most, lead=f"  {t.name:<22} ")
     for tree in trees:
         seen = tree.seen
         requests = sorted(seen.requests, key=lambda r: r.called)
@@ -1252,6 +1260,8 @@ def _report(
                     else ""
                 )
             )
+            if max(args.sizes):
+                _after_many(t, matched, max(args.sizes))
             slow = sorted(found, key=lambda f: f[1])[-max(1, len(found) // 100) :]
             collected = sum(_overlaps(s, e, seen.collections) for _, _, s, e in found)
             slow_collected = sum(_overlaps(s, e, seen.collections) for _, _, s, e in slow)
@@ -1268,6 +1278,26 @@ def _report(
                 f"{ms(statistics.median(f[1] - f[0].app for f in slow))} (medians)"
             )
             print(f"  {'':<22} preview: {t.preview}")
+
+
+def _after_many(t: Target, matched: list[Request | None], most: int, lead: str = " " * 25) -> None:
+    """Its writes split by the one before: to a namespace of `most` consumers (configpin's
+    watch hands its listener that write's change, with all its consumers, as this write
+    arrives) or not."""
+    parts = []
+    for label, pick in ((f"after a write to {most} consumers", True), ("after another", False)):
+        chosen = [
+            (e - s, r.app if r else 0.0)
+            for (s, e), r, a in zip(t.spans, matched, t.after, strict=True)
+            if (a == most) is pick
+        ]
+        if chosen:
+            lat, app = [c[0] for c in chosen], [c[1] for c in chosen]
+            parts.append(
+                f"{label} ({len(chosen)}): write {ms(pct(lat, 0.5))} / {ms(pct(lat, 0.99))}"
+                + (f", app {ms(pct(app, 0.5))} / {ms(pct(app, 0.99))}" if t.tree else "")
+            )
+    print(f"{lead}p50 / p99 {'; '.join(parts)}")
 
 
 def _collections(seen: Seen) -> None:
