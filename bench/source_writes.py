@@ -55,17 +55,19 @@ of each ConfigMap must be previewed with exactly its number of consumers.
 `Admitter.review` and `orjson.dumps` of an AdmissionReview of a ConfigMap UPDATE (one changed
 key; the object and old object as the API server sends them, managed fields and the previous
 `changed-by` included), with a `Previewer` over an index of N Deployments that consume that key
-(built as tests/unit/test_preview.py builds one). The floor is the same review with no consumer
-(the audit record only). These Deployments have 2 replicas and no failing condition (healthy:
-the change is cut in waves of 1, 10% and the rest), the cluster's have none (scaled to zero:
-one wave), so the two previews differ there; the rows and the summary cost per consumer
-either way. It prints p50/p99 per size, their ratio to the floor, and a breakdown
-of the parts (medians): the parse, the write's facts (`source_write`: the keys' digests), the
-rows (`Previewer.rows`) and the warnings (`summary`). `--profile N` adds the functions that take
-the time over N admissions at the largest size (cProfile). This part runs in a child process in
-a folder of its own, so `PYTHONPATH=$PWD/build/compiled` measures the compiled core (only
-webhook/core is compiled: `Previewer.rows` is webhook/controller, pure Python in every
-build). The cluster part serves configpin from the checkout, pure Python.
+(built as tests/unit/controller/test_preview.py builds one). The floor is the same review with
+no consumer (the audit record only). These Deployments have 2 replicas and no failing condition
+(healthy: the change is cut in waves of 1, 10% and the rest), the cluster's have none (scaled
+to zero: one wave), so the two previews differ there; the rows and the summary cost per
+consumer either way. It prints p50/p99 per size (wall and CPU time), their ratio to the floor,
+and a breakdown of the parts (medians): the parse, the write's facts (`source_write`: the keys'
+digests), the rows (`Previewer.rows`) and the warnings (`summary`), and the consumers' order
+made again (as on the first write after a workload of the namespace changed). `--profile N`
+adds the functions that take the time over N admissions at the largest size (cProfile). This
+part runs in a child process in a folder of its own, so `PYTHONPATH=$PWD/build/compiled`
+measures the compiled core (only webhook/core is compiled: `Previewer.rows` is
+webhook/controller, pure Python in every build). The cluster part serves configpin from the
+checkout, pure Python.
 
     KUBEBUILDER_ASSETS=$(hack/provision-control-plane.sh 1.36.2) \\
         .venv/bin/python -m bench.source_writes --cluster-only [--consumers 1,1000] [--rounds 5]
@@ -98,6 +100,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -148,6 +151,7 @@ from harness.manifests import deployment, env_key_ref
 from harness.manifests import pod_spec as pod_spec_manifest
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
+from webhook.controller.wavecut import WaveCut
 from webhook.core import digest
 from webhook.core.audit import ChangedBy
 from webhook.core.constants import ANN_CHANGED_BY, ANN_SOURCES
@@ -239,7 +243,7 @@ def update_review(uid: str = "b1f3e0c2-7a9d-4e1b-8c55-3d2a1f0e9b77") -> bytes:
     does the new one (a merge patch of `data` leaves annotations as they are)."""
     old = _configmap_as_served("v1", None)
     record = digest.record_from_object(HKEY, SourceKind.CONFIGMAP, old)
-    content = digest.source_digest(HKEY, record)[:20]
+    content = digest.content_id(digest.source_digest(HKEY, record))
     text = ChangedBy(USER, 1_795_734_146.21, content).encode(
         HKEY, NS, SourceId(SourceKind.CONFIGMAP, CM)
     )
@@ -291,7 +295,8 @@ def build_admitter(consumers: int) -> Admitter:
         assert isinstance(entry, WorkloadEntry), entry
         index.put(entry)
     cache = StoreCache({NS: store}, frozen=True)
-    previewer = Previewer(index, cache, HKEY, Settings(), ready=lambda: True)  # type: ignore[arg-type]
+    cut = WaveCut(index, cache, HKEY, Settings(), in_scope=lambda _ns: True)  # type: ignore[arg-type]
+    previewer = Previewer(cut, ready=lambda: True)
     sources = FileSources(HKEY, [])
     return Admitter(hkey=HKEY, sources=sources, metrics=Metrics(), preview=previewer)
 
@@ -714,12 +719,18 @@ def _configpin_hooks(
     entry's calls is one size's; the workloads' one for this tree only (the Deployments are
     created through it)."""
     workloads, sources = copy.deepcopy(chart)
-    config = {"url": cp.url + "/mutate", "caBundle": base64.b64encode(cp.ca_pem).decode()}
-    hooks = [{**workloads, "clientConfig": config}] if tree == "configpin" else []
+    ca = base64.b64encode(cp.ca_pem).decode()
+
+    def to_cp(hook: dict[str, Any]) -> dict[str, Any]:
+        """`hook`'s path (its clientConfig's URL as registered) on `cp`."""
+        where = urllib.parse.urlsplit(hook["clientConfig"]["url"]).path
+        return {"url": cp.url + where, "caBundle": ca}
+
+    hooks = [{**workloads, "clientConfig": to_cp(workloads)}] if tree == "configpin" else []
     for n in sizes:
         hook = copy.deepcopy(sources)
         hook["name"] = f"c{n}.{tree}.configpin.io"
-        hook["clientConfig"] = config
+        hook["clientConfig"] = to_cp(sources)
         hook["namespaceSelector"]["matchExpressions"] = [
             *hook["namespaceSelector"].get("matchExpressions", []),
             {"key": SIZE_LABEL, "operator": "In", "values": [f"{tree}-{n}"]},
@@ -773,7 +784,7 @@ def _drop(kube: Kube, name: str) -> None:
 
 
 class Floor:
-    """The floor webhook: two plain Starlette routes (as configpin's `/mutate` is one) on
+    """The floor webhook: two plain Starlette routes (as configpin's entries are) on
     uvicorn (httptools, uvloop), in a process of its own. Each parses the review for its uid
     and allows it (`/allow`), or answers it with a patch of one annotation of `size` bytes,
     as configpin's record is (`/patch`): what any webhook costs through this API server,
@@ -1079,7 +1090,7 @@ def through_api_server(args: argparse.Namespace) -> None:
         with _cluster(args, Path(tmp), trees) as (api, kube, version, restart):
             writer = Writer(kube)
             this = trees[0].configpin
-            chart = register_webhook(api, HOOK, this.url + "/mutate", this.ca_pem)["webhooks"]
+            chart = register_webhook(api, HOOK, this.url, this.ca_pem)["webhooks"]
 
             def register() -> list[dict[str, Any]]:
                 configs = [
