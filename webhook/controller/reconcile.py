@@ -228,6 +228,12 @@ class Reconciler:
                 self.report.waiting(ref, result.read, decision.waiting)
             return self._skipped(decision.skip or SkipReason.UNCHANGED)
         written.setdefault("kind", ref.kind)
+        if decision.progress is not None and decision.ended is None:
+            # its record amended to the content its re-stamp was admitted with: followed on
+            amended = self.restamper.entry(written)
+            if isinstance(amended, WorkloadEntry):
+                self.on_moved(amended, self.index.put(amended))
+            return Poll(decision.poll if decision.poll is not None else 0.0)
         if decision.progress is not None:  # the rollout it followed ended
             return self._ended(ref, written, decision)
         landed = _Landed(

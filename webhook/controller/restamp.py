@@ -1,6 +1,8 @@
 """The re-stamp decision: given a workload as just read, what to write and what it means.
 
     rolling, and its template taken back off the content rolled to ──► a person's verdict
+        │   (unless its spec is still as configpin's write stored it: admission pinned
+        │    newer content than decided there, which is followed as configpin's rollout)
         │
     current? ── yes ──► follow its rollout, if one is in progress; else leave it (pods
         │                created since a refresh are brought to that refresh)
@@ -30,7 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Ended, Follower
@@ -66,7 +68,9 @@ from webhook.core.record import (
     Change,
     RolloutRecord,
     State,
+    generation_of,
     identity,
+    readmitted,
     record_ops,
     rolled_back,
     rollout_record,
@@ -359,15 +363,26 @@ class Restamper:
             return Decision.leave(entry)
         record = rollout_record(self.hkey, obj) if self.follower is not None else None
         following = record if record is not None and entry.rolling else None
+        amended = False
         if following is not None and rolled_back(kind, obj, following):
-            return self._verdict(ref, obj, entry, following)
+            found = readmitted(kind, obj, following)
+            if found is None:
+                return self._verdict(ref, obj, entry, following)
+            # configpin's own write, its content newer than decided: that is what it rolls,
+            # and who made that content made the change it rolls
+            rolled = self._rolled(entry, found.changes, found.to, peek)
+            by = inputs.editors_of(rolled)
+            if by is None:
+                return Need(editors=rolled)
+            following = record = replace(found, by=by or found.by)
+            amended = True
         stale = stale_sources(entry, peek, self.hkey)
         if following is not None and (
             not stale or (follow_only and stale.isdisjoint(c.source for c in following.changes))
         ):
             # (stale for other sources only: the rollout in flight is followed all the same,
             # so that it ends and frees its place even while that new change waits)
-            return self._follow(ref, obj, kind, following, inputs)
+            return self._follow(ref, obj, kind, following, inputs, amended=amended)
         if follow_only:  # nothing in progress to look at (or a change to roll: not here)
             return Decision.leave(SkipReason.CURRENT)
         if not stale:
@@ -449,6 +464,7 @@ class Restamper:
                 previous=record,
                 by=by,
                 empty=now_standing is Standing.EMPTY,
+                generation=generation_of(obj),
             )
             ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
         return Decision(
@@ -474,17 +490,30 @@ class Restamper:
         kind: WorkloadKind,
         record: RolloutRecord,
         inputs: Inputs,
+        *,
+        amended: bool = False,
     ) -> Decision | Need:
-        """The rollout configpin started goes on, completed, left or failed."""
+        """The rollout configpin started goes on, completed, left or failed. `amended`: its
+        record is not the one stored (`readmitted`): written while it goes on (`ended` None),
+        as it ends otherwise."""
         assert self.follower is not None
         assessed = self.follower.progress(obj, kind, record, self.wall(), inputs.pods_of(obj))
         if assessed is None:
             return Need(pods=True)
         progress, poll = assessed
-        if progress.state is State.ROLLING:
+        if progress.state is State.ROLLING and not (amended and self.is_leader()):
             return Decision([], SkipReason.CURRENT, progress=progress, poll=poll)
         if not self.is_leader():
             return Decision.leave(SkipReason.NOT_LEADER)
+        if progress.state is State.ROLLING:
+            ops = record_ops(obj, {ANN_ROLLOUT: self.follower.record_text(obj, record)})
+            log.info(
+                "%s: its re-stamp was admitted with newer content than decided (%s): "
+                "followed as configpin's rollout of it",
+                ref,
+                dumps_mapping(dict(record.to)),
+            )
+            return Decision(ops, SkipReason.CURRENT, record.to, progress=progress, poll=poll)
         if progress.state is State.COMPLETE:
             ops, ended = self.follower.complete(obj, record)
             return Decision(ops, intended=record.to, progress=progress, ended=ended)
@@ -560,6 +589,7 @@ class Restamper:
                 healthy=entry.standing is Standing.HEALTHY,
                 by=who,
                 empty=entry.standing is Standing.EMPTY,
+                generation=entry.generation,
             )
             by, left = rollout.by, rollout.state is State.LEFT
             text = rollout.encode(self.hkey, identity(ref.kind, ref.namespace, ref.name))

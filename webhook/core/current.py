@@ -44,7 +44,15 @@ from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES
 from webhook.core.progress import Standing, standing
 from webhook.core.reasons import SkipReason
-from webhook.core.record import Change, RolloutRecord, State, rejected, rollout_record
+from webhook.core.record import (
+    Change,
+    RolloutRecord,
+    State,
+    generation_of,
+    readmitted,
+    rejected,
+    rollout_record,
+)
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.core.times import parse_time
 from webhook.core.waves import asks_approval, wave_of
@@ -184,6 +192,7 @@ class WorkloadEntry:
         "delivery",
         "digests",
         "extra",
+        "generation",
         "pods",
         "ref",
         "refreshed",
@@ -215,6 +224,10 @@ class WorkloadEntry:
         # Safe delivery, where there is anything to say (most workloads: None): the rollout
         # configpin follows or last followed, the content it rejected, its wave.
         delivery: Delivery | None = None,
+        # Its metadata.generation at `restamp_rv` (0: none kept), which the rollout record of
+        # a re-stamp planned from the entry alone says its write made (+1). Not part of what
+        # the entry says either.
+        generation: int = 0,
     ) -> None:
         uses: list[object] = []
         packed: list[bytes] = []
@@ -236,6 +249,7 @@ class WorkloadEntry:
         self.pods = pods
         self.restamp_rv = restamp_rv
         self.delivery = delivery
+        self.generation = generation
 
     def _fields(self) -> tuple[object, ...]:
         return (
@@ -387,9 +401,10 @@ def entry_from_object(
         refreshed = parse_mapping(_annotations(meta).get(ANN_REFRESHED))
         if refreshed is not None:
             pods = hash(orjson.dumps(obj.get("status"), option=orjson.OPT_SORT_KEYS))
-    restamp_rv = None
+    restamp_rv, generation = None, 0
     if mode == MODE_CHECKSUM and not refreshes and ANN_OBSERVED not in _annotations(meta):
         restamp_rv = _compact_version(meta.get("resourceVersion"))
+        generation = generation_of(obj)
     delivery = None
     own = _annotations(meta)
     stands = standing(known, obj)
@@ -408,6 +423,10 @@ def entry_from_object(
         or approve
     ):
         record = rollout_record(hkey, obj) if hkey is not None else None
+        if record is not None and record.state is State.ROLLING:
+            # (a re-stamp admitted with newer content than decided rolls that content:
+            # the waves count it so before the controller amends its record)
+            record = readmitted(known, obj, record) or record
         refused = tuple(sorted(rejected(obj).items())) or None
         delivery = Delivery(
             _brief(record), refused, wave_of(obj), stands, paused, in_place, approve
@@ -415,7 +434,16 @@ def entry_from_object(
     elif stands is not Standing.HEALTHY:
         delivery = _STANDING_ONLY[stands]
     return WorkloadEntry(
-        ref, consumes, recorded, rolled_at, stamped, refreshed, pods, restamp_rv, delivery
+        ref,
+        consumes,
+        recorded,
+        rolled_at,
+        stamped,
+        refreshed,
+        pods,
+        restamp_rv,
+        delivery,
+        generation,
     )
 
 

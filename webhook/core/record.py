@@ -10,7 +10,9 @@ Pure: every value is made from objects as read and the time given.
   the workload's identity (`encode`, `decode`, through webhook.core.signed, which signs and
   opens every record of configpin's), so a record a tenant writes is not believed. `started`
   is the one place a record is made.
-- `rolled_back`: whether someone else took the template back off the content rolled to.
+- `rolled_back`: whether someone else took the template back off the content rolled to;
+  `readmitted`: the record of a re-stamp whose admission pinned other content than decided
+  (the source moved on between decision and write), which is no one's rollback.
 - The content rejected on a workload (`configpin.io/rejected`) and the ops that write
   configpin's annotations on the workload's own metadata (`record_ops`).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -168,9 +170,12 @@ class RolloutRecord:
     action: Action | None = None  # (failed) what came of it
     healthy: bool = True  # healthy with pods before the change: it vouches for it, or not
     by: str = ""  # who changed the content, and when ("alice at 2026-...Z"; "unknown")
+    # the workload's metadata.generation as configpin's re-stamp stored it (0: not known):
+    # while it stands, nothing but that write changed its spec (`readmitted`)
+    generation: int = 0
 
     def _body(self) -> dict[str, Any]:
-        return {
+        body = {
             "state": self.state.value,
             "to": dict(self.to),
             "before": dict(self.before),
@@ -183,6 +188,9 @@ class RolloutRecord:
             "healthy": self.healthy,
             "by": self.by,
         }
+        if self.generation:  # (a record without one reads as before it)
+            body["generation"] = self.generation
+        return body
 
     def encode(self, hkey: bytes, identity: str) -> str:
         return signed(hkey, _RECORD_DOMAIN, identity, self._body())
@@ -209,6 +217,7 @@ class RolloutRecord:
                 action=Action(action) if action else None,
                 healthy=body.get("healthy", True) is not False,  # (records before it: healthy)
                 by=str(body.get("by", "")),
+                generation=_count(body.get("generation", 0)),  # (records before it: 0)
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -228,6 +237,7 @@ class RolloutRecord:
             action,
             self.healthy,
             self.by,
+            self.generation,
         )
 
     def changed_sources(self) -> list[str]:
@@ -241,6 +251,19 @@ class RolloutRecord:
         return self.state in (State.ROLLING, State.LEFT) or (
             self.state is State.FAILED and self.action in (Action.HOLD, Action.NONE)
         )
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError("not a count")
+    return value
+
+
+def generation_of(obj: Mapping[str, Any]) -> int:
+    """The object's metadata.generation (0: none): the API server counts its spec's changes."""
+    meta = obj.get("metadata")
+    value = meta.get("generation") if isinstance(meta, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -291,6 +314,27 @@ def rolled_back(kind: WorkloadKind, obj: Mapping[str, Any], record: RolloutRecor
     return any(names.get(k) != record.to[k] for k in record.changed_sources())
 
 
+def readmitted(
+    kind: WorkloadKind, obj: Mapping[str, Any], record: RolloutRecord
+) -> RolloutRecord | None:
+    """`record` as the rollout its own write started, where that write's admission pinned
+    other content than configpin decided: the source moved on between the decision and the
+    write, and admission stamps what it resolves then. Its spec is still as that write stored
+    it (its generation has not moved since: any other change of the spec, a person's
+    `kubectl rollout undo` among them, counts one more), so what the template names is what
+    configpin rolls there, newer content than decided: `to` takes it. None where the template
+    names what the record rolled to, or where the spec changed since (`rolled_back` judges)."""
+    if not record.generation or generation_of(obj) != record.generation:
+        return None
+    names = template_sources(kind, obj)
+    if names is None:
+        return None
+    to = {k: names.get(k, v) for k, v in record.to.items()}
+    if to == dict(record.to):
+        return None
+    return replace(record, to=to)
+
+
 def started(
     kind: WorkloadKind,
     obj: Mapping[str, Any] | None,
@@ -305,6 +349,7 @@ def started(
     previous: RolloutRecord | None = None,
     by: str = "",
     empty: bool = False,
+    generation: int = 0,
 ) -> RolloutRecord:
     """The record of a rollout configpin is about to write: the one place one is made.
 
@@ -319,7 +364,9 @@ def started(
     ReplicaSet, a CronJob) have nothing to follow: their record is complete at once. `empty`:
     the workload asks for no pods as written (`standing` says EMPTY): nothing rolls, so its
     record is written `left` at once, as a look at it would end it (`without_pods`), without
-    that second write."""
+    that second write. `generation`: the workload's metadata.generation as read for a write
+    that changes its pod template (0: not known); the record keeps the one that write
+    stores (`readmitted`)."""
     start = dict(before)
     inherited: Mapping[str, str] = {}
     # (a person's rollback of it leaves the template on good content: nothing to pass on)
@@ -364,6 +411,7 @@ def started(
         template=template,
         healthy=healthy,
         by=by,
+        generation=generation + 1 if generation else 0,
     )
 
 

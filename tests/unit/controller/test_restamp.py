@@ -626,6 +626,76 @@ def test_a_persons_rollback_of_a_rollout_in_progress_is_their_verdict(mode: str)
     assert case.decide(judged).skip is SkipReason.CURRENT
 
 
+def _admitted_later(case: Case, before: JSONObject, path: str) -> tuple[JSONObject, dict[str, str]]:
+    """The controller decides to roll `before` (generation 1) to `a: 2`; the source moves on
+    to `a: 3` before its write (`path`: a decision on the object read, or a re-stamp planned
+    from the index), whose admission stamps what it resolves then. The workload as stored
+    (generation 2: the API server counted the template's change), and what was decided."""
+    before["metadata"]["generation"] = 1
+    before["metadata"]["resourceVersion"] = "41"
+    case.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    if path == "read":
+        decision = case.decide(before)
+        assert decision.rollout is not None
+        sent, decided = _written(before, decision), dict(decision.intended)
+    else:
+        restamp = case.from_index(before)
+        assert restamp is not None
+        sent, decided = merge_patch(before, restamp.merge_patch), restamp.observed
+    case.store.put(configmap("cfg", {"a": "3", "b": "x"}))
+    stored = apply(sent, plan(sent, case.store, operation="UPDATE", old=before))
+    stored = _status(stored, ready=False)  # (generation 2)
+    assert recorded_sources(stored) != decided  # admission pinned newer content
+    return stored, decided
+
+
+@pytest.mark.parametrize("path", ["read", "index"])
+def test_a_re_stamp_admitted_with_newer_content_than_decided_is_followed_as_its_rollout(
+    path: str,
+) -> None:
+    """Not a person's rollback: configpin's own rollout, of the content admission pinned.
+    Its record is amended to it (and to who made it) while it goes on, and it completes."""
+    case = _delivering(_store())
+    stored, _ = _admitted_later(case, _admitted(ENV, case.store), path)
+    pinned = recorded_sources(stored)["configmap/cfg"]
+    indexed = entry_from_object(stored, "checksum", hkey=HKEY)
+    brief = indexed.rollout if not isinstance(indexed, SkipReason) else None
+    # (the waves count what it rolls before its record is amended)
+    assert brief is not None and brief.rolled_to("configmap/cfg") == pinned
+    going = case.decide(stored)
+    assert going.ended is None, going.ended.record.signal if going.ended else ""
+    assert going.progress is not None and going.progress.state == "rolling"
+    assert not touches_template("Deployment", going.ops)  # the template as admitted
+    amended = _written(stored, going)
+    record = _record_of(amended)
+    assert record.state == "rolling" and dict(record.to) == recorded_sources(stored)
+    assert record.before != record.to and record.generation == 2
+    assert [str(c) for c in record.changes] == ["team-a/configmap/cfg@c"]  # the change it rolls
+    assert [r.to for r in case.asked_who[-1]] == [pinned]  # who made it
+    assert case.decide(amended).ops == []  # followed on, nothing more to write
+    done = case.decide(_status(amended, ready=True))
+    assert done.ended is not None and done.ended.record.state == "complete"
+    assert dict(_record_of(_written(amended, done)).to) == recorded_sources(stored)
+
+
+@pytest.mark.parametrize("amended", [False, True])
+def test_a_persons_rollback_after_a_re_stamp_admitted_with_newer_content_is_their_verdict(
+    amended: bool,
+) -> None:
+    """`kubectl rollout undo` of such a rollout (before or after configpin amended its
+    record) counts one more generation of the spec: it is the person's verdict, as ever."""
+    case = _delivering(_store())
+    before = _admitted(ENV, case.store)
+    stored, _ = _admitted_later(case, copy.deepcopy(before), "read")
+    if amended:
+        stored = _written(stored, case.decide(stored))
+    undone = _status(_rolled_back(before, stored), ready=True)
+    undone["metadata"]["generation"] = undone["status"]["observedGeneration"] = 3
+    verdict = case.decide(undone)
+    assert verdict.ended is not None and verdict.ended.record.action == "rolled-back-by-person"
+    assert not touches_template("Deployment", verdict.ops)
+
+
 def test_a_rollout_that_completes_is_no_rollback() -> None:
     case, _, rolled = _rolled("snapshot")
     done = case.decide(_status(rolled, ready=True))
