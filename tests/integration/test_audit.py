@@ -16,7 +16,10 @@ deletions of ConfigMaps and Secrets), two replicas running as the chart runs the
 - who changed a source is named by the rollout record, the rollout Events and `configpin
   status`, a failed rollout's Event included: the last writer of a key the workload reads,
   not of the source, also when the source moved on in other keys before configpin read who
-  made it; `unknown` where configpin could not read it (refused), and the rollout goes on.
+  made it; `unknown` where configpin could not read it (refused), and the rollout goes on;
+- a re-stamp whose write is admitted with newer content than the leader decided (the source
+  moved on meanwhile) is configpin's own rollout of that content, made by its last writer,
+  never a person's rollback.
 
 No kubelet: pods stay Pending unless the fake `Kubelet` reports them Ready.
 """
@@ -24,6 +27,7 @@ No kubelet: pods stay Pending unless the fake `Kubelet` reports them Ready.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import re
@@ -43,9 +47,10 @@ from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet, carrying
 from harness.manifests import configmap
 from tests.integration.holdproxy import HoldProxy, hold_proxy
-from tests.integration.instances import replicas_fixture
+from tests.integration.instances import leader, replicas_fixture
 from tests.integration.workloads import (
     As,
+    ask_replica,
     changed_by,
     get,
     kubectl_configpin,
@@ -54,7 +59,9 @@ from tests.integration.workloads import (
     quiet,
     reader,
     record,
+    revision,
     set_cm,
+    source_review,
     sources,
     stamped,
     state,
@@ -158,6 +165,24 @@ def _workloads(
     return before
 
 
+def _seen_as_canary(kube: Kube, ns: str, replicas: list[Configpin], name: str = "canary") -> None:
+    """The premise of a canary: the leader has seen it healthy. Its index, fed by its own
+    watch, may lag the API server's view (`wait_healthy`) on a loaded machine, and a workload
+    it has not seen healthy cannot vouch for a change: it joins the last wave, and the rest
+    roll first. Seen once the leader's preview of a change of `cfg` names it in wave 1."""
+    old = get(kube, ns, "cfg", "configmaps")
+    new = copy.deepcopy(old)
+    new["data"]["a"] = "preview"
+    wanted = f"configpin: wave 1: Deployment {name}"
+
+    def seen() -> bool:
+        lead = leader(replicas)
+        said = ask_replica(lead, source_review(old, new, user=ALICE)) if lead else {}
+        return wanted in (said.get("warnings") or ())
+
+    wait_for(seen, timeout=60, what=f"the leader seeing {ns}/{name} healthy (in wave 1)")
+
+
 def _wait_state(kube: Kube, ns: str, name: str, wanted: str, timeout: float = 60) -> None:
     wait_for(
         lambda: state(get(kube, ns, name)) == wanted,
@@ -248,7 +273,11 @@ def test_an_approval_copied_from_another_namespace_is_not_believed(
 
 
 def test_an_approval_after_a_persons_rollback_starts_no_wave(
-    kube: Kube, k8s: client.ApiClient, control_plane: ControlPlane, namespaces: Callable[[], str]
+    kube: Kube,
+    k8s: client.ApiClient,
+    control_plane: ControlPlane,
+    namespaces: Callable[[], str],
+    replicas: list[Configpin],
 ) -> None:
     """The canary of a change is rolled back by a person (`kubectl rollout undo`) while
     configpin rolls it: the change has failed, its later waves are stopped, and approving the
@@ -256,10 +285,15 @@ def test_an_approval_after_a_persons_rollback_starts_no_wave(
     ns = namespaces()
     before = _workloads(kube, ns, {"canary": CANARY, "later-0": {}, "later-1": {}})
     later = {n: s for n, s in before.items() if n != "canary"}
+    _seen_as_canary(kube, ns, replicas)
+    first = revision(get(kube, ns, "canary"))
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow(carrying(before["canary"]))  # the change's pods stay Pending
         set_cm(As(k8s, ALICE), ns, "2")
         _wait_state(kube, ns, "canary", "rolling")
+        wait_for(  # (a revision to undo: the Deployment controller may lag configpin's write)
+            lambda: revision(get(kube, ns, "canary")) > first, what="the canary's new revision"
+        )
         rollout_undo(k8s, ns, "canary")
         _wait_state(kube, ns, "canary", "failed")
         assert record(get(kube, ns, "canary"))["action"] == "rolled-back-by-person"
@@ -556,6 +590,64 @@ def test_two_writes_before_the_controller_saw_either_credit_each_reader_with_its
         [note] = notes(kube, ns, name, "RolloutStarted")
         assert f"(changed by {who} at " in note, (name, note)
         assert rows[name]["rollout"]["by"].startswith(f"{who} at "), rows[name]
+
+
+def _stamped_now(kube: Kube, ns: str) -> dict[str, str]:
+    """What the webhook's replica stamps now on a reader of `cfg`'s key `a`, from what it holds
+    of the source: a server-side dry run of a new Deployment (nothing is stored)."""
+    obj, _ = write_warned(kube, "POST", path("deployments", ns), reader("probe"), dry_run=True)
+    return sources(obj)
+
+
+def test_a_re_stamp_admitted_with_newer_content_than_decided_is_configpins_own_rollout(
+    kube: Kube,
+    k8s: client.ApiClient,
+    plain: Plain,
+    plain_namespaces: Callable[[], str],
+) -> None:
+    """The leader decides to roll the canary to alice's content; its write reaches the API
+    server only after bob changed the source again and the webhook's replica saw it, so
+    admission stamps bob's content, newer than decided. That is configpin's own rollout, no
+    person's rollback: the canary's record comes to name the content its template names,
+    made by bob, and completes; the later wave rolls to the same content."""
+    ns = plain_namespaces()
+    assert plain.leader.metric("configpin_leader") == 1
+    before = _workloads(kube, ns, {"canary": CANARY, "later": {}})
+    canary = path("deployments", ns, "canary")
+    held = len(plain.proxy.stalled)
+    plain.proxy.stall(lambda method, target: method == "PATCH" and urlsplit(target).path == canary)
+    try:
+        with Kubelet(kube, ns) as kubelet:
+            kubelet.allow("canary", "later")
+            set_cm(As(k8s, ALICE), ns, "2")
+            wait_for(lambda: len(plain.proxy.stalled) > held, what="the re-stamp of the canary")
+            alices = wait_for(
+                lambda: (found := _stamped_now(kube, ns)) != before["canary"] and found,
+                what="the webhook's replica holding alice's content",
+            )
+            set_cm(As(k8s, BOB), ns, "3")
+            bobs = wait_for(
+                lambda: (
+                    (found := _stamped_now(kube, ns)) not in (before["canary"], alices) and found
+                ),
+                what="the webhook's replica holding bob's content",
+            )
+            plain.proxy.let_go()
+            wait_for(
+                lambda: state(get(kube, ns, "canary")) in ("complete", "failed"),
+                timeout=60,
+                what="the canary's rollout ended",
+            )
+            done = get(kube, ns, "canary")
+            assert sources(done) == bobs  # admission pinned bob's content
+            assert record(done)["state"] == "complete", record(done)
+            assert record(done)["to"] == bobs
+            assert record(done)["by"].startswith(f"{BOB} at "), record(done)
+            assert not notes(kube, ns, "canary", "ConfigRolledBackByPerson")
+            _wait_state(kube, ns, "later", "complete")
+            assert sources(get(kube, ns, "later")) == bobs
+    finally:
+        plain.proxy.let_go()
 
 
 def test_a_failed_rollout_names_who_changed_the_source(

@@ -25,10 +25,7 @@ import base64
 import contextlib
 import copy
 import json
-import ssl
 import time
-import urllib.request
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,7 @@ from tests.integration.instances import leader, replicas_fixture
 from tests.integration.workloads import (
     As,
     annotation,
+    ask_replica,
     changed_by,
     get,
     kubectl_configpin,
@@ -58,6 +56,7 @@ from tests.integration.workloads import (
     quiet,
     reader,
     record,
+    source_review,
     sources,
     stamped,
     status,
@@ -132,46 +131,6 @@ def _order(ns: str, names: Sequence[str]) -> list[list[str]]:
     return [[m.name for m in wave] for wave in wave_plan(members, WAVES)]
 
 
-def _review(old: Mapping[str, Any], new: Mapping[str, Any], *, user: str) -> dict[str, Any]:
-    """The AdmissionReview the API server sends configpin for a dry-run update of `old` to
-    `new` (a ConfigMap)."""
-    ns = old["metadata"]["namespace"]
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-            "requestKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "requestResource": {"group": "", "version": "v1", "resource": "configmaps"},
-            "name": old["metadata"]["name"],
-            "namespace": ns,
-            "operation": "UPDATE",
-            "userInfo": {"username": user, "groups": ["system:authenticated"]},
-            "object": dict(new),
-            "oldObject": dict(old),
-            "dryRun": True,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
-        },
-    }
-
-
-def _ask(cp: Configpin, review: Mapping[str, Any]) -> dict[str, Any]:
-    """POST a review to one replica's sources webhook, as the API server does; its
-    response."""
-    ctx = ssl.create_default_context(cafile=str(cp.ca_file))
-    req = urllib.request.Request(
-        cp.url + "/sources",
-        data=json.dumps(review).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-        answer: dict[str, Any] = json.loads(r.read())["response"]
-    return answer
-
-
 def _consumers(
     kube: Kube, ns: str, names: Sequence[str]
 ) -> tuple[dict[str, dict[str, str]], list[list[str]]]:
@@ -232,7 +191,7 @@ def test_a_write_says_what_each_consumer_will_do_before_and_as_it_is_made(
     assert lead is not None, "not one replica leading"
     wanted = copy.deepcopy(old)
     wanted["data"]["a"] = VALUE
-    answers = {cp.url: _ask(cp, _review(old, wanted, user=EDITOR)) for cp in replicas}
+    answers = {cp.url: ask_replica(cp, source_review(old, wanted, user=EDITOR)) for cp in replicas}
     said_by = {("leader" if cp is lead else "not leading"): answers[cp.url] for cp in replicas}
     assert len(said_by) == 2, said_by
     for role, answer in said_by.items():

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
+from harness.configpin import Configpin
 from harness.controlplane import ControlPlane, service_account_kubeconfig, wait_for
 from harness.manifests import container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT, ANN_SOURCES
@@ -224,3 +228,43 @@ def kubectl_configpin(argv: Sequence[str], kubeconfig: Path) -> subprocess.Compl
     return subprocess.run(
         [plugin, *argv], capture_output=True, text=True, env=env, timeout=60, check=False
     )
+
+
+def source_review(old: Mapping[str, Any], new: Mapping[str, Any], *, user: str) -> dict[str, Any]:
+    """The AdmissionReview the API server sends configpin for a dry-run update of `old` to
+    `new` (a ConfigMap)."""
+    ns = old["metadata"]["namespace"]
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "requestKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "requestResource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": old["metadata"]["name"],
+            "namespace": ns,
+            "operation": "UPDATE",
+            "userInfo": {"username": user, "groups": ["system:authenticated"]},
+            "object": dict(new),
+            "oldObject": dict(old),
+            "dryRun": True,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
+        },
+    }
+
+
+def ask_replica(cp: Configpin, review: Mapping[str, Any]) -> dict[str, Any]:
+    """POST a review to one replica's sources webhook, as the API server does; its
+    response."""
+    ctx = ssl.create_default_context(cafile=str(cp.ca_file))
+    req = urllib.request.Request(
+        cp.url + "/sources",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+        answer: dict[str, Any] = json.loads(r.read())["response"]
+    return answer
