@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 import jsonpatch
 
@@ -47,20 +47,23 @@ def b64(text: str | bytes) -> str:
 # ---- sources ----
 
 
-def _meta(
-    name: str,
-    namespace: str | None,
-    annotations: Mapping[str, str] | None,
-    labels: Mapping[str, str] | None,
-) -> JSONObject:
-    meta: JSONObject = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    if labels:
-        meta["labels"] = dict(labels)
-    return meta
+class Meta(TypedDict, total=False):
+    """A source's metadata beyond its name (None: none)."""
+
+    namespace: str | None
+    annotations: Mapping[str, str] | None
+    labels: Mapping[str, str] | None
+
+
+def _source(kind: str, name: str, meta: Meta) -> JSONObject:
+    metadata: JSONObject = {"name": name}
+    if (namespace := meta.get("namespace")) is not None:
+        metadata["namespace"] = namespace
+    if annotations := meta.get("annotations"):
+        metadata["annotations"] = dict(annotations)
+    if labels := meta.get("labels"):
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": kind, "metadata": metadata}
 
 
 def configmap(
@@ -68,15 +71,9 @@ def configmap(
     data: Mapping[str, str] | None = None,
     *,
     binary: Mapping[str, bytes] | None = None,
-    namespace: str | None = None,
-    annotations: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
+    **meta: Unpack[Meta],
 ) -> JSONObject:
-    obj: JSONObject = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(name, namespace, annotations, labels),
-    }
+    obj = _source("ConfigMap", name, meta)
     if data is not None:
         obj["data"] = dict(data)
     if binary is not None:
@@ -90,16 +87,10 @@ def secret(
     *,
     string_data: Mapping[str, str] | None = None,
     type_: str | None = "Opaque",
-    namespace: str | None = None,
-    annotations: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
+    **meta: Unpack[Meta],
 ) -> JSONObject:
     """A Secret; `data` values are given plain and stored base64, as the API server does."""
-    obj: JSONObject = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _meta(name, namespace, annotations, labels),
-    }
+    obj = _source("Secret", name, meta)
     if type_ is not None:
         obj["type"] = type_
     if data is not None:
@@ -178,92 +169,67 @@ class Store:
 # ---- pod specs ----
 
 
-def env_cm(name: str, key: str, *, var: str = "V", optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name, "key": key}
+class RefOptions(TypedDict, total=False):
+    """What a reference to a source may say beyond its name (None: not said)."""
+
+    items: Iterable[str] | None  # the keys it reads, each to a file of its name (`/` as `_`)
+    optional: bool | None
+
+
+def _ref(
+    ref: JSONObject, *, items: Iterable[str] | None = None, optional: bool | None = None
+) -> JSONObject:
+    if items is not None:
+        ref["items"] = [{"key": k, "path": k.replace("/", "_")} for k in items]
     if optional is not None:
         ref["optional"] = optional
+    return ref
+
+
+def env_cm(name: str, key: str, *, var: str = "V", optional: bool | None = None) -> JSONObject:
+    ref = _ref({"name": name, "key": key}, optional=optional)
     return {"name": var, "valueFrom": {"configMapKeyRef": ref}}
 
 
 def env_secret(name: str, key: str, *, var: str = "S", optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name, "key": key}
-    if optional is not None:
-        ref["optional"] = optional
+    ref = _ref({"name": name, "key": key}, optional=optional)
     return {"name": var, "valueFrom": {"secretKeyRef": ref}}
 
 
 def envfrom_cm(name: str, *, optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if optional is not None:
-        ref["optional"] = optional
-    return {"configMapRef": ref}
+    return {"configMapRef": _ref({"name": name}, optional=optional)}
 
 
 def envfrom_secret(name: str, *, optional: bool | None = None) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if optional is not None:
-        ref["optional"] = optional
-    return {"secretRef": ref}
+    return {"secretRef": _ref({"name": name}, optional=optional)}
 
 
-def _items(keys: Iterable[str] | None) -> list[JSONObject] | None:
-    return None if keys is None else [{"key": k, "path": k.replace("/", "_")} for k in keys]
-
-
-def vol_cm(
-    name: str,
-    *,
-    items: Iterable[str] | None = None,
-    optional: bool | None = None,
-    volume: str | None = None,
-) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"name": volume or f"cm-{name}", "configMap": ref}
+def vol_cm(name: str, *, volume: str | None = None, **options: Unpack[RefOptions]) -> JSONObject:
+    return {"name": volume or f"cm-{name}", "configMap": _ref({"name": name}, **options)}
 
 
 def vol_secret(
-    name: str,
-    *,
-    items: Iterable[str] | None = None,
-    optional: bool | None = None,
-    volume: str | None = None,
+    name: str, *, volume: str | None = None, **options: Unpack[RefOptions]
 ) -> JSONObject:
-    ref: JSONObject = {"secretName": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"name": volume or f"secret-{name}", "secret": ref}
+    return {"name": volume or f"secret-{name}", "secret": _ref({"secretName": name}, **options)}
 
 
-def proj_cm(
-    name: str, *, items: Iterable[str] | None = None, optional: bool | None = None
-) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"configMap": ref}
+def proj_cm(name: str, **options: Unpack[RefOptions]) -> JSONObject:
+    return {"configMap": _ref({"name": name}, **options)}
 
 
-def proj_secret(
-    name: str, *, items: Iterable[str] | None = None, optional: bool | None = None
-) -> JSONObject:
-    ref: JSONObject = {"name": name}
-    if (it := _items(items)) is not None:
-        ref["items"] = it
-    if optional is not None:
-        ref["optional"] = optional
-    return {"secret": ref}
+def proj_secret(name: str, **options: Unpack[RefOptions]) -> JSONObject:
+    return {"secret": _ref({"name": name}, **options)}
 
 
 def vol_projected(*sources: JSONObject, volume: str = "projected") -> JSONObject:
     return {"name": volume, "projected": {"sources": list(sources)}}
+
+
+def _lists(obj: JSONObject, **lists: Iterable[JSONObject]) -> JSONObject:
+    """`obj` with each of `lists` that is not empty (a list)."""
+    obj.update({field: found for field, items in lists.items() if (found := list(items))})
+    return obj
 
 
 def container(
@@ -273,12 +239,7 @@ def container(
     env_from: Iterable[JSONObject] = (),
     image: str = "registry.example/app:1.0",
 ) -> JSONObject:
-    c: JSONObject = {"name": name, "image": image}
-    if env := list(env):
-        c["env"] = env
-    if env_from := list(env_from):
-        c["envFrom"] = env_from
-    return c
+    return _lists({"name": name, "image": image}, env=env, envFrom=env_from)
 
 
 def pod_spec(
@@ -287,14 +248,12 @@ def pod_spec(
     ephemeral: Iterable[JSONObject] = (),
     volumes: Iterable[JSONObject] = (),
 ) -> JSONObject:
-    spec: JSONObject = {"containers": list(containers) or [container()]}
-    if init := list(init):
-        spec["initContainers"] = init
-    if ephemeral := list(ephemeral):
-        spec["ephemeralContainers"] = ephemeral
-    if volumes := list(volumes):
-        spec["volumes"] = volumes
-    return spec
+    return _lists(
+        {"containers": list(containers) or [container()]},
+        initContainers=init,
+        ephemeralContainers=ephemeral,
+        volumes=volumes,
+    )
 
 
 # ---- workloads ----
