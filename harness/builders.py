@@ -256,6 +256,11 @@ def pod_spec(
     )
 
 
+def reading(name: str, key: str) -> JSONObject:
+    """A pod spec whose one container reads `key` of ConfigMap `name` (variable V)."""
+    return pod_spec(container(env=[env_cm(name, key)]))
+
+
 # ---- workloads ----
 
 
@@ -349,6 +354,12 @@ def plan(
         old=old,
         refresh=refresh or (),
     )
+
+
+def admitted(obj: JSONObject, store: Store, **how: Any) -> JSONObject:
+    """`obj` as configpin's admission leaves it: planned against `store` (`how`: as `plan`
+    takes it) and the plan's patch applied."""
+    return apply(obj, plan(obj, store, **how))
 
 
 class _All(frozenset[SourceId]):

@@ -21,6 +21,7 @@ from tests.unit.conftest import (
     env_cm,
     envfrom_secret,
     pod_spec,
+    reading,
     recorded_checksum,
     recorded_sources,
     review,
@@ -209,7 +210,7 @@ def test_a_different_key_gives_different_digests(
 def test_render_warns_about_a_missing_source_and_fails(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
 ) -> None:
-    dep = workload("Deployment", pod_spec(container(env=[env_cm("nowhere", "k")])), name="lonely")
+    dep = workload("Deployment", reading("nowhere", "k"), name="lonely")
     path = tmp_path / "dep.yaml"
     path.write_text(yaml.safe_dump(dep))
     status, (out,), err = _render(capsys, "-f", path, "--digest-key-file", key_file)
@@ -225,7 +226,7 @@ def test_render_several_files_lists_and_other_kinds(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, key_file: Path
 ) -> None:
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {}}
-    job = workload("Job", pod_spec(container(env=[env_cm("app-config", "log.level")])), name="j")
+    job = workload("Job", reading("app-config", "log.level"), name="j")
     del job["metadata"]["namespace"]  # takes --namespace
     (tmp_path / "sources.json").write_text(
         json.dumps({"apiVersion": "v1", "kind": "List", "items": SOURCES})

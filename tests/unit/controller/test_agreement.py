@@ -17,12 +17,11 @@ from tests.unit.conftest import (
     HKEY,
     MUTABLE_TEMPLATE_KINDS,
     Store,
+    admitted,
     apply,
     configmap,
-    container,
-    env_cm,
     plan,
-    pod_spec,
+    reading,
     record,
     recorded_sources,
     review,
@@ -43,7 +42,7 @@ CM = SourceKind.CONFIGMAP
 
 
 def _deploy(kind: str = "Deployment") -> JSONObject:
-    return workload(kind, pod_spec(container(env=[env_cm("cfg", "a")])))
+    return workload(kind, reading("cfg", "a"))
 
 
 def _store(value: str = "1") -> Store:
@@ -78,7 +77,7 @@ def test_a_stamped_template_keeps_its_record_when_the_request_leaves_it_alone() 
     # (paced, coalesced), not a side effect of someone scaling the workload.
     store = _store("1")
     obj = _deploy()
-    stamped = apply(obj, plan(obj, store))
+    stamped = admitted(obj, store)
     store.put(configmap("cfg", {"a": "2"}))
     scaled = copy.deepcopy(stamped)
     scaled["spec"]["replicas"] = 5
@@ -90,7 +89,7 @@ def test_a_stamped_template_keeps_its_record_when_the_request_leaves_it_alone() 
 def test_a_whole_object_replace_that_drops_the_record_gets_it_back_unchanged() -> None:
     store = _store("1")
     obj = _deploy()
-    stamped = apply(obj, plan(obj, store))
+    stamped = admitted(obj, store)
     stamped["metadata"]["annotations"] = {
         ANN_OBSERVED: dumps_mapping({"configmap/cfg": "older"}),
         ANN_ROLLED_AT: "2026-01-01T00:00:00Z",
@@ -106,7 +105,7 @@ def test_a_whole_object_replace_that_drops_the_record_gets_it_back_unchanged() -
 def test_a_template_change_is_planned_and_a_record_of_its_own_is_checked() -> None:
     store = _store("1")
     obj = _deploy()
-    stamped = apply(obj, plan(obj, store))
+    stamped = admitted(obj, store)
     # the user changes the image: the template is planned (here: nothing to add)
     deploy = copy.deepcopy(stamped)
     spec_of(deploy)["containers"][0]["image"] = "registry.example/app:2"
@@ -114,7 +113,7 @@ def test_a_template_change_is_planned_and_a_record_of_its_own_is_checked() -> No
     assert not p.kept and p.patch == []
     # a request that sets a record of its own (the controller re-stamping) is planned too
     store.put(configmap("cfg", {"a": "2"}))
-    restamp = apply(stamped, plan(stamped, store, refresh=ALL))
+    restamp = admitted(stamped, store, refresh=ALL)
     p = plan(restamp, store, operation="UPDATE", old=stamped)
     assert not p.kept and p.patch == []
 
@@ -164,8 +163,8 @@ def test_a_lagging_replica_never_undoes_the_controllers_restamp() -> None:
     reader = LaggingReader()
     old_store, new_store = _store("1"), Store([reader.server])
     obj = _deploy()
-    stamped = apply(obj, plan(obj, old_store))
-    restamp = apply(stamped, plan(stamped, new_store, refresh=ALL))
+    stamped = admitted(obj, old_store)
+    restamp = admitted(stamped, new_store, refresh=ALL)
     assert recorded_sources(restamp) != recorded_sources(stamped)
     response = _admit(reader, restamp, stamped)
     assert "patch" not in response, "the re-stamp must pass unchanged"
@@ -178,7 +177,7 @@ def test_a_deploy_records_what_the_api_server_holds_not_a_lagging_cache() -> Non
     # the controller would roll it a second time a moment later.
     reader = LaggingReader()
     obj = _deploy()
-    stamped = apply(obj, plan(obj, _store("1")))
+    stamped = admitted(obj, _store("1"))
     deploy = copy.deepcopy(stamped)
     spec_of(deploy)["containers"][0]["image"] = "registry.example/app:2"
     out = _patched(deploy, _admit(reader, deploy, stamped))
@@ -190,7 +189,7 @@ def test_a_deploy_records_what_the_api_server_holds_not_a_lagging_cache() -> Non
 def test_an_update_that_leaves_the_template_alone_reads_nothing_fresh() -> None:
     reader = LaggingReader()
     obj = _deploy()
-    stamped = apply(obj, plan(obj, _store("1")))
+    stamped = admitted(obj, _store("1"))
     scaled = copy.deepcopy(stamped)
     scaled["spec"]["replicas"] = 2
     response = _admit(reader, scaled, stamped)
@@ -205,8 +204,8 @@ def test_a_restamp_this_replicas_cache_agrees_with_passes_without_fresh_reads() 
     # costs no extra reads per workload).
     reader = LaggingReader(cache="2", server="2")
     obj = _deploy()
-    stamped = apply(obj, plan(obj, _store("1")))
-    restamp = apply(stamped, plan(stamped, _store("2"), refresh=ALL))
+    stamped = admitted(obj, _store("1"))
+    restamp = admitted(stamped, _store("2"), refresh=ALL)
     response = _admit(reader, restamp, stamped)
     assert "patch" not in response
     assert reader.fresh_reads == 0
@@ -214,11 +213,11 @@ def test_a_restamp_this_replicas_cache_agrees_with_passes_without_fresh_reads() 
 
 def test_a_restamp_the_cache_disagrees_with_is_settled_by_fresh_reads_either_way() -> None:
     obj = _deploy()
-    stamped = apply(obj, plan(obj, _store("1")))
+    stamped = admitted(obj, _store("1"))
     # The writer's watch lags (it re-stamped for a=2; a=3 is there already, and this
     # replica's cache has seen it): the API server's content is recorded, not the writer's.
     reader = LaggingReader(cache="3", server="3")
-    restamp = apply(stamped, plan(stamped, _store("2"), refresh=ALL))
+    restamp = admitted(stamped, _store("2"), refresh=ALL)
     out = _patched(restamp, _admit(reader, restamp, stamped))
     assert reader.fresh_reads == 1
     assert recorded_sources(out) == plan(obj, _store("3")).sources
@@ -239,7 +238,7 @@ def test_a_deploy_reads_fresh_even_when_the_cache_agrees() -> None:
     # must record what the API server holds, whatever this replica's cache says.
     reader = LaggingReader(cache="1", server="1")
     obj = _deploy()
-    stamped = apply(obj, plan(obj, _store("1")))
+    stamped = admitted(obj, _store("1"))
     deploy = copy.deepcopy(stamped)
     spec_of(deploy)["containers"][0]["image"] = "registry.example/app:2"
     assert "patch" not in _admit(reader, deploy, stamped)
@@ -249,8 +248,8 @@ def test_a_deploy_reads_fresh_even_when_the_cache_agrees() -> None:
 @pytest.mark.parametrize("kind", MUTABLE_TEMPLATE_KINDS)
 def test_what_counts_as_changing_only_the_record(kind: str) -> None:
     obj = _deploy(kind)
-    stamped = apply(obj, plan(obj, _store("1")))
-    restamp = apply(stamped, plan(stamped, _store("2"), refresh=ALL))
+    stamped = admitted(obj, _store("1"))
+    restamp = admitted(stamped, _store("2"), refresh=ALL)
     assert changes_only_the_record(restamp, stamped)
     assert not changes_only_the_record(restamp, None)  # a CREATE
     assert not changes_only_the_record(stamped, stamped)  # the record as it was

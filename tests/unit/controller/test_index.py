@@ -15,6 +15,7 @@ import pytest
 from tests.unit.conftest import (
     HKEY,
     Store,
+    admitted,
     apply,
     configmap,
     container,
@@ -133,7 +134,7 @@ def test_unused_key_label_and_annotation_changes_are_not_stale() -> None:
 def test_items_projection_limits_the_keys_that_count() -> None:
     store = _store()
     obj = workload("Deployment", pod_spec(volumes=[vol_cm("app-config", items=["a"])]))
-    obj = apply(obj, plan(obj, store))
+    obj = admitted(obj, store)
     store.put(configmap("app-config", {"a": "1", "b": "2"}))
     assert _stale(obj, store) == set()
     store.put(configmap("app-config", {"a": "9", "b": "2"}))
@@ -153,7 +154,7 @@ def test_missing_sources_optional_and_required() -> None:
     store = Store([])
     spec = pod_spec(container(env=[env_cm("opt", "k", optional=True), env_cm("req", "k", var="R")]))
     obj = workload("Deployment", spec)
-    obj = apply(obj, plan(obj, store))
+    obj = admitted(obj, store)
     assert recorded_sources(obj) == {"configmap/opt": "absent"}
     # A required source that is missing is not a reason to roll (pods could not start).
     assert _stale(obj, store) == set()
@@ -194,11 +195,8 @@ def test_snapshot_mode_rollback_is_current_until_the_source_changes() -> None:
     # seen the newer content. Not stale: the controller leaves the rollback alone.
     undone = json.loads(json.dumps(v2))
     undone["spec"]["template"] = v1["spec"]["template"]
-    undone = apply(undone, plan(undone, store, mode="snapshot", operation="UPDATE", old=v2))
-    assert (
-        undone["spec"]["template"]
-        == apply(v1, plan(v1, store, mode="snapshot"))["spec"]["template"]
-    )
+    undone = admitted(undone, store, mode="snapshot", operation="UPDATE", old=v2)
+    assert undone["spec"]["template"] == admitted(v1, store, mode="snapshot")["spec"]["template"]
     assert ANN_OBSERVED in undone["metadata"]["annotations"]
     assert _stale(undone, store, "snapshot") == set()
 

@@ -22,11 +22,10 @@ from harness.controller import StoreCache
 from tests.unit.conftest import (
     HKEY,
     Store,
-    apply,
+    admitted,
     configmap,
     container,
     env_cm,
-    plan,
     pod_spec,
     workload,
 )
@@ -104,7 +103,7 @@ class World:
                 annotations=annotations,
             )  # fmt: skip
             obj["status"] = {"conditions": [{"type": "Available", "status": "True"}]}
-            self.put(apply(obj, plan(obj, self.store)))
+            self.put(admitted(obj, self.store))
         settings = Settings(rollout_waves=waves)
         self.gate = Gate(
             self.index, StoreCache({NS: self.store}), HKEY, settings, in_scope=lambda _ns: True

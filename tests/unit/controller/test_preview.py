@@ -18,12 +18,11 @@ from harness.controller import StoreCache
 from tests.unit.conftest import (
     HKEY,
     Store,
-    apply,
+    admitted,
     configmap,
     container,
-    env_cm,
-    plan,
     pod_spec,
+    reading,
     vol_cm,
     workload,
 )
@@ -260,7 +259,7 @@ def _world(store: Store, apps: dict[str, JSONObject]) -> tuple[Previewer, Worklo
     for name, spec_and_notes in apps.items():
         spec, notes = spec_and_notes["spec"], spec_and_notes.get("annotations")
         obj = workload("Deployment", spec, name=name, namespace=NS, annotations=notes)
-        obj = apply(obj, plan(obj, store))
+        obj = admitted(obj, store)
         obj.update(spec_and_notes.get("extra", {}))
         index.put(entry_from_object(obj, "checksum", hkey=HKEY))
     cut = WaveCut(index, StoreCache({NS: store}), HKEY, Settings(), in_scope=lambda _ns: True)  # type: ignore[arg-type]
@@ -271,8 +270,8 @@ def _world(store: Store, apps: dict[str, JSONObject]) -> tuple[Previewer, Worklo
 def test_each_consumer_gets_what_the_change_does_to_it() -> None:
     old = configmap("web-config", {"log-level": "info", "port": "80"}, namespace=NS)
     store = Store([old])
-    env = pod_spec(container(env=[env_cm("web-config", "log-level")]))
-    port = pod_spec(container(env=[env_cm("web-config", "port")]))
+    env = reading("web-config", "log-level")
+    port = reading("web-config", "port")
     volume = pod_spec(container(), volumes=[vol_cm("web-config")])
     apps: dict[str, JSONObject] = {f"app-{i}": {"spec": env} for i in range(12)}
     apps["canary"] = {"spec": env, "annotations": {ANN_WAVE: "-1"}}
@@ -314,7 +313,7 @@ def test_what_a_workload_of_the_namespace_does_since_is_in_the_next_preview() ->
     """The consumers' order is kept between writes (a write costs a pass over them, not an
     ordering), until a workload of that namespace changes, comes or goes: then it is new."""
     store = Store([_cm({"a": "1"})])
-    reads = pod_spec(container(env=[env_cm("web-config", "a")]))
+    reads = reading("web-config", "a")
     previewer, index = _world(store, {"web": {"spec": reads}})
     new = digest.record_from_object(HKEY, CFG.kind, _cm({"a": "2"}))
 
@@ -325,7 +324,7 @@ def test_what_a_workload_of_the_namespace_does_since_is_in_the_next_preview() ->
 
     assert names() == [("web", Effect.ROLL)]
     other = workload("Deployment", reads, name="api", namespace=NS)
-    index.put(entry_from_object(apply(other, plan(other, store)), "checksum", hkey=HKEY))
+    index.put(entry_from_object(admitted(other, store), "checksum", hkey=HKEY))
     assert names() == [("api", Effect.ROLL), ("web", Effect.ROLL)]
     refreshed = workload(
         "Deployment",
@@ -334,13 +333,13 @@ def test_what_a_workload_of_the_namespace_does_since_is_in_the_next_preview() ->
         namespace=NS,
         annotations={ANN_ON_CHANGE: "refresh"},
     )
-    index.put(entry_from_object(apply(refreshed, plan(refreshed, store)), "checksum", hkey=HKEY))
+    index.put(entry_from_object(admitted(refreshed, store), "checksum", hkey=HKEY))
     assert names() == [("api", Effect.REFRESH), ("web", Effect.ROLL)]
     [api] = [e for e in index.entries(namespace=NS) if e.ref.name == "api"]
     index.remove(api.ref)
     assert names() == [("web", Effect.ROLL)]
     elsewhere = workload("Deployment", reads, name="x", namespace="other")
-    index.put(entry_from_object(apply(elsewhere, plan(elsewhere, store)), "checksum", hkey=HKEY))
+    index.put(entry_from_object(admitted(elsewhere, store), "checksum", hkey=HKEY))
     assert names() == [("web", Effect.ROLL)]
 
 
@@ -368,12 +367,12 @@ def _shared_world(
         for ns in apps
     }
     index = WorkloadIndex()
-    reads = pod_spec(container(env=[env_cm("web-config", "a")]))
+    reads = reading("web-config", "a")
     for ns, named in apps.items():
         for name, extra in named.items():
             notes = extra.get("annotations")
             obj = workload("Deployment", reads, name=name, namespace=ns, annotations=notes)
-            obj = apply(obj, plan(obj, stores[ns]))
+            obj = admitted(obj, stores[ns])
             obj.update(extra.get("extra", {}))
             index.put(entry_from_object(obj, "checksum", hkey=HKEY))
     settings = Settings(rollout_waves=waves)
@@ -496,7 +495,7 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
                 spec = pod_spec(container(), volumes=[vol_cm("web-config")])
                 notes_of[ANN_ON_CHANGE] = "refresh"
             else:
-                spec = pod_spec(container(env=[env_cm("web-config", "b" if "b" in how else "a")]))
+                spec = reading("web-config", "b" if "b" in how else "a")
             if how.startswith("held"):
                 notes_of[ANN_REJECTED] = dumps_mapping({str(CFG): held})
             stamp = stores[ns]
@@ -507,7 +506,7 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
             if how == "earlier":
                 stamp = Store([configmap("web-config", earlier, namespace=ns)])
             obj = workload("Deployment", spec, name=f"w{i}", namespace=ns, annotations=notes_of)
-            obj = apply(obj, plan(obj, stamp))
+            obj = admitted(obj, stamp)
             if app["broken"]:
                 obj.update(UNAVAILABLE)
             rolled = None
@@ -589,9 +588,7 @@ def test_a_plan_is_answered_in_a_dry_run_only() -> None:
     """configpin.io/plan: request is answered, in the dry run's result, with the whole plan;
     on a real write the request is removed (never stored)."""
     store = Store([_cm({"a": "1"})])
-    previewer, _ = _world(
-        store, {"web": {"spec": pod_spec(container(env=[env_cm("web-config", "a")]))}}
-    )
+    previewer, _ = _world(store, {"web": {"spec": reading("web-config", "a")}})
     writes = SourceWrites(HKEY, previewer, clock=lambda: NOW)
     old = _cm({"a": "1"})
     new = _cm({"a": "2"}, annotations={ANN_PLAN: "request"})

@@ -24,6 +24,7 @@ from tests.unit.conftest import (
     merge_patch,
     plan,
     pod_spec,
+    reading,
     recorded_sources,
     vol_cm,
     workload,
@@ -163,7 +164,7 @@ def _admitted(spec: JSONObject, store: Store, **kw: Any) -> JSONObject:
     return stored
 
 
-ENV = pod_spec(container(env=[env_cm("cfg", "a")]))
+ENV = reading("cfg", "a")
 VOLUME = pod_spec(container(), volumes=[vol_cm("cfg")])
 
 

@@ -7,12 +7,11 @@ from harness.controller import StoreCache, offline_controller
 from tests.unit.conftest import (
     ALL,
     Store,
+    admitted,
     apply,
     configmap,
-    container,
-    env_cm,
     plan,
-    pod_spec,
+    reading,
     workload,
 )
 from webhook.core.current import entry_from_object
@@ -37,9 +36,9 @@ def test_a_workload_counts_as_stale_from_the_change_until_it_is_current() -> Non
     store = Store([configmap("app-config", {"a": "1"})])
     clock, metrics = Clock(), Metrics()
     controller = offline_controller(StoreCache(store), metrics, clock=clock)
-    spec = pod_spec(container(env=[env_cm("app-config", "a")]))
+    spec = reading("app-config", "a")
     web = workload("Deployment", spec, name="web")
-    stamped = apply(web, plan(web, store))
+    stamped = admitted(web, store)
     other = apply(workload("Deployment", spec, name="other"), plan(web, store))
     for obj in (stamped, other):
         controller.index.put(entry_from_object(obj, "checksum"))
@@ -56,7 +55,7 @@ def test_a_workload_counts_as_stale_from_the_change_until_it_is_current() -> Non
     assert _sample(metrics, "configpin_workload_stale_seconds_max") == 90
 
     # `web` is rolled (its record now names the new content); `other` is still waiting
-    rolled = apply(stamped, plan(stamped, store, operation="UPDATE", old=stamped, refresh=ALL))
+    rolled = admitted(stamped, store, operation="UPDATE", old=stamped, refresh=ALL)
     controller.index.put(entry_from_object(rolled, "checksum"))
     assert controller.measure_staleness() == 1
     clock.now += 5
@@ -73,8 +72,8 @@ def test_only_the_leader_counts() -> None:
     store = Store([configmap("app-config", {"a": "1"})])
     clock, metrics = Clock(), Metrics()
     controller = offline_controller(StoreCache(store), metrics, clock=clock)
-    web = workload("Deployment", pod_spec(container(env=[env_cm("app-config", "a")])))
-    controller.index.put(entry_from_object(apply(web, plan(web, store)), "checksum"))
+    web = workload("Deployment", reading("app-config", "a"))
+    controller.index.put(entry_from_object(admitted(web, store), "checksum"))
     store.put(configmap("app-config", {"a": "2"}))
     assert controller.measure_staleness() == 1
     assert controller.elector is not None
@@ -90,8 +89,8 @@ def test_a_workload_seen_stale_by_a_check_counts_from_the_change() -> None:
     store = Store([configmap("app-config", {"a": "1"})])
     clock, metrics = Clock(), Metrics()
     controller = offline_controller(StoreCache(store), metrics, clock=clock)
-    web = workload("Deployment", pod_spec(container(env=[env_cm("app-config", "a")])))
-    entry = entry_from_object(apply(web, plan(web, store)), "checksum")
+    web = workload("Deployment", reading("app-config", "a"))
+    entry = entry_from_object(admitted(web, store), "checksum")
     controller.index.put(entry)
     store.put(configmap("app-config", {"a": "2"}))
     assert controller.check(entry, seen=clock.now)

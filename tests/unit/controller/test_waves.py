@@ -9,12 +9,11 @@ from harness.controller import StoreCache
 from tests.unit.conftest import (
     HKEY,
     Store,
-    apply,
+    admitted,
     configmap,
     container,
-    env_cm,
-    plan,
     pod_spec,
+    reading,
     vol_cm,
     workload,
 )
@@ -59,10 +58,8 @@ def _setup(
     objs: dict[WorkloadRef, Any] = {}
     for ns, workloads in names.items():
         for name in workloads:
-            obj = workload(
-                "Deployment", pod_spec(container(env=[env_cm("cfg", "a")])), name=name, namespace=ns
-            )
-            obj = apply(obj, plan(obj, stores[ns]))
+            obj = workload("Deployment", reading("cfg", "a"), name=name, namespace=ns)
+            obj = admitted(obj, stores[ns])
             if name in broken:
                 obj["status"] = UNAVAILABLE
             entry = entry_from_object(obj, "checksum", hkey=HKEY)
@@ -202,7 +199,7 @@ def test_a_workload_that_takes_the_change_in_place_holds_no_wave() -> None:
         annotations={ANN_ON_CHANGE: "refresh", ANN_WAVE: "-1"},  # (first, were it a member)
     )
     stamp = Store([configmap("cfg", {"a": "1"}, namespace="team-a")])
-    index.put(entry_from_object(apply(live, plan(live, stamp)), "checksum", hkey=HKEY))
+    index.put(entry_from_object(admitted(live, stamp), "checksum", hkey=HKEY))
     [change] = gate.changes("team-a", [CFG])
     waves = gate.cut.plan(change)
     assert WorkloadRef("Deployment", "team-a", "live") not in {r for w in waves for r in w}

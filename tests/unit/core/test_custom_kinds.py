@@ -14,12 +14,12 @@ from pydantic import ValidationError
 
 from tests.unit.conftest import (
     Store,
+    admitted,
     apply,
     configmap,
-    container,
-    env_cm,
     plan,
     pod_spec,
+    reading,
     recorded_sources,
     vol_cm,
 )
@@ -86,7 +86,7 @@ def store() -> Store:
     return Store([configmap("cfg", {"k": "v"}, namespace="team")])
 
 
-SPEC = pod_spec(container(env=[env_cm("cfg", "k")]))
+SPEC = reading("cfg", "k")
 
 
 # --- the setting ---------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_custom_kind_pinned_like_a_deployment(kind: str) -> None:
     out = apply(obj, p)
     assert list(recorded_sources(out)) == ["configmap/cfg"]
     # the same digests as a Deployment with that template: one rule for every kind
-    deployment = apply(custom("Deployment", SPEC), plan(custom("Deployment", SPEC), store()))
+    deployment = admitted(custom("Deployment", SPEC), store())
     assert recorded_sources(out) == recorded_sources(deployment)
     assert plan(out, store(), operation="UPDATE", old=out).patch == []
 
@@ -233,7 +233,7 @@ def test_a_workloadref_rollout_is_never_stamped() -> None:
 
 
 def test_custom_kinds_are_indexed_for_the_controller() -> None:
-    obj = apply(custom("CloneSet", SPEC), plan(custom("CloneSet", SPEC), store()))
+    obj = admitted(custom("CloneSet", SPEC), store())
     obj.pop("apiVersion")  # as a list item carries it
     entry = entry_from_object(obj, "checksum")
     assert entry.ref.kind == "CloneSet"
@@ -282,10 +282,8 @@ def test_operator_owned_is_skipped_by_default_and_said_so() -> None:
 def test_operator_owned_pinned_by_annotation_or_owner_kind() -> None:
     obj = custom("StatefulSet", SPEC, owner=OPERATOR, annotations={ANN_OWNED: "pin"})
     assert left_to_owner(obj) is None
-    assert (
-        ANN_SOURCES in apply(obj, plan(obj, store()))["spec"]["template"]["metadata"]["annotations"]
-    )
-    entry_from_object(apply(obj, plan(obj, store())), "checksum")
+    assert ANN_SOURCES in admitted(obj, store())["spec"]["template"]["metadata"]["annotations"]
+    entry_from_object(admitted(obj, store()), "checksum")
     plain = custom("StatefulSet", SPEC, owner=OPERATOR)
     use_owner_kinds(parse_owner_kinds("Database.example.com"))
     assert plan(plain, store()).skipped is None

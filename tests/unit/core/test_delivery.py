@@ -9,7 +9,16 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.unit.conftest import HKEY, Store, apply, configmap, container, env_cm, plan, pod_spec
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    apply,
+    configmap,
+    container,
+    plan,
+    pod_spec,
+    reading,
+)
 from tests.unit.conftest import workload as make_workload
 from webhook.core import digest
 from webhook.core.constants import (
@@ -306,7 +315,7 @@ def _with_sources(sources: dict[str, str]) -> JSONObject:
         "spec": {
             "template": {
                 "metadata": {"annotations": {ANN_SOURCES: digest.canonical_mapping(sources)}},
-                "spec": pod_spec(container(env=[env_cm("cfg", "a")])),
+                "spec": reading("cfg", "a"),
             }
         },
     }
@@ -331,9 +340,9 @@ def test_a_rollout_that_never_completed_passes_its_starting_point_on() -> None:
         refs={"configmap/cfg-2222222222": "cfg/cfg-1111111111"},
     )
     at_v2 = _with_sources({"configmap/cfg": v2})
-    at_v2["spec"]["template"]["spec"] = pod_spec(container(env=[env_cm("cfg-2222222222", "a")]))
+    at_v2["spec"]["template"]["spec"] = reading("cfg-2222222222", "a")
     at_v3 = copy.deepcopy(at_v2)
-    at_v3["spec"]["template"]["spec"] = pod_spec(container(env=[env_cm("cfg-3333333333", "a")]))
+    at_v3["spec"]["template"]["spec"] = reading("cfg-3333333333", "a")
     common: dict[str, Any] = {
         "to": {"configmap/cfg": v3},
         "before": {"configmap/cfg": v2},
@@ -446,7 +455,7 @@ def _rolled_snapshot() -> tuple[JSONObject, JSONObject, RolloutRecord]:
     store = Store([configmap("cfg", {"a": "1"})])
     obj = make_workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         annotations={"configpin.io/mode": "snapshot"},
     )
     p = plan(obj, store, mode="snapshot")

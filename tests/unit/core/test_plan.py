@@ -16,6 +16,7 @@ from tests.unit.conftest import (
     NSKEY,
     WORKLOAD_KINDS,
     Store,
+    admitted,
     apply,
     b64,
     configmap,
@@ -28,6 +29,7 @@ from tests.unit.conftest import (
     pod_spec,
     proj_cm,
     proj_secret,
+    reading,
     record,
     recorded_checksum,
     recorded_sources,
@@ -119,16 +121,16 @@ def test_every_workload_kind_is_stamped(kind: str) -> None:
 @pytest.mark.parametrize("kind", WORKLOAD_KINDS)
 def test_every_workload_kind_replanned_gives_no_patch(kind: str) -> None:
     store = _store()
-    obj = workload(kind, pod_spec(container(env=[env_cm("cfg", "a")])))
-    out = apply(obj, plan(obj, store))
+    obj = workload(kind, reading("cfg", "a"))
+    out = admitted(obj, store)
     assert plan(out, store).patch == []
 
 
 @pytest.mark.parametrize("kind", MUTABLE_TEMPLATE_KINDS)
 def test_update_of_a_template_is_planned(kind: str) -> None:
     store = _store()
-    old = workload(kind, pod_spec(container(env=[env_cm("cfg", "a")])))
-    old = apply(old, plan(old, store))
+    old = workload(kind, reading("cfg", "a"))
+    old = admitted(old, store)
     new = copy.deepcopy(old)
     spec_of(new)["containers"][0]["env"].append(env_secret("creds", "pass"))
     p = plan(new, store, operation="UPDATE", old=old)
@@ -139,7 +141,7 @@ def test_update_of_a_template_is_planned(kind: str) -> None:
 def test_pods_and_jobs_on_update_are_untouched(kind: str) -> None:
     # Their pod template cannot change after creation: a patch would be refused.
     store = _store()
-    obj = workload(kind, pod_spec(container(env=[env_cm("cfg", "a")])))
+    obj = workload(kind, reading("cfg", "a"))
     p = plan(obj, store, operation="UPDATE", old=obj)
     assert p.patch == [] and p.skipped is SkipReason.FIXED_TEMPLATE
     assert store.lookups == []
@@ -220,7 +222,7 @@ def test_volume_references(volume: JSONObject, sid: str) -> None:
 @pytest.mark.parametrize(
     "consume",
     [
-        lambda: pod_spec(container(env=[env_cm("cfg", "a")])),
+        lambda: reading("cfg", "a"),
         lambda: pod_spec(volumes=[vol_cm("cfg", items=["a"])]),
         lambda: pod_spec(volumes=[vol_projected(proj_cm("cfg", items=["a"]))]),
     ],
@@ -229,7 +231,7 @@ def test_volume_references(volume: JSONObject, sid: str) -> None:
 def test_a_change_to_another_key_changes_no_digest(consume: Callable[[], JSONObject]) -> None:
     store = _store()
     obj = workload("Deployment", consume())
-    out = apply(obj, plan(obj, store))
+    out = admitted(obj, store)
     store.put(configmap("cfg", {"a": "1", "b": "changed", "c": "new"}))
     assert plan(out, store).patch == []  # nothing rolls
     store.put(configmap("cfg", {"a": "changed", "b": "2"}))
@@ -244,7 +246,7 @@ def test_a_change_to_another_key_changes_no_digest(consume: Callable[[], JSONObj
 def test_secret_key_precision() -> None:
     store = _store()
     obj = _deploy(env_secret("creds", "pass"))
-    out = apply(obj, plan(obj, store))
+    out = admitted(obj, store)
     store.put(secret("creds", {"user": "root", "pass": "pw"}))
     assert plan(out, store).patch == []
     store.put(secret("creds", {"user": "admin", "pass": "new"}))
@@ -254,7 +256,7 @@ def test_secret_key_precision() -> None:
 def test_a_whole_object_consumer_sees_every_key() -> None:
     store = _store()
     obj = _deploy(env_cm("cfg", "a"), volumes=[vol_cm("cfg")])
-    out = apply(obj, plan(obj, store))
+    out = admitted(obj, store)
     store.put(configmap("cfg", {"a": "1", "b": "changed"}))
     assert plan(out, store).patch != []
 
@@ -334,7 +336,7 @@ def test_only_missing_sources_give_an_empty_record() -> None:
 def test_an_unreadable_source_warns_and_keeps_what_was_recorded() -> None:
     store = _store()
     obj = _deploy(env_cm("cfg", "a"), env_secret("creds", "pass"))
-    out = apply(obj, plan(obj, store))
+    out = admitted(obj, store)
     store.unreadable.add(SourceId(SECRET, "creds"))
     p = plan(out, store, refresh=ALL)
     assert any("secret/creds" in w and "could not be read" in w for w in p.warnings)
@@ -401,24 +403,24 @@ def test_only_ignored_sources_give_no_patch() -> None:
 
 @pytest.mark.parametrize("owner", ["ReplicaSet", "StatefulSet", "DaemonSet", "Job"])
 def test_pods_owned_by_a_controller_are_left_alone(owner: str) -> None:
-    obj = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])), owner=owner)
+    obj = workload("Pod", reading("cfg", "a"), owner=owner)
     p = plan(obj, _store())
     assert p.patch == [] and p.skipped is SkipReason.OWNED
 
 
 def test_replicasets_owned_by_a_deployment_are_left_alone() -> None:
-    obj = workload("ReplicaSet", pod_spec(container(env=[env_cm("cfg", "a")])), owner="Deployment")
+    obj = workload("ReplicaSet", reading("cfg", "a"), owner="Deployment")
     p = plan(obj, _store(), operation="UPDATE", old=obj)
     assert p.patch == [] and p.skipped is SkipReason.OWNED
 
 
 def test_jobs_owned_by_a_cronjob_are_left_alone() -> None:
-    obj = workload("Job", pod_spec(container(env=[env_cm("cfg", "a")])), owner="CronJob")
+    obj = workload("Job", reading("cfg", "a"), owner="CronJob")
     assert plan(obj, _store()).patch == []
 
 
 def test_an_owner_that_is_not_the_controller_does_not_count() -> None:
-    obj = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])), owner="ReplicaSet")
+    obj = workload("Pod", reading("cfg", "a"), owner="ReplicaSet")
     obj["metadata"]["ownerReferences"][0]["controller"] = False
     assert plan(obj, _store()).patch != []
 
@@ -426,7 +428,7 @@ def test_an_owner_that_is_not_the_controller_does_not_count() -> None:
 def test_mode_off_on_the_workload_is_honoured() -> None:
     obj = workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         annotations={ANN_MODE: "off"},
     )
     p = plan(obj, _store(), mode="snapshot")
@@ -436,7 +438,7 @@ def test_mode_off_on_the_workload_is_honoured() -> None:
 def test_mode_on_the_pod_template_is_not_the_workload_mode() -> None:
     obj = workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         template_annotations={ANN_MODE: "off"},
     )
     assert plan(obj, _store()).patch != []
@@ -449,7 +451,7 @@ def test_default_mode_off() -> None:
 def test_workload_mode_overrides_the_default() -> None:
     obj = workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         annotations={ANN_MODE: "snapshot"},
     )
     p = plan(obj, _store(), mode="checksum")
@@ -459,7 +461,7 @@ def test_workload_mode_overrides_the_default() -> None:
 def test_unknown_mode_warns_and_uses_the_default() -> None:
     obj = workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         annotations={ANN_MODE: "sometimes"},
     )
     p = plan(obj, _store())
@@ -470,7 +472,7 @@ def test_unknown_mode_warns_and_uses_the_default() -> None:
 
 
 def test_configpins_own_objects_are_never_mutated() -> None:
-    obj = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])))
+    obj = workload("Pod", reading("cfg", "a"))
     obj["metadata"]["labels"][LABEL_SNAPSHOT] = "true"
     assert plan(obj, _store()).patch == []
 
@@ -482,7 +484,7 @@ def test_annotation_keys_are_escaped_in_the_patch_paths() -> None:
     store = _store()
     obj = workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         annotations={"team": "a"},
         template_annotations={"prometheus.io/scrape": "true"},
     )
@@ -502,9 +504,7 @@ def test_annotation_keys_are_escaped_in_the_patch_paths() -> None:
 
 
 def test_annotations_added_when_template_metadata_is_absent() -> None:
-    obj = workload(
-        "StatefulSet", pod_spec(container(env=[env_cm("cfg", "a")])), template_meta=False
-    )
+    obj = workload("StatefulSet", reading("cfg", "a"), template_meta=False)
     assert "metadata" not in obj["spec"]["template"]
     p = plan(obj, _store())
     assert p.patch[0]["op"] == "add" and p.patch[0]["path"] == "/spec/template/metadata"
@@ -513,7 +513,7 @@ def test_annotations_added_when_template_metadata_is_absent() -> None:
 
 
 def test_annotations_added_when_annotations_are_absent() -> None:
-    obj = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])))
+    obj = workload("Pod", reading("cfg", "a"))
     assert "annotations" not in obj["metadata"]
     p = plan(obj, _store())
     assert [op["path"] for op in p.patch] == ["/metadata/annotations"]
@@ -521,26 +521,26 @@ def test_annotations_added_when_annotations_are_absent() -> None:
 
 
 def test_annotations_null_is_replaced() -> None:
-    obj = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])))
+    obj = workload("Pod", reading("cfg", "a"))
     obj["metadata"]["annotations"] = None
-    out = apply(obj, plan(obj, _store()))
+    out = admitted(obj, _store())
     assert set(out["metadata"]["annotations"]) == {ANN_CHECKSUM, ANN_SOURCES}
 
 
 def test_other_annotations_are_kept() -> None:
     obj = workload(
         "Pod",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         template_annotations={"a/b": "1", "c~d": "2"},
     )
-    out = apply(obj, plan(obj, _store()))
+    out = admitted(obj, _store())
     assert out["metadata"]["annotations"]["a/b"] == "1"
     assert out["metadata"]["annotations"]["c~d"] == "2"
 
 
 def test_only_annotations_change_in_checksum_mode() -> None:
-    obj = workload("CronJob", pod_spec(container(env=[env_cm("cfg", "a")])))
-    out = apply(obj, plan(obj, _store()))
+    obj = workload("CronJob", reading("cfg", "a"))
+    out = admitted(obj, _store())
     assert spec_of(out) == spec_of(obj)
     for o in (obj, out):
         o["metadata"].pop("annotations", None)
@@ -551,7 +551,7 @@ def test_only_annotations_change_in_checksum_mode() -> None:
 def test_changed_content_replaces_only_what_differs() -> None:
     store = _store()
     obj = _deploy(env_cm("cfg", "a"))
-    out = apply(obj, plan(obj, store))
+    out = admitted(obj, store)
     store.put(configmap("cfg", {"a": "2"}))
     p = plan(out, store, refresh=ALL)
     assert sorted(op["path"] for op in p.patch) == [
@@ -567,10 +567,10 @@ def test_stale_annotations_are_removed_when_the_references_go_away() -> None:
     store = _store()
     obj = workload(
         "Deployment",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         template_annotations={"keep": "me"},
     )
-    before = apply(obj, plan(obj, store))
+    before = admitted(obj, store)
     out = copy.deepcopy(before)
     spec_of(out)["containers"][0].pop("env")
     p = plan(out, store, operation="UPDATE", old=before)
@@ -584,10 +584,10 @@ def test_stale_annotations_are_removed_when_the_references_go_away() -> None:
 def test_a_removed_reference_drops_its_entry() -> None:
     store = _store()
     obj = _deploy(env_cm("cfg", "a"), env_secret("creds", "pass"))
-    before = apply(obj, plan(obj, store))
+    before = admitted(obj, store)
     out = copy.deepcopy(before)
     spec_of(out)["containers"][0]["env"].pop()
-    out2 = apply(out, plan(out, store, operation="UPDATE", old=before))
+    out2 = admitted(out, store, operation="UPDATE", old=before)
     assert set(recorded_sources(out2)) == {"configmap/cfg"}
 
 
@@ -871,10 +871,10 @@ def test_dumps_and_parse_mapping() -> None:
 def test_a_broken_sources_annotation_is_rewritten() -> None:
     obj = workload(
         "Pod",
-        pod_spec(container(env=[env_cm("cfg", "a")])),
+        reading("cfg", "a"),
         template_annotations={ANN_SOURCES: "{broken", ANN_CHECKSUM: "x"},
     )
-    out = apply(obj, plan(obj, _store()))
+    out = admitted(obj, _store())
     assert set(recorded_sources(out)) == {"configmap/cfg"}
 
 

@@ -12,6 +12,7 @@ import pytest
 from tests.unit.conftest import (
     ALL,
     Store,
+    admitted,
     apply,
     configmap,
     container,
@@ -184,9 +185,8 @@ def test_admission_warns_on_refresh_in_snapshot_mode_and_on_unknown_policies() -
 
 def test_an_update_that_leaves_the_template_keeps_the_refresh_record() -> None:
     store = _store()
-    created = apply(
-        workload("Deployment", pod_spec(volumes=[vol_cm("cfg")]), annotations=REFRESH),
-        plan(workload("Deployment", pod_spec(volumes=[vol_cm("cfg")]), annotations=REFRESH), store),
+    created = admitted(
+        workload("Deployment", pod_spec(volumes=[vol_cm("cfg")]), annotations=REFRESH), store
     )
     record = dumps_mapping({"configmap/cfg": "new-digest"})
     ops = refreshed_ops(created, record)
@@ -205,7 +205,7 @@ def test_an_update_that_leaves_the_template_keeps_the_refresh_record() -> None:
     replaced = json.loads(json.dumps(scaled))
     del replaced["metadata"]["annotations"][ANN_REFRESHED]
     del replaced["metadata"]["annotations"][ANN_OBSERVED]
-    restored = apply(replaced, plan(replaced, store, operation="UPDATE", old=refreshed))
+    restored = admitted(replaced, store, operation="UPDATE", old=refreshed)
     assert restored["metadata"]["annotations"][ANN_REFRESHED] == record
     assert restored["metadata"]["annotations"][ANN_OBSERVED] == record
 
@@ -214,16 +214,16 @@ def test_a_template_change_drops_the_refresh_record() -> None:
     # new pods start from the template, whose record is current again
     store = _store()
     obj = workload("Deployment", pod_spec(volumes=[vol_cm("cfg")]), annotations=REFRESH)
-    created = apply(obj, plan(obj, store))
+    created = admitted(obj, store)
     record = dumps_mapping({"configmap/cfg": "older"})
     created["metadata"]["annotations"].update({ANN_REFRESHED: record, ANN_OBSERVED: record})
     changed = json.loads(json.dumps(created))
     changed["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/app:2.0"
-    after = apply(changed, plan(changed, store, operation="UPDATE", old=created))
+    after = admitted(changed, store, operation="UPDATE", old=created)
     assert ANN_REFRESHED not in after["metadata"]["annotations"]
     assert ANN_OBSERVED not in after["metadata"]["annotations"]
     # and so does the controller's own re-stamp (a roll of a workload that asks for refresh)
-    rolled = apply(created, plan(created, store, refresh=ALL))
+    rolled = admitted(created, store, refresh=ALL)
     assert ANN_REFRESHED not in rolled["metadata"]["annotations"]
 
 
@@ -233,7 +233,7 @@ def test_a_template_change_drops_the_refresh_record() -> None:
 def _controller_plan(spec: JSONObject, *, mode: str = "checksum") -> tuple[JSONObject, Plan]:
     store = _store()
     obj = workload("Deployment", spec, annotations=REFRESH)
-    stamped = apply(obj, plan(obj, store, mode=mode))
+    stamped = admitted(obj, store, mode=mode)
     store.put(configmap("cfg", {"a": "changed", "b": "2"}))
     return stamped, plan(stamped, store, mode=mode, refresh=ALL)
 

@@ -16,10 +16,8 @@ from tests.unit.conftest import (
     Store,
     apply,
     configmap,
-    container,
-    env_cm,
     plan,
-    pod_spec,
+    reading,
     recorded_sources,
     workload,
 )
@@ -30,7 +28,7 @@ from webhook.core.plan import plan_object
 from webhook.core.record import Action, RolloutRecord, State, rollout_record, workload_identity
 
 NOW = 1_800_000_000.0
-SPEC = pod_spec(container(env=[env_cm("cfg", "a")]))
+SPEC = reading("cfg", "a")
 
 
 def _update(new: JSONObject, old: JSONObject, store: Store, mode: str) -> Plan:

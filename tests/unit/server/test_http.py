@@ -32,6 +32,7 @@ from tests.unit.conftest import (
     env_secret,
     plan,
     pod_spec,
+    reading,
     record,
     recorded_sources,
     review,
@@ -116,7 +117,7 @@ class Server:
         return out
 
     async def still_serving(self) -> None:
-        obj = workload("Deployment", pod_spec(container(env=[env_cm("cfg", "a")])))
+        obj = workload("Deployment", reading("cfg", "a"))
         out = await self.admit(review(obj, uid="after"))
         assert out["response"]["uid"] == "after"
         assert out["response"]["allowed"] is True
@@ -245,7 +246,7 @@ async def test_kinds_it_does_not_handle_are_allowed_without_patch(server: Server
 
 
 async def test_subresource_requests_are_allowed_without_patch(server: Server) -> None:
-    obj = workload("Deployment", pod_spec(container(env=[env_cm("cfg", "a")])))
+    obj = workload("Deployment", reading("cfg", "a"))
     body = review(obj, operation="UPDATE", old=obj)
     body["request"]["subResource"] = "scale"
     out = await server.admit(body)
@@ -253,13 +254,13 @@ async def test_subresource_requests_are_allowed_without_patch(server: Server) ->
 
 
 async def test_pod_update_is_allowed_without_patch(server: Server) -> None:
-    pod = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])))
+    pod = workload("Pod", reading("cfg", "a"))
     out = await server.admit(review(pod, operation="UPDATE", old=pod))
     assert "patch" not in out["response"]
 
 
 async def test_owned_pods_are_allowed_without_patch(server: Server) -> None:
-    pod = workload("Pod", pod_spec(container(env=[env_cm("cfg", "a")])), owner="ReplicaSet")
+    pod = workload("Pod", reading("cfg", "a"), owner="ReplicaSet")
     out = await server.admit(review(pod))
     assert "patch" not in out["response"]
 

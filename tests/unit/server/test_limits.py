@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.unit.conftest import HKEY, configmap, container, env_cm, pod_spec, review, workload
+from tests.unit.conftest import HKEY, configmap, reading, review, workload
 from tests.unit.server._tls_app import free_port
 from webhook.inputs.sources import FileSources
 from webhook.process.metrics import Metrics
@@ -42,9 +42,7 @@ LIMITS = Limits(
     keep_alive_timeout=120.0,
     max_header_bytes=4096,
 )
-GOOD = orjson.dumps(
-    review(workload("Deployment", pod_spec(container(env=[env_cm("cfg", "a")]))), uid="ok")
-)
+GOOD = orjson.dumps(review(workload("Deployment", reading("cfg", "a")), uid="ok"))
 
 
 @dataclass
