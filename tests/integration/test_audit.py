@@ -50,6 +50,7 @@ from tests.integration.holdproxy import HoldProxy, hold_proxy
 from tests.integration.instances import leader, replicas_fixture
 from tests.integration.workloads import (
     As,
+    approve,
     ask_replica,
     changed_by,
     get,
@@ -191,12 +192,6 @@ def _wait_state(kube: Kube, ns: str, name: str, wanted: str, timeout: float = 60
     )
 
 
-def _approve(kubeconfig: Path, ns: str) -> str:
-    done = kubectl_configpin(["approve", "configmap/cfg", "-n", ns], kubeconfig)
-    assert done.returncode == 0, done.stderr + done.stdout
-    return done.stdout
-
-
 def _approved_text(kube: Kube, ns: str) -> str | None:
     """The approval record on ConfigMap `cfg`, as stored."""
     found = (get(kube, ns, "cfg", "configmaps")["metadata"].get("annotations") or {}).get(
@@ -234,7 +229,7 @@ def test_a_workload_that_asks_for_approval_waits_for_it_though_the_cluster_does_
         assert status(control_plane, ns)["gated"]["state"] == "awaiting-approval"
         quiet(kube, ns, {"gated": before["gated"]}, 2 * RESYNC)
 
-        _approve(editor, ns)
+        approve(editor, ns)
         _wait_state(kube, ns, "gated", "complete")
         assert sources(get(kube, ns, "gated")) == sources(get(kube, ns, "api"))
         assert record(get(kube, ns, "gated"))["by"].startswith(f"{ALICE} at ")
@@ -255,7 +250,7 @@ def test_an_approval_copied_from_another_namespace_is_not_believed(
         wait_event(kube, b, "later", "ConfigRolloutAwaitingApproval", "Normal")
 
         kube.create(path("configmaps", a), configmap("cfg", {"a": "2"}))
-        _approve(control_plane.kubeconfig, a)
+        approve(control_plane.kubeconfig, a)
         copied = _approved_text(kube, a)
         assert copied is not None
         kube.patch(
@@ -268,7 +263,7 @@ def test_an_approval_copied_from_another_namespace_is_not_believed(
         quiet(kube, b, {"later": before["later"]}, 3 * RESYNC)
         assert status(control_plane, b)["later"]["state"] == "awaiting-approval"
 
-        _approve(control_plane.kubeconfig, b)
+        approve(control_plane.kubeconfig, b)
         _wait_state(kube, b, "later", "complete")
 
 
@@ -306,7 +301,7 @@ def test_an_approval_after_a_persons_rollback_starts_no_wave(
                 what=f"{name} stopped by the canary's failure",
             )
 
-        said = _approve(control_plane.kubeconfig, ns)
+        said = approve(control_plane.kubeconfig, ns)
         assert "approved configmap/cfg" in said, said
         assert _approved_text(kube, ns) is not None
         quiet(kube, ns, later, 3 * RESYNC)
@@ -337,7 +332,7 @@ def test_an_approval_names_its_approver_and_approves_only_the_content_it_saw(
         kubelet.allow(carrying(before["canary"]))  # the canary rolls on, not complete
         set_cm(As(k8s, ALICE), ns, VALUE)
         _wait_state(kube, ns, "canary", "rolling")
-        said = _approve(editor, ns)
+        said = approve(editor, ns)
         assert approver in said and VALUE not in said, said
         text = _approved_text(kube, ns)
         assert text is not None and VALUE not in text, text
@@ -361,7 +356,7 @@ def test_an_approval_names_its_approver_and_approves_only_the_content_it_saw(
         rows = status(control_plane, ns)
         assert all(rows[n]["state"] == "awaiting-approval" for n in later), rows
 
-        _approve(editor, ns)
+        approve(editor, ns)
         second = json.loads(_approved_text(kube, ns) or "{}")
         assert second["user"] == approver and second["content"] != first["content"], second
         for name in later:
@@ -397,7 +392,7 @@ def test_a_write_of_a_key_nobody_reads_starts_no_wave_that_awaits_an_approval(
         assert all(rows[n]["state"] == "awaiting-approval" for n in later), rows
         assert state(get(kube, ns, "canary")) == "complete"
 
-        _approve(control_plane.kubeconfig, ns)
+        approve(control_plane.kubeconfig, ns)
         for name in later:
             _wait_state(kube, ns, name, "complete")
             assert sources(get(kube, ns, name)) == sources(get(kube, ns, "canary"))

@@ -12,11 +12,7 @@ the workloads it is allowed Ready.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +24,7 @@ from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from tests.integration.instances import instance_fixtures, leading_fixture
 from tests.integration.workloads import (
+    approve,
     get,
     record,
     set_cm,
@@ -83,21 +80,6 @@ def _app(name: str, consumes: tuple[str, ...], wave: int) -> dict[str, Any]:
     return dep
 
 
-def _approve(plane: ControlPlane, namespace: str, source: str) -> None:
-    """`kubectl configpin approve configmap/SOURCE -n NS`, as the cluster's admin."""
-    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
-    plugin = str(Path(sys.executable).parent / "kubectl-configpin")
-    done = subprocess.run(
-        [plugin, "approve", f"configmap/{source}", "-n", namespace],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
-
 def _changes(dep: Mapping[str, Any]) -> list[Change]:
     """The changes its rollout record says it rolled."""
     return [c for c in map(Change.parse, record(dep).get("changes") or ()) if c is not None]
@@ -141,10 +123,10 @@ def test_two_changes_sharing_a_canary_one_awaiting_approval_both_roll_to_their_e
         wait_event(kube, ns, "b", "ConfigRolloutAwaitingApproval", "Normal")
         assert sources(get(kube, ns, "b")) == before["b"]
         assert sources(get(kube, ns, "c")) == before["c"]
-        _approve(control_plane, ns, "s0")
+        approve(control_plane.kubeconfig, ns, "s0")
         _wait_rolled(kube, ns, "b", before["b"])
         assert sources(get(kube, ns, "c")) == before["c"]  # s1 awaits its approval still
-        _approve(control_plane, ns, "s1")
+        approve(control_plane.kubeconfig, ns, "s1")
         _wait_rolled(kube, ns, "c", before["c"])
     changes = sorted(c.source.name for c in _changes(get(kube, ns, "c")))
     assert changes == ["s0", "s1"], changes

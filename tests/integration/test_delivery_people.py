@@ -28,13 +28,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -53,6 +49,7 @@ from tests.integration.instances import replicas_fixture
 from tests.integration.workloads import (
     annotation as _annotation,
 )
+from tests.integration.workloads import approve
 from tests.integration.workloads import (
     get as _get,
 )
@@ -888,21 +885,6 @@ def test_a_reapply_of_rejected_content_in_checksum_mode_is_followed(
 # --- a workload that was not healthy before --------------------------------------------------
 
 
-def _approve(plane: ControlPlane, ns: str, source: str = "cfg") -> None:
-    """`kubectl configpin approve configmap/SOURCE -n NS`, as the cluster's admin."""
-    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
-    plugin = str(Path(sys.executable).parent / "kubectl-configpin")
-    done = subprocess.run(
-        [plugin, "approve", f"configmap/{source}", "-n", ns],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
-
 def test_a_broken_neighbour_is_no_canary_and_stops_no_one(
     kube: Kube, namespaces: Callable[[], str], control_plane: ControlPlane
 ) -> None:
@@ -946,7 +928,7 @@ def test_a_broken_neighbour_is_no_canary_and_stops_no_one(
         broken_record = _record(_wait_state(kube, ns, "broken", FAILED, timeout=40))
         assert _sources(_get(kube, ns, "late")) == before["late"], "late rolled before it"
         _wait_event(kube, ns, "late", "ConfigRolloutAwaitingApproval", "Normal")
-        _approve(control_plane, ns)
+        approve(control_plane.kubeconfig, ns)
         _wait_state(kube, ns, "late", COMPLETE, timeout=60)
     assert broken_record["action"] == "hold", broken_record
     assert _sources(_get(kube, ns, "broken")) != before["broken"]

@@ -13,12 +13,8 @@ would (`Kubelet`).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +25,7 @@ from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from tests.integration.instances import leader, replicas_fixture
+from tests.integration.workloads import kubectl_configpin
 from webhook.core.constants import (
     ANN_MODE,
     ANN_PROGRESS_DEADLINE,
@@ -114,16 +111,7 @@ def _reasons(kube: Kube, ns: str, name: str) -> list[str]:
 
 def _status(plane: ControlPlane, ns: str) -> tuple[int, dict[str, dict[str, Any]]]:
     """`kubectl configpin status -n NS -o json`: the exit code, and each workload's row."""
-    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
-    argv = [
-        str(Path(sys.executable).parent / "kubectl-configpin"),
-        "status",
-        "-n",
-        ns,
-        "-o",
-        "json",
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    proc = kubectl_configpin(["status", "-n", ns, "-o", "json"], plane.kubeconfig)
     return proc.returncode, {r["name"]: r for r in json.loads(proc.stdout)}
 
 

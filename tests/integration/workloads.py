@@ -135,11 +135,7 @@ def notes(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
 
 def status(plane: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
     """`kubectl configpin status -n NS -o json`: each workload's row."""
-    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
-    argv = [str(Path(sys.executable).parent / "kubectl-configpin"), "status", "-n", ns]
-    proc = subprocess.run(
-        [*argv, "-o", "json"], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
+    proc = kubectl_configpin(["status", "-n", ns, "-o", "json"], plane.kubeconfig)
     return {r["name"]: r for r in json.loads(proc.stdout)}
 
 
@@ -268,3 +264,11 @@ def ask_replica(cp: Configpin, review: Mapping[str, Any]) -> dict[str, Any]:
     with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
         answer: dict[str, Any] = json.loads(r.read())["response"]
     return answer
+
+
+def approve(kubeconfig: Path, ns: str, source: str = "cfg") -> str:
+    """`kubectl configpin approve configmap/SOURCE -n NS` with `kubeconfig`, which must
+    succeed: what it said."""
+    done = kubectl_configpin(["approve", f"configmap/{source}", "-n", ns], kubeconfig)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return done.stdout
