@@ -192,6 +192,21 @@ def _wait_state(kube: Kube, ns: str, name: str, wanted: str, timeout: float = 60
     )
 
 
+def _read_from(kube: Kube, ns: str, name: str, source: str) -> None:
+    """Deployment `name`'s first variable read from ConfigMap `source` (its template changed)."""
+    kube.patch(
+        path("deployments", ns, name),
+        [
+            {
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name",
+                "value": source,
+            }
+        ],
+        content_type="application/json-patch+json",
+    )
+
+
 def _approved_text(kube: Kube, ns: str) -> str | None:
     """The approval record on ConfigMap `cfg`, as stored."""
     found = (get(kube, ns, "cfg", "configmaps")["metadata"].get("annotations") or {}).get(
@@ -737,30 +752,10 @@ def test_the_preview_follows_its_consumers_as_they_come_change_and_go(
 
     moves_to({"web": "roll", "other": "nothing"}, 2)
     # starts consuming it (its template changed to read `cfg`)
-    kube.patch(
-        path("deployments", ns, "late"),
-        [
-            {
-                "op": "replace",
-                "path": "/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name",
-                "value": "cfg",
-            }
-        ],
-        content_type="application/json-patch+json",
-    )
+    _read_from(kube, ns, "late", "cfg")
     moves_to({"web": "roll", "other": "nothing", "late": "roll"}, 3)
     # stops consuming it
-    kube.patch(
-        path("deployments", ns, "web"),
-        [
-            {
-                "op": "replace",
-                "path": "/spec/template/spec/containers/0/env/0/valueFrom/configMapKeyRef/name",
-                "value": "elsewhere",
-            }
-        ],
-        content_type="application/json-patch+json",
-    )
+    _read_from(kube, ns, "web", "elsewhere")
     moves_to({"other": "nothing", "late": "roll"}, 2)
     # deleted
     kube.delete(path("deployments", ns, "late"))
