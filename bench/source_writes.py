@@ -126,7 +126,7 @@ from bench.common import (
     free_port,
     pct,
 )
-from harness.builders import HKEY, Store, apply, configmap, container, env_cm, plan, pod_spec
+from harness.builders import HKEY, Store, admitted, configmap, container, env_cm, pod_spec
 from harness.builders import workload as workload_of
 from harness.configpin import (
     CONFIGPIN_NAMESPACE,
@@ -291,7 +291,7 @@ def build_admitter(consumers: int) -> Admitter:
     spec = pod_spec(container(env=[env_cm(CM, CONSUMED_KEY, var="A")]))
     for i in range(consumers):
         obj = workload_of("Deployment", spec, name=f"app-{i}", namespace=NS)
-        entry = entry_from_object(apply(obj, plan(obj, store)), "checksum", hkey=HKEY)
+        entry = entry_from_object(admitted(obj, store), "checksum", hkey=HKEY)
         assert isinstance(entry, WorkloadEntry), entry
         index.put(entry)
     cache = StoreCache({NS: store}, frozen=True)

@@ -19,11 +19,10 @@ from typing import Any
 
 from harness.builders import (
     Store,
-    apply,
+    admitted,
     configmap,
     container,
     env_cm,
-    plan,
     pod_spec,
     workload,
 )
@@ -42,7 +41,7 @@ def build(size: int) -> RolloutController:
             container(env=[env_cm(f"config-{(i + j) % len(configs)}", "a") for j in range(3)])
         )
         web = workload("Deployment", spec, name=f"web-{i}")
-        objs.append(apply(web, plan(web, store)))
+        objs.append(admitted(web, store))
     for i in range(0, len(configs), 30):  # a change to every 30th ConfigMap: ~a tenth stale
         store.put(configmap(f"config-{i}", {"a": "2"}))
     controller = offline_controller(StoreCache(store, frozen=True))

@@ -20,12 +20,11 @@ import jsonpatch
 from harness.builders import (
     HKEY,
     Store,
-    apply,
+    admitted,
     configmap,
     container,
     env_cm,
     env_secret,
-    plan,
     pod_spec,
     workload,
 )
@@ -169,7 +168,7 @@ def _web(server: FakeServer, ctl: RolloutController, *, extra: bool = True) -> J
     obj["spec"]["replicas"] = 1
     obj["status"] = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}
     obj["status"] |= {"readyReplicas": 1, "availableReplicas": 1}
-    stamped = apply(obj, plan(obj, Store([_source("1")])))
+    stamped = admitted(obj, Store([_source("1")]))
     server.put(WEB, stamped)
     server.failing.add(path("secrets", NS, "extra"))
     entry = ctl.restamper.entry(copy.deepcopy(stamped))

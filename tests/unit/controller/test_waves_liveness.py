@@ -27,11 +27,10 @@ from harness.controller import StoreCache
 from tests.unit.conftest import (
     HKEY,
     Store,
-    apply,
+    admitted,
     configmap,
     container,
     env_cm,
-    plan,
     pod_spec,
     workload,
 )
@@ -243,7 +242,7 @@ def _world(
             namespace=spec.namespace,
             annotations=notes,
         )
-        obj = apply(obj, plan(obj, stores[spec.namespace]))
+        obj = admitted(obj, stores[spec.namespace])
         obj["metadata"]["generation"] = 1
         obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
         obj["status"] = _ready(1) if spec.healthy else UNAVAILABLE
