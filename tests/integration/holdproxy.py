@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import base64
 import http.client
-import json
 import queue
 import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
 from harness.controlplane import ControlPlane, issue_serving_cert, new_ca
+from harness.local_http import JSONHandler
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
 
@@ -123,12 +123,9 @@ def _watch(target: str) -> tuple[bool, bool]:
     return watch, watch and parts.path.endswith("/configmaps")
 
 
-def _handler(proxy: HoldProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(proxy: HoldProxy) -> type[JSONHandler]:
+    class Handler(JSONHandler):
         protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
 
         def _forward(self) -> None:
             try:
@@ -178,12 +175,7 @@ def _handler(proxy: HoldProxy) -> type[BaseHTTPRequestHandler]:
                 "reason": "Forbidden",
                 "code": 403,
             }
-            data = json.dumps(status).encode()
-            self.send_response(403)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer_json(status, 403)
 
         def _stream(self, resp: http.client.HTTPResponse, *, held: bool) -> None:
             self.send_response(200)

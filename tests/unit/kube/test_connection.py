@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import logging
 import os
 import ssl
@@ -15,7 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from harness.local_http import JSONHandler
 from webhook.kube import client
 from webhook.kube.client import ConfigError, Connection, TokenFile, connect
 from webhook.kube.errors import KubeError
@@ -96,26 +96,18 @@ def b64(data: bytes) -> str:
 # ---- a local HTTPS "API server" that says who called -----------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     def do_GET(self) -> None:
         assert isinstance(self.connection, ssl.SSLSocket)
         peer = self.connection.getpeercert() or {}
         subject = dict(x[0] for x in peer.get("subject", ()))
-        body = json.dumps(
+        self.answer_json(
             {
                 "path": self.path,
                 "authorization": self.headers.get("Authorization"),
                 "client": subject.get("commonName"),
             }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        )
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,16 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 
 import pytest
 from kubernetes import client as k8s
 
+from harness.local_http import JSONHandler
 from webhook.kube.raw import Kube
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, chunked: as kube-apiserver
 
     def do_GET(self) -> None:
@@ -37,15 +37,7 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
-        body = json.dumps({"kind": "Status", "path": self.path}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        self.answer_json({"kind": "Status", "path": self.path})
 
 
 @pytest.fixture
