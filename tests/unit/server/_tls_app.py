@@ -15,9 +15,11 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Response
@@ -91,6 +93,46 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+@contextlib.contextmanager
+def served_in_a_thread(app: FastAPI, lifecycle: Lifecycle, **how: Any) -> Iterator[int]:
+    """`serve_async(app, ...)` on 127.0.0.1 and a free port (`how`: its other arguments) in a
+    thread of this process, until `lifecycle` is ready: yields the port. On leaving, shut down
+    by `lifecycle` and joined; the serving must have raised nothing."""
+    from webhook.server.runner import serve_async
+
+    port = free_port()
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            asyncio.run(
+                serve_async(
+                    app,
+                    host="127.0.0.1",
+                    port=port,
+                    lifecycle=lifecycle,
+                    log_level="warning",
+                    **how,
+                )
+            )
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not lifecycle.ready:
+            assert time.monotonic() < deadline and thread.is_alive(), errors
+            time.sleep(0.02)
+        yield port
+    finally:
+        lifecycle.begin_shutdown()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert errors == []
 
 
 def client_context(*ca_pems: bytes) -> ssl.SSLContext:

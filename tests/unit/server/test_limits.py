@@ -7,12 +7,10 @@ memory) are in bench/connections.py.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ import orjson
 import pytest
 
 from tests.unit.conftest import HKEY, configmap, reading, review, workload
-from tests.unit.server._tls_app import free_port
+from tests.unit.server._tls_app import served_in_a_thread
 from webhook.inputs.sources import FileSources
 from webhook.process.metrics import Metrics
 from webhook.server import runner
@@ -30,7 +28,6 @@ from webhook.server.app import create_app
 from webhook.server.guard import Limits
 from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
-from webhook.server.runner import serve_async
 from webhook.server.tls import ReloadingTLSContext
 from webhook.tls import certgen, certs
 
@@ -105,42 +102,18 @@ def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live]:
         hkey=HKEY, sources=FileSources(HKEY, [configmap("cfg", {"a": "1"})]), metrics=metrics
     )
     app = create_app(admitter, lifecycle, metrics, body_timeout=LIMITS.body_timeout)
-    port = free_port()
-    errors: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            asyncio.run(
-                serve_async(
-                    app,
-                    host="127.0.0.1",
-                    port=port,
-                    tls=ReloadingTLSContext(tmp_path / "c" / "tls.crt", tmp_path / "c" / "tls.key"),
-                    lifecycle=lifecycle,
-                    shutdown_delay=0.0,
-                    drain_timeout=1.0,
-                    limits=LIMITS,
-                    metrics=metrics,
-                    log_level="warning",
-                    http=request.param,
-                )
-            )
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not lifecycle.ready:
-            assert time.monotonic() < deadline and thread.is_alive(), errors
-            time.sleep(0.02)
+    with served_in_a_thread(
+        app,
+        lifecycle,
+        tls=ReloadingTLSContext(tmp_path / "c" / "tls.crt", tmp_path / "c" / "tls.key"),
+        shutdown_delay=0.0,
+        drain_timeout=1.0,
+        limits=LIMITS,
+        metrics=metrics,
+        http=request.param,
+    ) as port:
         ctx = ssl.create_default_context(cadata=bundle.ca_cert_pem.decode())
         yield Live(port, metrics, ctx)
-    finally:
-        lifecycle.begin_shutdown()
-        thread.join(timeout=10)
-    assert errors == []
 
 
 def test_a_connection_that_never_sends_a_request_is_closed(live: Live) -> None:

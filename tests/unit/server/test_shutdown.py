@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
 import threading
@@ -11,9 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.unit.server._tls_app import build_app, client_context, free_port, get, running_server
+from tests.unit.server._tls_app import (
+    build_app,
+    client_context,
+    get,
+    running_server,
+    served_in_a_thread,
+)
 from webhook.server.lifecycle import Lifecycle
-from webhook.server.runner import serve_async
 from webhook.server.tls import ReloadingTLSContext
 from webhook.tls import certgen, certs
 
@@ -199,41 +203,17 @@ def test_serve_async_in_a_thread_stops_when_the_lifecycle_says_so(
     # No signals off the main thread: begin_shutdown() is the way to stop it.
     b, cert, key = bundle
     lifecycle = Lifecycle()
-    port = free_port()
-    errors: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            asyncio.run(
-                serve_async(
-                    build_app(lifecycle),
-                    host="127.0.0.1",
-                    port=port,
-                    tls=ReloadingTLSContext(cert, key),
-                    lifecycle=lifecycle,
-                    shutdown_delay=0.3,
-                    drain_timeout=2.0,
-                    log_level="warning",
-                )
-            )
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=serve)
-    thread.start()
     ctx = client_context(b.ca_cert_pem)
-    try:
-        deadline = time.monotonic() + 10
-        while not lifecycle.ready:
-            assert time.monotonic() < deadline and thread.is_alive(), errors
-            time.sleep(0.02)
+    with served_in_a_thread(
+        build_app(lifecycle),
+        lifecycle,
+        tls=ReloadingTLSContext(cert, key),
+        shutdown_delay=0.3,
+        drain_timeout=2.0,
+    ) as port:
         assert get(port, ctx, "/readyz") == 200
         lifecycle.begin_shutdown()
         assert get(port, ctx, "/readyz") == 503
-    finally:
-        lifecycle.begin_shutdown()
-        thread.join(timeout=10)
-    assert not thread.is_alive()
-    assert errors == []
+    # (served_in_a_thread asserted on leaving that the thread ended and raised nothing)
     with pytest.raises(httpx.ConnectError):
         get(port, ctx, "/readyz")
