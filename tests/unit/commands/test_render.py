@@ -44,8 +44,6 @@ from webhook.server.app import create_app
 from webhook.server.handler import Admitter
 from webhook.server.lifecycle import Lifecycle
 
-KEY_TEXT = "3f1c0b6a9e2d4c5b8a7f6e5d4c3b2a19\n"  # read as the stripped bytes, like the server
-
 
 def _deployment() -> JSONObject:
     return workload(
@@ -73,13 +71,6 @@ def manifests(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "app.yaml").write_text(yaml.safe_dump_all([_deployment(), *SOURCES]))
     return folder
-
-
-@pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "digest.key"
-    path.write_text(KEY_TEXT)
-    return path
 
 
 def _render(

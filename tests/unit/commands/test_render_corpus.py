@@ -24,7 +24,6 @@ from webhook.commands.cli import main
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 REPO = Path(__file__).resolve().parents[3]
-KEY_TEXT = "corpus-digest-key-0123456789abcdef"
 SOURCES = "configpin.io/sources"
 CHECKSUM = "configpin.io/checksum"
 WORKLOADS = {
@@ -130,13 +129,6 @@ def _objects(docs: list[Any]) -> Iterator[dict[str, Any]]:
             yield from doc["items"]
         else:
             yield doc
-
-
-@pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "digest.key"
-    path.write_text(KEY_TEXT)
-    return path
 
 
 def _render(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[Any], str]:
