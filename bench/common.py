@@ -364,6 +364,33 @@ def admission_review(obj: dict[str, Any], uid: str) -> bytes:
     )
 
 
+def deployment_review(
+    obj: dict[str, Any],
+    uid: str,
+    *,
+    namespace: str,
+    name: str | None = None,
+    old: dict[str, Any] | None = None,
+) -> bytes:
+    """The AdmissionReview of Deployment `obj` by user `bench`, of a CREATE or, with `old`, an
+    UPDATE (the short form heavy and snapshot post; admission_review is the API server's)."""
+    request = {
+        "uid": uid,
+        "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+        **({} if name is None else {"name": name}),
+        "namespace": namespace,
+        "operation": "UPDATE" if old else "CREATE",
+        "userInfo": {"username": "bench"},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": False,
+    }
+    return orjson.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    )
+
+
 def write_server_files(folder: Path) -> bytes:
     """What a server of `admission.py` reads, written into `folder`: development
     certificates (certs/), the ten sources (sources/sources.yaml) and a digest key

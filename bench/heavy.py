@@ -32,24 +32,15 @@ from typing import Any
 
 import orjson
 
-from bench.common import Pool, Server, exchange, post_mutate, process_tree, rss_kib
-
-
-def _review(obj: dict[str, Any], uid: str, old: dict[str, Any] | None = None) -> bytes:
-    request = {
-        "uid": uid,
-        "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-        "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-        "namespace": "default",
-        "operation": "UPDATE" if old else "CREATE",
-        "userInfo": {"username": "bench"},
-        "object": obj,
-        "oldObject": old,
-        "dryRun": False,
-    }
-    return orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    )
+from bench.common import (
+    Pool,
+    Server,
+    deployment_review,
+    exchange,
+    post_mutate,
+    process_tree,
+    rss_kib,
+)
 
 
 def deployment(refs: int, name: str = "app") -> dict[str, Any]:
@@ -80,7 +71,7 @@ def heavy_review(target: int = 3 * 1024 * 1024) -> tuple[bytes, int]:
     per_ref = len(orjson.dumps(deployment(1000))) / 1000
     refs = int(target / per_ref)
     obj = deployment(refs)
-    return _review(obj, "heavy", old=obj), refs
+    return deployment_review(obj, "heavy", namespace="default", old=obj), refs
 
 
 async def open_loop(pool: Pool, raw: bytes, rate: float, seconds: float) -> list[float]:
@@ -133,7 +124,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 async def one_run(server: Server, args: argparse.Namespace, heavy: bytes) -> dict[str, float]:
-    normal = post_mutate(_review(deployment(2, "small"), "normal"))
+    normal = post_mutate(deployment_review(deployment(2, "small"), "normal", namespace="default"))
     health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     out: dict[str, float] = {}
     for phase in ("alone", "heavy"):
@@ -157,7 +148,7 @@ async def one_run(server: Server, args: argparse.Namespace, heavy: bytes) -> dic
         normals, healths = await asyncio.gather(
             open_loop(
                 Pool(server),
-                post_mutate(_review(deployment(2, "small"), "n")),
+                post_mutate(deployment_review(deployment(2, "small"), "n", namespace="default")),
                 args.rate,
                 args.seconds,
             ),

@@ -29,8 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from bench.common import deployment_review
 from harness.controlplane import running_control_plane
 from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import SourceId, SourceKind
@@ -78,21 +77,7 @@ def deployment(sources: int) -> dict[str, Any]:
 
 
 def review_body(obj: dict[str, Any]) -> bytes:
-    request = {
-        "uid": str(uuid.uuid4()),
-        "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-        "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-        "name": "web",
-        "namespace": NAMESPACE,
-        "operation": "CREATE",
-        "userInfo": {"username": "bench"},
-        "object": obj,
-        "oldObject": None,
-        "dryRun": False,
-    }
-    return orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    )
+    return deployment_review(obj, str(uuid.uuid4()), namespace=NAMESPACE, name="web")
 
 
 def configmap(i: int, version: int) -> dict[str, Any]:
