@@ -20,13 +20,13 @@ A pod once Ready stays Ready: nothing here takes readiness back.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeAlias
 
 from webhook.core.constants import ANN_SOURCES
+from webhook.core.kept import parse_mapping
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
@@ -39,14 +39,7 @@ Rule: TypeAlias = Callable[[Pod], bool]
 
 def pod_sources(pod: Pod) -> dict[str, str] | None:
     """The per-source digests a pod was created with (`configpin.io/sources`), None if none."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_SOURCES)
-    if not isinstance(text, str):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return parse_mapping(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_SOURCES))
 
 
 def _configmap_names(node: Any) -> Iterator[str]:
