@@ -338,9 +338,10 @@ def plan(
     old: JSONObject | None = None,
     hkey: bytes = HKEY,
     refresh: Collection[SourceId] | None = None,
+    now: float | None = None,
 ) -> Plan:
     """Plan `obj`. `refresh=ALL`: the controller's re-plan of a workload (an UPDATE of the
-    object as it is, following every source it consumes)."""
+    object as it is, following every source it consumes). `now`: the planner's clock."""
     if refresh is not None:
         operation, old = "UPDATE", obj
         if refresh is ALL:
@@ -353,6 +354,7 @@ def plan(
         operation=operation,
         old=old,
         refresh=refresh or (),
+        now=now,
     )
 
 

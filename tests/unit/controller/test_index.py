@@ -36,7 +36,6 @@ from webhook.core.constants import ANN_IGNORE, ANN_MODE, ANN_OBSERVED, ANN_SOURC
 from webhook.core.current import WorkloadEntry, WorkloadRef, entry_from_object, stale_sources
 from webhook.core.kinds import rolled_kinds
 from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.core.plan import plan_object
 from webhook.core.reasons import SkipReason
 
 CM = SourceId(SourceKind.CONFIGMAP, "app-config")
@@ -60,16 +59,7 @@ def _stale(obj: JSONObject, store: Store, mode: str = "checksum") -> set[SourceI
 
 def _controller_update(obj: JSONObject, store: Store, mode: str = "checksum") -> JSONObject:
     """What the controller writes: the shared planner, as an UPDATE of the object itself."""
-    stale = _stale(obj, store, mode)
-    p = plan_object(
-        obj,
-        hkey=HKEY,
-        lookup=store.lookup,
-        default_mode=mode,
-        operation="UPDATE",
-        old=obj,
-        refresh=stale,
-    )
+    p = plan(obj, store, mode=mode, refresh=_stale(obj, store, mode))
     if mode == "snapshot":
         store.create_snapshots(p)
     return apply(obj, p)

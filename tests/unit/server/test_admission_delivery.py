@@ -24,7 +24,6 @@ from tests.unit.conftest import (
 from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT
 from webhook.core.kept import dumps_mapping
 from webhook.core.model import JSONObject, Plan
-from webhook.core.plan import plan_object
 from webhook.core.record import Action, RolloutRecord, State, rollout_record, workload_identity
 
 NOW = 1_800_000_000.0
@@ -32,15 +31,7 @@ SPEC = reading("cfg", "a")
 
 
 def _update(new: JSONObject, old: JSONObject, store: Store, mode: str) -> Plan:
-    return plan_object(
-        new,
-        hkey=HKEY,
-        lookup=store.lookup,
-        default_mode=mode,
-        operation="UPDATE",
-        old=old,
-        now=NOW,
-    )
+    return plan(new, store, mode=mode, operation="UPDATE", old=old, now=NOW)
 
 
 def _ref(obj: JSONObject) -> str:
