@@ -102,11 +102,8 @@ def test_a_persons_rollback_in_checksum_mode_is_not_stamped_forward() -> None:
     p = _update(undone, v2, store, "checksum")
     assert recorded_sources(apply(undone, p)) == recorded_sources(v1)  # as they left it
     # without a rollout of configpin's in progress, an old record is stamped current
-    bare = copy.deepcopy(undone)
-    del bare["metadata"]["annotations"][ANN_ROLLOUT]
-    old = copy.deepcopy(v2)
-    del old["metadata"]["annotations"][ANN_ROLLOUT]
-    p = _update(bare, old, store, "checksum")
+    bare = _without(undone, ANN_ROLLOUT)
+    p = _update(bare, _without(v2, ANN_ROLLOUT), store, "checksum")
     assert recorded_sources(apply(bare, p)) == recorded_sources(v2)
 
 
@@ -114,13 +111,29 @@ def _rejected(v2: JSONObject) -> dict[str, str]:
     return {"configmap/cfg": recorded_sources(v2)["configmap/cfg"]}
 
 
+def _after_failure(
+    v1: JSONObject, v2: JSONObject, record: RolloutRecord, action: Action
+) -> JSONObject:
+    """`v1` as configpin leaves it when the rollout `record` to `v2` failed and it acted
+    (`action`: held it, or undid it): `v2`'s content rejected, the rollout ended failed."""
+    out = copy.deepcopy(v1)
+    out["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
+    out["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
+        State.FAILED, signal="s", action=action
+    ).encode(HKEY, workload_identity(v2))
+    return out
+
+
+def _without(obj: JSONObject, annotation: str) -> JSONObject:
+    """A copy of `obj` without `annotation`."""
+    out = copy.deepcopy(obj)
+    del out["metadata"]["annotations"][annotation]
+    return out
+
+
 def test_a_re_apply_keeps_a_snapshot_workload_on_its_last_good_copy() -> None:
     store, v1, v2, record = _rolled("snapshot")
-    undone = copy.deepcopy(v1)  # configpin undid v2: back on v1's copy, v2 rejected
-    undone["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
-    undone["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
-        State.FAILED, signal="s", action=Action.UNDO
-    ).encode(HKEY, workload_identity(v2))
+    undone = _after_failure(v1, v2, record, Action.UNDO)  # back on v1's copy, v2 rejected
     reapplied = copy.deepcopy(undone)  # the manifest in Git names the source itself
     reapplied["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"][
         "configMapKeyRef"
@@ -131,21 +144,15 @@ def test_a_re_apply_keeps_a_snapshot_workload_on_its_last_good_copy() -> None:
     assert any("rejected" in w and _ref(v1) in w for w in p.warnings)
     assert [r.snapshot_name for r in p.snapshots] == [_ref(v1)]  # kept alive
     # released (the annotation removed): the re-apply rolls to it
-    released = copy.deepcopy(reapplied)
-    del released["metadata"]["annotations"][ANN_REJECTED]
-    old = copy.deepcopy(undone)
-    del old["metadata"]["annotations"][ANN_REJECTED]
-    p = _update(released, old, store, "snapshot")
+    released = _without(reapplied, ANN_REJECTED)
+    p = _update(released, _without(undone, ANN_REJECTED), store, "snapshot")
     assert recorded_sources(apply(released, p)) == recorded_sources(v2)
 
 
 def test_a_re_apply_that_rolls_a_checksum_workload_to_rejected_content_is_followed() -> None:
     store, v1, v2, record = _rolled("checksum")
-    held = copy.deepcopy(v1)  # held, then a person's rollout undo: the template on v1
-    held["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
-    held["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
-        State.FAILED, signal="s", action=Action.HOLD
-    ).encode(HKEY, workload_identity(v2))
+    # held, then a person's rollout undo: the template on v1
+    held = _after_failure(v1, v2, record, Action.HOLD)
     reapplied = copy.deepcopy(held)
     reapplied["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"  # what Git says
     p = _update(reapplied, held, store, "checksum")
@@ -164,11 +171,7 @@ def test_a_re_apply_to_rejected_content_at_zero_replicas_writes_its_rollout_left
     the same write (as a re-stamp at zero replicas is), not `rolling` for the controller to
     end with a second write through admission."""
     store, v1, v2, record = _rolled("checksum")
-    held = copy.deepcopy(v1)
-    held["metadata"]["annotations"][ANN_REJECTED] = dumps_mapping(_rejected(v2))
-    held["metadata"]["annotations"][ANN_ROLLOUT] = record.ended(
-        State.FAILED, signal="s", action=Action.HOLD
-    ).encode(HKEY, workload_identity(v2))
+    held = _after_failure(v1, v2, record, Action.HOLD)
     reapplied = copy.deepcopy(held)
     reapplied["spec"]["template"]["spec"]["containers"][0]["image"] = "app:2"
     reapplied["spec"]["replicas"] = 0  # what Git says now too
@@ -188,7 +191,6 @@ def test_rejected_content_is_kept_through_an_undo_and_released_by_removing_it_al
     p = _update(undone, held, store, "snapshot")
     assert json.loads(_annotations_after(undone, p)[ANN_REJECTED]) == _rejected(v2)
     # `kubectl annotate deployment/app configpin.io/rejected-`: the template as it was
-    released = copy.deepcopy(held)
-    del released["metadata"]["annotations"][ANN_REJECTED]
+    released = _without(held, ANN_REJECTED)
     p = _update(released, held, store, "snapshot")
     assert ANN_REJECTED not in _annotations_after(released, p)
