@@ -83,81 +83,83 @@ _CONTAINER = {
     },
     "required": ["name"],
 }
-_ROLLOUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-        "spec": {
+
+
+def _schema(spec: dict[str, Any], *, required: list[str] | None = None) -> dict[str, Any]:
+    """A workload resource's schema: its spec has replicas, a selector and `spec`'s fields."""
+    spec_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "replicas": {"type": "integer", "format": "int32"},
+            "selector": _PRESERVE,
+            **spec,
+        },
+    }
+    if required is not None:
+        spec_schema["required"] = required
+    return {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": _PRESERVE,
+        },
+    }
+
+
+_ROLLOUT_SCHEMA = _schema(
+    {
+        "strategy": _PRESERVE,
+        "template": {
+            "description": "Template describes the pods that will be created.",
             "type": "object",
             "properties": {
-                "replicas": {"type": "integer", "format": "int32"},
-                "selector": _PRESERVE,
-                "strategy": _PRESERVE,
-                "template": {
-                    "description": "Template describes the pods that will be created.",
+                "metadata": {
                     "type": "object",
-                    "properties": {
-                        "metadata": {
-                            "type": "object",
-                            "properties": {"annotations": _STRING_MAP, "labels": _STRING_MAP},
-                        },
-                        "spec": {
-                            "type": "object",
-                            "properties": {
-                                "containers": {"type": "array", "items": _CONTAINER},
-                                "initContainers": {"type": "array", "items": _CONTAINER},
-                                "hostIPC": {"type": "boolean"},
-                                "hostNetwork": {"type": "boolean"},
-                                "hostPID": {"type": "boolean"},
-                                "nodeName": {"type": "string"},
-                                "securityContext": _PRESERVE,
-                                "serviceAccountName": {"type": "string"},
-                                "volumes": {"x-kubernetes-preserve-unknown-fields": True},
-                            },
-                            "required": ["containers"],
-                        },
-                    },
+                    "properties": {"annotations": _STRING_MAP, "labels": _STRING_MAP},
                 },
-                "workloadRef": {
-                    "description": "WorkloadRef holds a references to a workload that "
-                    "provides Pod template",
+                "spec": {
                     "type": "object",
                     "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "name": {"type": "string"},
-                        "scaleDown": {"type": "string"},
+                        "containers": {"type": "array", "items": _CONTAINER},
+                        "initContainers": {"type": "array", "items": _CONTAINER},
+                        "hostIPC": {"type": "boolean"},
+                        "hostNetwork": {"type": "boolean"},
+                        "hostPID": {"type": "boolean"},
+                        "nodeName": {"type": "string"},
+                        "securityContext": _PRESERVE,
+                        "serviceAccountName": {"type": "string"},
+                        "volumes": {"x-kubernetes-preserve-unknown-fields": True},
                     },
+                    "required": ["containers"],
                 },
             },
         },
-        "status": _PRESERVE,
-    },
-}
-_CLONESET_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-        "spec": {
+        "workloadRef": {
+            "description": "WorkloadRef holds a references to a workload that "
+            "provides Pod template",
             "type": "object",
             "properties": {
-                "replicas": {"type": "integer", "format": "int32"},
-                "selector": _PRESERVE,
-                "template": {
-                    "description": "Template describes the pods that will be created.",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                },
-                "updateStrategy": _PRESERVE,
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "name": {"type": "string"},
+                "scaleDown": {"type": "string"},
             },
-            "required": ["selector", "template"],
         },
-        "status": _PRESERVE,
+    }
+)
+_CLONESET_SCHEMA = _schema(
+    {
+        "template": {
+            "description": "Template describes the pods that will be created.",
+            "x-kubernetes-preserve-unknown-fields": True,
+        },
+        "updateStrategy": _PRESERVE,
     },
-}
+    required=["selector", "template"],
+)
 
 
 def _crd(
