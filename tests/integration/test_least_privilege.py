@@ -75,6 +75,7 @@ class Install:
             values, version, api_versions, release=self.release, namespace=self.namespace
         )
         self.kinds = {o["kind"] for o in objects}
+        self.objects = {o["kind"]: o for o in objects}  # by kind (the last of a kind)
         for obj in objects:
             if obj["kind"] not in KINDS:
                 continue
@@ -86,6 +87,29 @@ class Install:
         [sa] = [o for o in objects if o["kind"] == "ServiceAccount"]
         self.user = f"system:serviceaccount:{self.namespace}:{sa['metadata']['name']}"
         self.kube = Impersonating(api, self.user)
+
+    @property
+    def args(self) -> list[str]:
+        """configpin's arguments in the chart's Deployment."""
+        args: list[str] = self.objects["Deployment"]["spec"]["template"]["spec"]["containers"][0][
+            "args"
+        ]
+        return args
+
+    @property
+    def flags(self) -> dict[str, str]:
+        """The chart's `--flag=value` arguments to configpin, by flag."""
+        return dict(a.split("=", 1) for a in self.args if a.startswith("--") and "=" in a)
+
+    def app_namespace(self) -> str:
+        """Namespace `RELEASE-app`, created in this release's scope (enabled, its instance)."""
+        ns = f"{self.release}-app"
+        labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: self.release}
+        self.admin.create(
+            path("namespaces"),
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}},
+        )
+        return ns
 
     def remove(self) -> None:
         for api_path in self.created:
@@ -356,31 +380,13 @@ def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
     on 1.30+, under its ValidatingAdmissionPolicy), in snapshot mode: it makes copies, points
     workloads at them, re-points them when the source changes, adopts and sweeps copies."""
     inst = install({"snapshots": {"enabled": True}})
-    objects = {
-        o["kind"]: o
-        for o in render(
-            {"snapshots": {"enabled": True}},
-            *cluster_capabilities(k8s),
-            release=inst.release,
-            namespace=inst.namespace,
-        )
-    }
-    args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    given = _flags(args)
-    sa = objects["ServiceAccount"]["metadata"]["name"]
+    given = inst.flags
+    sa = inst.objects["ServiceAccount"]["metadata"]["name"]
     kubeconfig = service_account_kubeconfig(
         control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kubeconfig"
     )
     instance = inst.release
-    ns = f"{inst.release}-app"
-    admin.create(
-        path("namespaces"),
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": ns, "labels": {ENABLED_LABEL: "true", INSTANCE_LABEL: instance}},
-        },
-    )
+    ns = inst.app_namespace()
     wait_for(lambda: default_service_account_ready(k8s, ns), what="the default ServiceAccount")
     if server_minor(k8s) >= 30:
         # the policy is live before configpin writes anything
@@ -469,25 +475,13 @@ def test_custom_kinds_under_the_charts_rbac_and_policy(
     values = {"snapshots": {"enabled": True}, "workloadKinds": [CLONESET]}
     with installed(k8s, ROLLOUT_CRD, CLONESET_CRD, WIDGET_CRD):
         inst = install(values)
-        objects = {
-            o["kind"]: o
-            for o in render(
-                values, *cluster_capabilities(k8s), release=inst.release, namespace=inst.namespace
-            )
-        }
-        args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
-        given = _flags(args)
+        given = inst.flags
         assert given["--workload-kinds"] == CLONESET
-        sa = objects["ServiceAccount"]["metadata"]["name"]
+        sa = inst.objects["ServiceAccount"]["metadata"]["name"]
         service_account_kubeconfig(
             control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kubeconfig"
         )
-        ns = f"{inst.release}-app"
-        labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: inst.release}
-        admin.create(
-            path("namespaces"),
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}},
-        )
+        ns = inst.app_namespace()
         try:
             _custom_kinds_as_configpin(inst, admin, k8s, control_plane, tmp_path, given, ns)
         finally:
@@ -506,11 +500,6 @@ def _custom(kind: str, name: str, group_version: str) -> dict[str, Any]:
             "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
         },
     }
-
-
-def _flags(args: list[str]) -> dict[str, str]:
-    """The chart's `--flag=value` arguments to configpin, by flag."""
-    return dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
 
 
 def _as_the_chart(

@@ -19,16 +19,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.chart import cluster_capabilities, render
 from harness.configpin import (
-    INSTANCE_LABEL,
     Configpin,
     instance_namespace,
     leading_configpin,
     running_configpin,
 )
 from harness.controlplane import (
-    ENABLED_LABEL,
     ControlPlane,
     default_service_account_ready,
     server_minor,
@@ -384,25 +381,13 @@ def test_under_the_charts_rbac_and_policy(
     and the workload rolls, with a warning."""
     values = {"controller": {"refreshPods": granted}}
     inst: Install = install(values)
-    objects = {
-        o["kind"]: o
-        for o in render(
-            values, *cluster_capabilities(k8s), release=inst.release, namespace=inst.namespace
-        )
-    }
-    args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert ("--refresh-pods" if granted else "--no-refresh-pods") in args
-    given = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
-    sa = objects["ServiceAccount"]["metadata"]["name"]
+    assert ("--refresh-pods" if granted else "--no-refresh-pods") in inst.args
+    given = inst.flags
+    sa = inst.objects["ServiceAccount"]["metadata"]["name"]
     kubeconfig = service_account_kubeconfig(
         control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kc"
     )
-    ns = f"{inst.release}-app"
-    labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: inst.release}
-    admin.create(
-        path("namespaces"),
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}},
-    )
+    ns = inst.app_namespace()
     try:
         wait_for(lambda: default_service_account_ready(k8s, ns), what="the default SA")
         with running_configpin(
