@@ -48,6 +48,15 @@ def _write_payload(d: Path, bundle: certs.CertBundle) -> None:
 # ---- handshakes in memory, without a server ----
 
 
+def _handshake_step(side: ssl.SSLObject) -> bool:
+    """One step of `side`'s handshake: True once it is done, False while it waits to read."""
+    try:
+        side.do_handshake()
+    except ssl.SSLWantReadError:
+        return False
+    return True
+
+
 def memory_handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> bytes:
     """Run one handshake through memory BIOs; return the certificate the server presented."""
     c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
@@ -55,19 +64,9 @@ def memory_handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> 
     server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
     client_done = server_done = False
     for _ in range(10):
-        if not client_done:
-            try:
-                client.do_handshake()
-                client_done = True
-            except ssl.SSLWantReadError:
-                pass
+        client_done = client_done or _handshake_step(client)
         s_in.write(c_out.read())
-        if not server_done:
-            try:
-                server.do_handshake()
-                server_done = True
-            except ssl.SSLWantReadError:
-                pass
+        server_done = server_done or _handshake_step(server)
         c_in.write(s_out.read())
         if client_done and server_done:
             der = client.getpeercert(binary_form=True)
