@@ -101,6 +101,11 @@ class Install:
         """The chart's `--flag=value` arguments to configpin, by flag."""
         return dict(a.split("=", 1) for a in self.args if a.startswith("--") and "=" in a)
 
+    def kubeconfig(self, plane: ControlPlane, api: client.ApiClient, out: Path) -> Path:
+        """A kubeconfig of the chart's ServiceAccount (configpin's own identity), at `out`."""
+        sa = self.objects["ServiceAccount"]["metadata"]["name"]
+        return service_account_kubeconfig(plane, api, self.namespace, sa, out)
+
     def app_namespace(self) -> str:
         """Namespace `RELEASE-app`, created in this release's scope (enabled, its instance)."""
         ns = f"{self.release}-app"
@@ -381,10 +386,7 @@ def test_configpin_does_its_work_under_the_charts_rbac_and_policy(
     workloads at them, re-points them when the source changes, adopts and sweeps copies."""
     inst = install({"snapshots": {"enabled": True}})
     given = inst.flags
-    sa = inst.objects["ServiceAccount"]["metadata"]["name"]
-    kubeconfig = service_account_kubeconfig(
-        control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kubeconfig"
-    )
+    kubeconfig = inst.kubeconfig(control_plane, k8s, tmp_path / "sa.kubeconfig")
     instance = inst.release
     ns = inst.app_namespace()
     wait_for(lambda: default_service_account_ready(k8s, ns), what="the default ServiceAccount")
@@ -477,10 +479,7 @@ def test_custom_kinds_under_the_charts_rbac_and_policy(
         inst = install(values)
         given = inst.flags
         assert given["--workload-kinds"] == CLONESET
-        sa = inst.objects["ServiceAccount"]["metadata"]["name"]
-        service_account_kubeconfig(
-            control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kubeconfig"
-        )
+        inst.kubeconfig(control_plane, k8s, tmp_path / "sa.kubeconfig")
         ns = inst.app_namespace()
         try:
             _custom_kinds_as_configpin(inst, admin, k8s, control_plane, tmp_path, given, ns)

@@ -29,7 +29,6 @@ from harness.controlplane import (
     ControlPlane,
     default_service_account_ready,
     server_minor,
-    service_account_kubeconfig,
     wait_for,
 )
 from harness.manifests import configmap, container, deployment, env_key_ref
@@ -383,10 +382,7 @@ def test_under_the_charts_rbac_and_policy(
     inst: Install = install(values)
     assert ("--refresh-pods" if granted else "--no-refresh-pods") in inst.args
     given = inst.flags
-    sa = inst.objects["ServiceAccount"]["metadata"]["name"]
-    kubeconfig = service_account_kubeconfig(
-        control_plane, k8s, inst.namespace, sa, tmp_path / "sa.kc"
-    )
+    kubeconfig = inst.kubeconfig(control_plane, k8s, tmp_path / "sa.kc")
     ns = inst.app_namespace()
     try:
         wait_for(lambda: default_service_account_ready(k8s, ns), what="the default SA")
