@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.conftest import (
@@ -285,6 +285,24 @@ def _consumed_keys(obj: JSONObject, sid: SourceId) -> list[frozenset[str] | None
 # ---- the controller's re-stamp from its index agrees with the planner ----
 
 
+def _ignored_store() -> Store:
+    store = Store()
+    cfg = configmap("cfg", {})
+    cfg["metadata"]["annotations"] = {ANN_IGNORE: "true"}
+    store.put(cfg)
+    return store
+
+
+def _as_stored(obj: JSONObject) -> JSONObject:
+    """`obj` as the API server stores it: an empty annotations map is not kept (Go's
+    omitempty), so a merge patch that deletes the last annotation leaves none."""
+    template = (obj.get("spec") or {}).get("template") or {}
+    for meta in (obj.get("metadata"), template.get("metadata")):
+        if isinstance(meta, dict) and meta.get("annotations") == {}:
+            del meta["annotations"]
+    return obj
+
+
 @PLANS
 @given(
     kind=st.sampled_from(MUTABLE_TEMPLATE_KINDS),
@@ -293,6 +311,21 @@ def _consumed_keys(obj: JSONObject, sid: SourceId) -> list[frozenset[str] | None
     new_content=contents,
     target=st.sampled_from([SourceKind.CONFIGMAP, SourceKind.SECRET]),
     extra=st.sampled_from([{}, {ANN_REFRESHED: "{}"}, {"team": "a"}]),
+)
+# Found with 4,000 random examples (the derandomized 150 never drew it): a workload whose one
+# reference is to a source configpin ignores carries no record; the re-stamp from the index
+# deletes the record's annotations from a template that has none (an empty map, which the API
+# server does not store), planning the object leaves the template as it is.
+@example(
+    kind="Deployment",
+    spec={
+        "containers": [{"name": "app", "image": "registry.example/app:1.0"}],
+        "ephemeralContainers": [container(env=[env_cm("cfg", "a")])],
+    },
+    store=_ignored_store(),
+    new_content={},
+    target=SourceKind.CONFIGMAP,
+    extra={},
 )
 def test_a_restamp_from_the_index_writes_what_planning_the_object_writes(
     kind: str,
@@ -328,7 +361,7 @@ def test_a_restamp_from_the_index_writes_what_planning_the_object_writes(
         assert fast is None  # a missing or unreadable source, or a reference to point back
         return
     assert fast is not None
-    restamped = merge_patch(out, fast.merge_patch)
+    restamped = _as_stored(merge_patch(out, fast.merge_patch))
     assert restamped["metadata"].pop("resourceVersion") == "7"  # the guard
     assert restamped["metadata"]["annotations"].pop(ANN_ROLLED_AT) == "2026-01-01T00:00:00Z"
     assert restamped == apply(out, planned)
