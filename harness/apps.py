@@ -327,9 +327,24 @@ _UNDO_SKIPPED = {
 def rollout_undo(api: client.ApiClient, namespace: str, name: str) -> int:
     """What `kubectl rollout undo deployment/<name>` does: the pod template of the ReplicaSet
     of the previous revision (less its pod-template-hash label) and that ReplicaSet's
-    annotations put back on the Deployment, in one JSON patch. Returns the revision undone to."""
+    annotations put back on the Deployment, in one JSON patch. Returns the revision undone to.
+
+    The revisions are read once the Deployment controller has seen the Deployment's current
+    template (its status's observedGeneration): before, the revision the Deployment names is
+    the one before its last write, whose ReplicaSet does not exist yet."""
     apps = client.AppsV1Api(api)
-    deployment = apps.read_namespaced_deployment(name, namespace)
+
+    def observed() -> Any:
+        d = apps.read_namespaced_deployment(name, namespace)
+        seen = (d.status.observed_generation if d.status else None) or 0
+        return d if seen >= (d.metadata.generation or 0) else None
+
+    deployment = wait_for(
+        observed,
+        timeout=60,
+        interval=0.2,
+        what=f"{namespace}/{name}'s template seen by its controller",
+    )
     current = int(deployment.metadata.annotations["deployment.kubernetes.io/revision"])
     previous = [rs for rs in replica_sets(api, namespace, name) if _revision(rs) < current]
     if not previous:
