@@ -308,15 +308,31 @@ def _cfg(**annotations: str) -> Source:
     return Source("configmap", NS, "cfg", "9", annotations, ("a", "b"))
 
 
+def _in_order(names: list[str]) -> list[str]:
+    return [m.name for m in wave_plan([Member(0, NS, "Deployment", n) for n in names], None)[0]]
+
+
+def _change_page(
+    names: list[str], records: Mapping[str, Any], notes: list[Note], waves: str
+) -> tuple[Snapshot, dict[str, Any]]:
+    """The page of CHANGE (alice's write of key a) over its readers `names`, their rollout
+    `records` and the controller's `notes`, cut as `waves` cuts them."""
+    workloads = [_reader(n, record=records.get(n)) for n in names]
+    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
+    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes)
+    found = changes.change(snap, CHANGE, parse_waves(waves), lambda _o: None)
+    assert found is not None
+    return snap, found
+
+
 def test_a_wait_for_an_earlier_wave_that_has_completed_since_is_not_shown_as_one() -> None:
     """`1,1,approve,100%`: the last wave's workloads were said to wait for wave 2 while it
     rolled; wave 2 has completed since, and the controller's Event for what comes next (an
     approval) is not there yet. The page says they wait for an approval, not for an earlier
     wave that is complete (it did, in the dashboard's own screenshot of this moment)."""
     names = [f"w{i}" for i in range(4)]
-    order = [m.name for m in wave_plan([Member(0, NS, "Deployment", n) for n in names], None)[0]]
+    order = _in_order(names)
     records = {order[0]: _record("complete", T0 + 1), order[1]: _record("complete", T0 + 5)}
-    workloads = [_reader(n, record=records.get(n)) for n in names]
     notes = [
         Note(NS, "Deployment", order[0], "ConfigRolloutComplete", "done", "Normal", T0 + 4),
         Note(NS, "Deployment", order[1], "ConfigRolloutComplete", "done", "Normal", T0 + 8),
@@ -327,10 +343,7 @@ def test_a_wait_for_an_earlier_wave_that_has_completed_since_is_not_shown_as_one
                  f"not rolled yet: {CHANGE} rolls in waves: this workload rolls when wave 2 is "
                  "complete (0 of 1 complete)", "Normal", T0 + 6)
         )  # fmt: skip
-    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
-    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes)
-    found = changes.change(snap, CHANGE, parse_waves("1,1,approve,100%"), lambda _o: None)
-    assert found is not None
+    _, found = _change_page(names, records, notes, "1,1,approve,100%")
     rows = {r["name"]: r for r in found["rows"]}
     assert [rows[n]["wave"] for n in order] == [1, 2, 3, 3]
     for n in order[2:]:
@@ -339,10 +352,7 @@ def test_a_wait_for_an_earlier_wave_that_has_completed_since_is_not_shown_as_one
     assert found["approval"]["asked"] is True
     # before wave 2 completed, the same Events are what the workloads wait for
     records[order[1]] = _record("rolling", T0 + 5)
-    workloads = [_reader(n, record=records.get(n)) for n in names]
-    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes[:1] + notes[2:])
-    found = changes.change(snap, CHANGE, parse_waves("1,1,approve,100%"), lambda _o: None)
-    assert found is not None
+    _, found = _change_page(names, records, notes[:1] + notes[2:], "1,1,approve,100%")
     rows = {r["name"]: r for r in found["rows"]}
     assert {rows[n]["waits_for"] for n in order[2:]} == {"wave"}
     assert rows[order[2]]["detail"] == "wave 2: 0 of 1 complete"
@@ -353,9 +363,8 @@ def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_fo
     for an earlier wave, two for an approval. The rows come in wave_order, cut as
     `1,approve,100%` cuts them; the page says who waits for what and when each ended."""
     names = [f"w{i}" for i in range(10)]
-    order = [m.name for m in wave_plan([Member(0, NS, "Deployment", n) for n in names], None)[0]]
+    order = _in_order(names)
     records = {order[0]: _record("complete", T0 + 1), order[1]: _record("rolling", T0 + 9)}
-    workloads = [_reader(n, record=records.get(n)) for n in names]
     notes = [Note(NS, "Deployment", order[0], "ConfigRolloutComplete", "done", "Normal", T0 + 6)]
     for n in order[2:]:
         notes.append(
@@ -363,10 +372,7 @@ def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_fo
                  f"not rolled yet: {CHANGE} waits for an approval (wave 2 of 2 comes after "
                  "approve): kubectl configpin approve configmap/cfg -n shop", "Normal", T0 + 2)
         )  # fmt: skip
-    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
-    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes)
-    found = changes.change(snap, CHANGE, parse_waves("1,approve,100%"), lambda _o: None)
-    assert found is not None
+    snap, found = _change_page(names, records, notes, "1,approve,100%")
     rows = found["rows"]
     assert [r["name"] for r in rows] == order
     assert [r["wave"] for r in rows] == [1] + [2] * 9
