@@ -97,3 +97,10 @@ ANN_APPROVED: Final = "configpin.io/approved"
 # change waits for that change's approval.
 ANN_ROLLOUT_WAVES: Final = "configpin.io/rollout-waves"
 APPROVE_STEP: Final = "approve"
+# When and how often configpin starts a rollout (SPEC, "Windows and budgets"). On a workload's
+# own metadata (the window list also on a Namespace), set by its owner: its rollout windows
+# (webhook.core.windows: a JSON or YAML list with the fields of Argo CD's sync windows) and
+# its rollout budget (webhook.core.budget: COUNT/PERIOD, or 0). A write that sets either to a
+# value that cannot be read is refused at admission.
+ANN_ROLLOUT_WINDOWS: Final = "configpin.io/rollout-windows"
+ANN_ROLLOUT_BUDGET: Final = "configpin.io/rollout-budget"

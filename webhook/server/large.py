@@ -21,11 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from webhook.core.constants import ANN_ROLLOUT_BUDGET, ANN_ROLLOUT_WINDOWS
 from webhook.core.kinds import WorkloadKind, template_paths, use_custom_kinds
 from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.owners import use_owner_kinds
 from webhook.core.plan import plan_object
 from webhook.core.preview import SourceWrite, source_write
+from webhook.core.record import annotations_of
 from webhook.core.refs import consumption, find_sites, get_path
 from webhook.core.shape import ShapeError, check_request
 from webhook.process import allocator
@@ -43,6 +45,8 @@ _LIGHT_FIELDS: Final = (
     "subResource",
     "userInfo",  # (who writes a source: its audit record)
 )
+# ... and of the objects' annotations: those it checks before planning
+_CHECKED: Final = (ANN_ROLLOUT_WINDOWS, ANN_ROLLOUT_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,17 @@ _current: Review | None = None
 
 
 def _stub(obj: JSONObject) -> JSONObject:
-    # What the serving process checks the scope with: the name and claimed namespace.
+    # What the serving process checks the scope with, the name and claimed namespace, and
+    # the annotations it checks before planning (webhook.core.modes.unreadable_rollout_limits).
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     claimed = meta.get("namespace") if isinstance(meta, dict) else None
-    return {"kind": obj.get("kind"), "metadata": {"name": name, "namespace": claimed}}
+    stub: JSONObject = {"name": name, "namespace": claimed}
+    annotations = annotations_of(obj)
+    checked = {k: annotations[k] for k in _CHECKED if k in annotations}
+    if checked:
+        stub["annotations"] = checked
+    return {"kind": obj.get("kind"), "metadata": stub}
 
 
 def _light(review: Review) -> JSONObject:

@@ -22,6 +22,7 @@ from webhook.core.model import (
     SourceRecord,
     SourceUnavailable,
 )
+from webhook.core.modes import unreadable_rollout_limits
 from webhook.core.plan import plan_object
 from webhook.inputs.sources import Miss, SourceReader
 from webhook.process.config import Settings
@@ -80,6 +81,11 @@ class WorkloadAdmission:
         trouble = self.admission.trouble
         if not await self.admission.in_scope(review, obj):
             return allowed(review), AdmissionResult.OUT_OF_SCOPE
+        unreadable = unreadable_rollout_limits(obj, review.old)
+        if unreadable is not None:
+            # (whatever the mode: a list configpin cannot read must never roll anything by
+            # accident, nor hold it by surprise)
+            return denied(review, unreadable, code=400), AdmissionResult.DENIED
         namespace = review.namespace
         if prepared is not None:
             # Its object is in the worker: planned there from this replica's cache (a large
