@@ -71,7 +71,7 @@ def parse_budget(text: Any) -> Budget:
         raise BudgetError(f"{_short(text)}: COUNT/PERIOD expected (6/1h), or 0 for none")
     if not (count_text.isascii() and count_text.isdigit()):
         raise BudgetError(f"{_short(text)}: the count {_short(count_text)} is not a whole number")
-    count = int(count_text)
+    count = int(count_text) if len(count_text) <= 6 else MAX_COUNT + 1
     if count == 0:
         raise BudgetError(
             f"{_short(text)}: a count of 0 would never roll (0 alone turns the budget off)"

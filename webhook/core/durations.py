@@ -40,6 +40,7 @@ def parse_duration(text: str) -> int:
     A fraction below a nanosecond is dropped."""
     if not text:
         raise DurationError('empty (write it as Go does: "8h", "1h30m", "90s")')
+    said = _cut(text)
     rest = text
     negative = rest[0] == "-"
     if rest[0] in "+-":
@@ -47,7 +48,7 @@ def parse_duration(text: str) -> int:
     if rest == "0":
         return 0
     if not rest:
-        raise DurationError(f"{text!r}: a number and a unit expected after the sign")
+        raise DurationError(f"{said}: a number and a unit expected after the sign")
     total = 0
     most = _MAX + negative  # (Go's range: -(1 << 63) to (1 << 63) - 1)
     while rest:
@@ -63,26 +64,33 @@ def parse_duration(text: str) -> int:
             fraction = rest[at + 1 : end]
             at = end
             if not whole and not fraction:
-                raise DurationError(f"{text!r}: a number expected around '.'")
+                raise DurationError(f"{said}: a number expected around '.'")
         elif not whole:
-            raise DurationError(f"{text!r}: a number expected at {rest!r}")
+            raise DurationError(f"{said}: a number expected at {_cut(rest)}")
         end = at
         while end < len(rest) and rest[end] not in "0123456789.":
             end += 1
         unit = rest[at:end]
         if not unit:
-            raise DurationError(f"{text!r}: a unit expected after {rest[:at]!r} (ns us ms s m h)")
+            raise DurationError(f"{said}: a unit expected after {_cut(rest[:at])} (ns us ms s m h)")
         scale = _UNITS.get(unit)
         if scale is None:
-            raise DurationError(f"{text!r}: unknown unit {unit!r} (ns us ms s m h)")
+            raise DurationError(f"{said}: unknown unit {_cut(unit)} (ns us ms s m h)")
+        if len(whole) > 19:  # (past Go's range in any unit)
+            raise DurationError(f"{said}: out of range (at most about 2562047h)")
         part = int(whole or "0") * scale
         if fraction:
             part += _fraction(fraction, scale)
         total += part
         if total > most:
-            raise DurationError(f"{text!r}: out of range (at most about 2562047h)")
+            raise DurationError(f"{said}: out of range (at most about 2562047h)")
         rest = rest[end:]
     return -total if negative else total
+
+
+def _cut(text: str) -> str:
+    """`text` quoted, cut short for a message."""
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
 def _fraction(digits: str, scale: int) -> int:

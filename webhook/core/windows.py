@@ -205,6 +205,8 @@ def _window(item: Any) -> Window:
     kind = item.get("kind")
     if kind is None:
         raise WindowError("kind is missing (allow or deny)")
+    if not isinstance(kind, str):
+        raise WindowError(f"kind: allow or deny, got {_what(kind)}")
     if kind not in (Kind.ALLOW.value, Kind.DENY.value):
         raise WindowError(f"kind {_short(kind)}: allow or deny")
     schedule = item.get("schedule")
@@ -222,7 +224,7 @@ def _window(item: Any) -> Window:
     except DurationError as e:
         raise WindowError(f"duration {e}") from None
     if duration <= 0:
-        raise WindowError(f"duration {raw!r}: a window must stay open for some time")
+        raise WindowError(f"duration {_short(raw)}: a window must stay open for some time")
     zone = item.get("timeZone")
     if zone is None or zone == "":
         zone = DEFAULT_TIME_ZONE
@@ -241,19 +243,21 @@ def _check_schedule(text: str, window: Window) -> None:
     fields = text.split()
     if len(fields) != len(_FIELDS):
         raise WindowError(
-            f"schedule {text!r}: {len(fields)} fields, five expected "
+            f"schedule {_short(text)}: {len(fields)} fields, five expected "
             "(minute hour day-of-month month day-of-week)"
         )
     for name, allowed, field in zip(_FIELDS, _RANGES, fields, strict=True):
         if not all(_TERM.fullmatch(term) for term in field.split(",")):
-            raise WindowError(f"schedule {text!r}: {name} {field!r}: {allowed}, with * , - /")
+            raise WindowError(
+                f"schedule {_short(text)}: {name} {_short(field)}: {allowed}, with * , - /"
+            )
     try:
         CronSim(window.schedule, datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as e:
         said = str(e).removeprefix("Bad ")
         names = dict(zip(_FIELDS, _RANGES, strict=True))
         where = f"{said} ({names[said]})" if said in names else said
-        raise WindowError(f"schedule {text!r}: bad {where}") from None
+        raise WindowError(f"schedule {_short(text)}: bad {where}") from None
 
 
 def _check_zone(name: str) -> None:
@@ -281,7 +285,9 @@ def _unknown(key: str) -> str:
     return f"unknown field {_short(key)} (kind, schedule, duration, timeZone, description)"
 
 
-def _short(value: Any) -> str:
+def _short(value: str | int | float) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**60:
+        return "a number of more than 60 digits"  # (and str() refuses one of 4,300)
     text = repr(value)
     return text if len(text) <= 66 else text[:63] + "..."
 
@@ -290,7 +296,7 @@ def _what(value: Any) -> str:
     if isinstance(value, bool):
         return "true or false"
     if isinstance(value, (int, float)):
-        return f"the number {value}"
+        return f"the number {_short(value)}"
     if isinstance(value, str):
         return f"the text {_short(value)}"
     if isinstance(value, list):
@@ -312,6 +318,10 @@ def _yaml(text: str) -> Any:
         problem = getattr(e, "problem", None) or "not JSON, nor YAML"
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise WindowError(f"neither JSON nor YAML: {problem}{where}") from None
+    except (ValueError, OverflowError):
+        # (a value its constructors refuse: an integer of thousands of digits, a date out of
+        # range)
+        raise WindowError("neither JSON nor YAML: a value out of range") from None
 
 
 # -- what the windows allow

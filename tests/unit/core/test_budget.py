@@ -56,6 +56,7 @@ def test_the_default_is_six_an_hour() -> None:
         ("6/", "the period empty"), ("6/1d", "the period '1d': unknown unit 'd'"),
         ("6/0", "the period must be at least 1s"), ("6/-1h", "at least 1s"),
         ("6/500ms", "at least 1s"), ("\uff16/1h", "not a whole number"),  # (a fullwidth 6)
+        ("9" * 5000 + "/1h", "at most 100"), ("6/" + "9" * 5000 + "h", "out of range"),
     ],
 )  # fmt: skip
 def test_what_is_not_a_budget_says_what_is_wrong(text: str, says: str) -> None:

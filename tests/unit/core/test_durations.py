@@ -60,7 +60,7 @@ def test_what_go_reads(text: str, want: int) -> None:
         ("\xffff", "a number"), ("hello \xffff world", "a number"),
         ("9223372036854775808ns", "out of range"), ("9223372036854775.808us", "out of range"),
         ("-9223372036854775809ns", "out of range"), ("8 h", "unknown unit ' h'"),
-        ("1h-5m", "unknown unit 'h-'"),
+        ("1h-5m", "unknown unit 'h-'"), ("9" * 5000 + "h", "out of range"),
     ],
 )  # fmt: skip
 def test_what_go_refuses(text: str, says: str) -> None:

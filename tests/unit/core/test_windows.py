@@ -148,6 +148,28 @@ def test_a_list_that_cannot_be_read_says_what_is_wrong(text: str, says: str) -> 
     assert says in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" + "9" * 5000 + "]",  # (YAML's int(): past the 4,300 digits Python converts)
+        "- kind: " + "9" * 5000,
+        _one(duration="9" * 5000 + "h"),
+        _one(schedule="0 9 * * " + "1," * 5000 + "8"),
+        _one(kind=[["deny"] * 30] * 30),
+        "- kind: !!binary aGVsbG8=",
+        "- !!python/object/apply:os.system ['true']",
+        "- {? [a, b] : 1}",
+    ],
+)
+def test_what_cannot_be_read_is_said_in_a_line(text: str) -> None:
+    """Whatever the text holds (a number of thousands of digits, a list where a word goes, a
+    tag), reading it raises WindowError, never another error, and says so in one short line
+    (it is admission's answer)."""
+    with pytest.raises(WindowError) as e:
+        parse_windows(text)
+    assert len(str(e.value)) < 200 and "\n" not in str(e.value)
+
+
 def test_not_text_or_too_much_is_refused() -> None:
     with pytest.raises(WindowError, match="expected text, got NoneType"):
         parse_windows(None)
