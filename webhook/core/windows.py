@@ -160,6 +160,16 @@ class Opening:
     looked_to: float
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Whether windows allow a rollout at an instant, and until when (excluded) that answer
+    holds at least: the same for every workload under the same lists, so a controller asks
+    once per set of lists until then, not once per workload and pass."""
+
+    allowed: bool
+    until: float
+
+
 def parse_windows(text: Any) -> Windows:
     """A window list from its text (JSON or YAML); empty text is an empty list (no window)."""
     if not isinstance(text, str):
@@ -365,6 +375,31 @@ def next_open(lists: Sequence[Windows], when: float, *, look_ahead: float = LOOK
             return Opening(None, until)  # an allow window that never opens again
         at = blocked_to
     return Opening(None, min(at, until))
+
+
+def standing(lists: Sequence[Windows], when: float, *, look_ahead: float = LOOK_AHEAD) -> Standing:
+    """Whether the lists allow a rollout at `when` (`allows`), and until when that holds at
+    least. Closed: until they open (`next_open`), or as far as that looked. Open: until the
+    first of a deny window's next start and, in each list with allow windows, the end of the
+    run of openings of the allow window open now that reaches furthest."""
+    if not allows(lists, when):
+        opening = next_open(lists, when, look_ahead=look_ahead)
+        return Standing(False, opening.looked_to if opening.at is None else opening.at)
+    until = when + look_ahead
+    holds = until
+    steps = _Steps(MAX_STEPS)
+    for windows in lists:
+        reach = when
+        for window in windows:
+            if window.kind is Kind.DENY:
+                start = window.first_start_after(when)
+                if start is not None:
+                    holds = min(holds, start)
+            elif window.open_at(when) is not None:
+                reach = max(reach, window.run_end(when, steps, until))
+        if reach > when:
+            holds = min(holds, reach)
+    return Standing(True, holds)
 
 
 def _blocked_to(windows: Windows, at: float, steps: _Steps, until: float) -> float:

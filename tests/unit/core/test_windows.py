@@ -28,6 +28,7 @@ from webhook.core.windows import (
     list_allows,
     next_open,
     parse_windows,
+    standing,
 )
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -308,6 +309,22 @@ def test_every_list_that_applies_must_allow() -> None:
     )
 
 
+def test_how_long_an_answer_holds() -> None:
+    day = window("allow", "0 9 * * MON-FRI", "8h", "Europe/Berlin")
+    lunch = window("deny", "0 12 * * *", "1h", "Europe/Berlin")
+    both = (*day, *lunch)
+    # open at 10:00 until lunch; closed at lunch until 13:00; open then until 17:00
+    morning = standing([both], at(2026, 11, 27, 10, 0, tz=BERLIN))
+    assert morning.allowed and morning.until == at(2026, 11, 27, 12, 0, tz=BERLIN)
+    closed = standing([both], at(2026, 11, 27, 12, 30, tz=BERLIN))
+    assert not closed.allowed and closed.until == at(2026, 11, 27, 13, 0, tz=BERLIN)
+    late = standing([both], at(2026, 11, 27, 13, 0, tz=BERLIN))
+    assert late.allowed and late.until == at(2026, 11, 27, 17, 0, tz=BERLIN)
+    # no window: allowed for as long as it looks
+    free = standing([()], at(2026, 11, 27, 13, 0))
+    assert free.allowed and free.until == at(2026, 11, 27, 13, 0) + LOOK_AHEAD
+
+
 def test_a_list_that_never_opens_says_how_far_it_looked() -> None:
     always = window("deny", "* * * * *", "1m")
     opening = next_open([always], at(2026, 1, 1))
@@ -452,6 +469,27 @@ def test_the_opening_found_is_the_first(lists: list[Windows], when: float, part:
         assert not allows(lists, when)
         assert not allows(lists, opening.at - 0.001)
         assert not allows(lists, when + (opening.at - when) * part * 0.999)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_LISTS, _WHEN, st.floats(min_value=0, max_value=1))
+def test_the_answer_holds_until_it_says(lists: list[Windows], when: float, part: float) -> None:
+    """`standing` answers as `allows` does, and the same at every instant before its `until`
+    (what lets a controller ask once per set of lists, not once per workload)."""
+    said = standing(lists, when, look_ahead=40 * 86_400.0)
+    assert said.allowed is allows(lists, when)
+    assert said.until > when
+    # (where an answer can change: at a window's start or end; and anywhere)
+    edges = [
+        edge
+        for w in (w for windows in lists for w in windows)
+        if (start := w.first_start_after(when)) is not None
+        for edge in (start, start + w.seconds)
+    ]
+    anywhere = (when + (said.until - when) * part * 0.999, said.until - 0.001)
+    for at in (*edges, *anywhere):
+        if when <= at < said.until:
+            assert allows(lists, at) is said.allowed
 
 
 @settings(max_examples=60, deadline=None)
