@@ -23,6 +23,7 @@ from webhook.process.metrics import Metrics
 log = logging.getLogger(__name__)
 
 _REPORTED_MAX: Final = 10_000
+_HELD: Final = (WaitReason.WINDOW, WaitReason.BUDGET)  # holds of windows and budgets
 
 
 def _names(changed: Iterable[SourceId]) -> str:
@@ -150,8 +151,8 @@ class Reporter:
 
     # --- safe delivery
     def waiting(self, ref: WorkloadRef, obj: JSONObject, wait: Wait) -> None:
-        """ConfigRolloutWaiting (ConfigRolloutAwaitingApproval), once per workload and
-        reason."""
+        """ConfigRolloutWaiting (ConfigRolloutAwaitingApproval, ConfigRolloutAwaitingWindow,
+        ConfigRolloutFlapping), once per workload and reason."""
         key = f"{ref} {wait.why}"
         if key in self._waiting:
             return
@@ -160,11 +161,18 @@ class Reporter:
             self._waiting.popitem(last=False)
         log.info("%s: not rolled yet: %s", ref, wait.why)
         note = f"not rolled yet: {wait.why}"
-        if self.events is not None:
-            if wait.reason is WaitReason.APPROVAL:
-                self.events.say(obj, EventReason.CONFIG_ROLLOUT_AWAITING_APPROVAL, note)
-            else:
-                self.events.say(obj, EventReason.CONFIG_ROLLOUT_WAITING, note)
+        if wait.reason in _HELD:
+            self.metrics.rollout_holds.labels(wait.reason.value).inc()
+        if self.events is None:
+            return
+        if wait.reason is WaitReason.APPROVAL:
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_AWAITING_APPROVAL, note)
+        elif wait.reason is WaitReason.WINDOW:
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_AWAITING_WINDOW, note)
+        elif wait.reason is WaitReason.BUDGET:
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_FLAPPING, note)
+        else:
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_WAITING, note)
 
     def rollout_complete(self, ref: WorkloadRef, obj: JSONObject) -> None:
         log.info("%s: its config rollout is complete", ref)

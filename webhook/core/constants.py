@@ -104,3 +104,6 @@ APPROVE_STEP: Final = "approve"
 # value that cannot be read is refused at admission.
 ANN_ROLLOUT_WINDOWS: Final = "configpin.io/rollout-windows"
 ANN_ROLLOUT_BUDGET: Final = "configpin.io/rollout-budget"
+# configpin's own signed record on a workload's metadata of when it started its last rollouts
+# (webhook.core.budget), read by the rollout budget; a person's edit of it is not believed.
+ANN_ROLLOUT_STARTS: Final = "configpin.io/rollout-starts"

@@ -153,6 +153,8 @@ class SourceRecord:
     resource_version: str | None = None
     shared: bool = False  # configpin.io/shared: its changes are one across namespaces
     approved: str | None = None  # the content (`digest.content_id`) a valid approval names
+    # the content a valid `approve --now` names (it rolls now, whatever its windows and budget)
+    approved_now: str | None = None
     # Source digests already computed for this record, by (digest key, consumed keys). The
     # record is immutable, so they stay true; admission asks the same question every time.
     memo: dict[tuple[bytes, frozenset[str] | None], str] = field(

@@ -95,6 +95,8 @@ class Status(StrEnum):
     STALE = "stale"  # a consumed source changed since
     WAITING = "waiting"  # its rollout waits for an earlier wave, or the cap on rollouts
     AWAITING_APPROVAL = "awaiting-approval"  # its wave comes after `approve`: not approved yet
+    AWAITING_WINDOW = "awaiting-window"  # its rollout windows do not allow a rollout now
+    FLAPPING = "flapping"  # its rollout budget is spent: a source keeps changing
     ROLLING = "rolling"  # a config rollout configpin follows is in progress
     FAILED = "failed"  # it failed: undone, held, left, or rolled back by a person
     REJECTED = "rejected"  # the content a failed rollout brought is kept out
@@ -105,7 +107,7 @@ class Status(StrEnum):
     @property
     def failing(self) -> bool:
         """Shown in capitals, and `configpin status` exits 1."""
-        return self in (Status.STALE, Status.MISSING, Status.FAILED)
+        return self in (Status.STALE, Status.MISSING, Status.FAILED, Status.FLAPPING)
 
 
 class SourceState(StrEnum):
@@ -138,6 +140,8 @@ class EventReason(StrEnum):
     CONFIG_ROLLED_BACK_BY_PERSON = "ConfigRolledBackByPerson"
     CONFIG_ROLLOUT_LEFT = "ConfigRolloutLeft"
     CONFIG_ROLLOUT_AWAITING_APPROVAL = "ConfigRolloutAwaitingApproval"
+    CONFIG_ROLLOUT_AWAITING_WINDOW = "ConfigRolloutAwaitingWindow"
+    CONFIG_ROLLOUT_FLAPPING = "ConfigRolloutFlapping"
     SKIPPED_OWNED = "SkippedOwned"
     SOURCE_MISSING = "SourceMissing"
     NOT_PINNED = "NotPinned"
@@ -180,6 +184,10 @@ EVENTS: Final[Mapping[EventReason, EventKind]] = {
     EventReason.CONFIG_ROLLOUT_AWAITING_APPROVAL: EventKind(
         (NORMAL,), _ROLLOUT, Status.AWAITING_APPROVAL
     ),
+    EventReason.CONFIG_ROLLOUT_AWAITING_WINDOW: EventKind(
+        (NORMAL,), _ROLLOUT, Status.AWAITING_WINDOW
+    ),
+    EventReason.CONFIG_ROLLOUT_FLAPPING: EventKind((WARNING,), _ROLLOUT, Status.FLAPPING),
     EventReason.SKIPPED_OWNED: EventKind((NORMAL,), "Skip"),
     EventReason.SOURCE_MISSING: EventKind((WARNING,), "Admit"),
     EventReason.NOT_PINNED: EventKind((WARNING,), "Admit"),

@@ -37,12 +37,16 @@ class WaitReason(StrEnum):
     WAVE = "wave"  # an earlier wave of the change is not complete
     STOPPED = "stopped"  # an earlier wave of the change failed: the waves after it never start
     APPROVAL = "approval"  # its wave comes after `approve`: the change is not approved yet
+    WINDOW = "window"  # its rollout windows do not allow a rollout now (status awaiting-window)
+    BUDGET = "budget"  # its rollout budget is spent: it is held as flapping
 
 
 @dataclass(frozen=True, slots=True)
 class Wait:
     reason: WaitReason
     why: str  # in a person's words
+    # (windows, budget) when, in seconds since the epoch, it may roll: looked at again then
+    until: float | None = None
 
 
 def wave_of(obj: Mapping[str, Any]) -> int:

@@ -183,6 +183,15 @@ HELP: Final[Mapping[str, str]] = {
         "Seconds the longest-stale workload has been stale, as this leader has seen it (0 when "
         "none is)."
     ),
+    "configpin_rollouts_held": (
+        "Stale workloads (on the leader) whose rollout configpin holds, by reason: window (their "
+        "rollout windows do not allow one now: awaiting-window), budget (their rollout budget "
+        "is spent: flapping). They are not counted in configpin_workloads_stale. 0 on other "
+        "replicas."
+    ),
+    "configpin_rollout_holds_total": (
+        "Times a stale workload was first found held, by reason (window, budget)."
+    ),
     "configpin_refreshes_total": (
         "Workloads with configpin.io/on-change: refresh whose running pods were told to sync "
         "their volumes instead of a rollout, by kind."
@@ -252,6 +261,8 @@ class Metrics:
         )
         self.workloads_stale = gauge("configpin_workloads_stale")
         self.stale_seconds_max = gauge("configpin_workload_stale_seconds_max")
+        self.rollouts_held = gauge("configpin_rollouts_held", "reason")
+        self.rollout_holds = count("configpin_rollout_holds_total", "reason")
         self.refreshes = count("configpin_refreshes_total", "kind")
         self.pods_refreshed = count("configpin_pods_refreshed_total")
         self.refresh_fallbacks = count("configpin_refresh_fallbacks_total", "reason")
