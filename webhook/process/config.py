@@ -9,9 +9,11 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from webhook.core.budget import DEFAULT_BUDGET, Budget, BudgetError, parse_budget
 from webhook.core.kinds import ARGO_ROLLOUT, WorkloadKind, parse_custom_kinds
 from webhook.core.owners import parse_owner_kinds
 from webhook.core.waves import WaveStep, parse_waves
+from webhook.core.windows import WindowError, Windows, parse_windows
 from webhook.tls.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
 
 Mode = Literal["checksum", "snapshot", "off"]
@@ -313,6 +315,29 @@ class Settings(BaseSettings):
             "a paused rollout, or one superseded by a newer change, holds no place."
         ),
     )
+    rollout_windows: str = Field(
+        "",
+        description=(
+            "When configpin may start a rollout, for the whole cluster: a JSON or YAML list of "
+            "windows with the fields of Argo CD's sync windows, "
+            '[{"kind": "deny", "schedule": "0 22 * * 5", "duration": "60h", '
+            '"timeZone": "Europe/Berlin"}] (kind allow or deny; schedule a five-field cron '
+            "expression for when it opens; duration as Go writes durations; timeZone an IANA "
+            "name, default UTC). Where allow windows apply it rolls only inside one; a deny "
+            "window wins. Combined with a namespace's and a workload's "
+            "configpin.io/rollout-windows: each list must allow it. Empty: always."
+        ),
+        json_schema_extra={"default_text": "none"},
+    )
+    rollout_budget: str = Field(
+        DEFAULT_BUDGET,
+        description=(
+            "The flap guard: at most COUNT rollouts configpin starts of one workload within "
+            "PERIOD (a Go duration), e.g. 6/1h; past it the workload is held as flapping and "
+            "rolls once, to the latest content, when the budget allows again or a person "
+            "approves. 0: none. A workload's configpin.io/rollout-budget sets its own."
+        ),
+    )
     snapshot_grace_period: float = Field(
         600.0,
         ge=0,
@@ -378,6 +403,30 @@ class Settings(BaseSettings):
 
     def waves(self) -> tuple[WaveStep, ...] | None:
         return parse_waves(self.rollout_waves)
+
+    @field_validator("rollout_windows")
+    @classmethod
+    def _readable_windows(cls, value: str) -> str:
+        try:
+            parse_windows(value)
+        except WindowError as e:
+            raise ValueError(f"--rollout-windows: {e}") from None
+        return value
+
+    def windows(self) -> Windows:
+        return parse_windows(self.rollout_windows)
+
+    @field_validator("rollout_budget")
+    @classmethod
+    def _readable_budget(cls, value: str) -> str:
+        try:
+            parse_budget(value)
+        except BudgetError as e:
+            raise ValueError(f"--rollout-budget: {e}") from None
+        return value
+
+    def budget(self) -> Budget:
+        return parse_budget(self.rollout_budget)
 
     @field_validator("workload_kinds")
     @classmethod
