@@ -94,6 +94,17 @@ class StoreCache:
         return None
 
 
+class FixedNamespaces(set[str]):
+    """The namespaces configpin acts in, fixed, and their rollout windows (none unless set)."""
+
+    def __init__(self, names: Any, windows: dict[str, str] | None = None) -> None:
+        super().__init__(names)
+        self.windows = dict(windows or {})
+
+    def windows_of(self, namespace: str) -> str | None:
+        return self.windows.get(namespace)
+
+
 def offline_controller(
     cache: StoreCache,
     metrics: Metrics | None = None,
@@ -109,7 +120,7 @@ def offline_controller(
         metrics or Metrics(),
         Settings(),
         clock=clock,
-        namespaces={WORKLOAD_NAMESPACE},  # type: ignore[arg-type]
+        namespaces=FixedNamespaces({WORKLOAD_NAMESPACE}),  # type: ignore[arg-type]
     )
     controller._synced.set()  # as after its watches synced
     controller.elector = AlwaysLeader(lambda: None)

@@ -20,6 +20,7 @@ from webhook.core.model import SourceId
 from webhook.core.reasons import SkipReason
 from webhook.core.record import Action, State
 from webhook.core.refresh import RollInstead
+from webhook.core.waves import Wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class Refreshed:
 @dataclass(frozen=True, slots=True)
 class Skipped:
     reason: SkipReason
+    wait: Wait | None = None  # (SkipReason.WAITING) what its rollout waits for
 
 
 @dataclass(frozen=True, slots=True)

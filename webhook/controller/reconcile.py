@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from webhook.controller.editors import Rolled as RolledTo
@@ -226,7 +226,8 @@ class Reconciler:
                 return Poll(decision.poll)
             if decision.waiting is not None and result.read is not None:
                 self.report.waiting(ref, result.read, decision.waiting)
-            return self._skipped(decision.skip or SkipReason.UNCHANGED)
+            skipped = self._skipped(decision.skip or SkipReason.UNCHANGED)
+            return replace(skipped, wait=decision.waiting) if decision.waiting else skipped
         written.setdefault("kind", ref.kind)
         if decision.progress is not None and decision.ended is None:
             # its record amended to the content its re-stamp was admitted with: followed on

@@ -23,7 +23,6 @@ from webhook.process.metrics import Metrics
 log = logging.getLogger(__name__)
 
 _REPORTED_MAX: Final = 10_000
-_HELD: Final = (WaitReason.WINDOW, WaitReason.BUDGET)  # holds of windows and budgets
 
 
 def _names(changed: Iterable[SourceId]) -> str:
@@ -161,8 +160,6 @@ class Reporter:
             self._waiting.popitem(last=False)
         log.info("%s: not rolled yet: %s", ref, wait.why)
         note = f"not rolled yet: {wait.why}"
-        if wait.reason in _HELD:
-            self.metrics.rollout_holds.labels(wait.reason.value).inc()
         if self.events is None:
             return
         if wait.reason is WaitReason.APPROVAL:

@@ -36,8 +36,15 @@ from dataclasses import dataclass, field, replace
 
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Ended, Follower
+from webhook.controller.wavecut import carried_on
 from webhook.controller.waves import Gate
-from webhook.core.constants import ANN_ON_CHANGE, ANN_ROLLOUT, MODE_SNAPSHOT, ON_CHANGE_REFRESH
+from webhook.core.constants import (
+    ANN_ON_CHANGE,
+    ANN_ROLLOUT,
+    ANN_ROLLOUT_STARTS,
+    MODE_SNAPSHOT,
+    ON_CHANGE_REFRESH,
+)
 from webhook.core.current import (
     Lookup,
     WorkloadEntry,
@@ -68,6 +75,7 @@ from webhook.core.record import (
     Change,
     RolloutRecord,
     State,
+    annotation_ops_after,
     generation_of,
     identity,
     readmitted,
@@ -247,33 +255,6 @@ def plan_update(
     )
 
 
-def _carried(
-    entry: WorkloadEntry, stale: Collection[SourceId], changes: tuple[Change, ...]
-) -> tuple[Change, ...]:
-    """The changes of the workload's last rollout that a new rollout of other sources carries
-    on, unproven there and its pods running their content too: one still in flight, one that
-    left (scaled to zero), one that failed with nothing recorded as rejected (on-failure:
-    none). What comes of the new rollout comes of them as well: a later wave of theirs waits
-    for it, or stays stopped. (Without them, their waves would wait for a rollout that no
-    record names any more; or count it complete, as they count a member whose record moved
-    on from a change it completed, webhook.controller.wavecut.) A failure that recorded its
-    content as rejected is remembered by that record; a change whose source changes again is
-    superseded."""
-    brief = entry.rollout
-    if brief is None or brief.state is State.COMPLETE:
-        return ()
-    consumed = {c.source for c in entry.consumes}
-    rejected = entry.rejected
-    return tuple(
-        c
-        for c in brief.changes
-        if c not in changes
-        and c.source in consumed
-        and c.source not in stale
-        and (brief.state is not State.FAILED or str(c.source) not in rejected)
-    )
-
-
 @dataclass(frozen=True)
 class IndexRestamp:
     """A plain re-stamp planned from the index alone: a merge patch guarded by the
@@ -334,9 +315,15 @@ class Restamper:
         return tuple(rolled)
 
     def _admit(
-        self, ref: WorkloadRef, stale: Collection[SourceId]
+        self, entry: WorkloadEntry, stale: Collection[SourceId]
     ) -> tuple[tuple[Change, ...], Wait | None]:
-        return self.gate.admit(ref, stale) if self.gate is not None else ((), None)
+        gate = self.gate
+        return gate.admit(entry.ref, stale, entry) if gate is not None else ((), None)
+
+    def _starts(self, entry: WorkloadEntry, now: float) -> str | None:
+        """`configpin.io/rollout-starts` after a rollout started now (None: no budget kept)."""
+        limits = self.gate.limits if self.gate is not None else None
+        return limits.starts_text(entry, now) if limits is not None else None
 
     def decide(
         self,
@@ -422,10 +409,10 @@ class Restamper:
             if instead is None:
                 ops = refreshed_ops(obj, dumps_mapping(plan.observed))
                 return Decision(ops, intended=plan.observed, refresh=plan.observed)
-        changes, waiting = self._admit(ref, stale)
+        changes, waiting = self._admit(entry, stale)
         if waiting is not None:
             return Decision([], SkipReason.WAITING, waiting=waiting)
-        changes += _carried(entry, stale, changes)
+        changes += carried_on(entry, stale, changes)
         if plan.snapshots and not self.copies:
             log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
             return Decision.leave(SkipReason.NO_SNAPSHOTS)
@@ -444,6 +431,8 @@ class Restamper:
             return Decision(ops, intended=plan.observed, instead=instead, copies=copies)
         now = self.wall()
         ops += rolled_at_ops(obj, format_time(now))
+        if (starts := self._starts(entry, now)) is not None:
+            ops += annotation_ops_after(obj, ops, ANN_ROLLOUT_STARTS, starts)
         rollout = None
         if self.follower is not None:
             # (imported at the first rollout: a replica that never rolls does not hold it)
@@ -551,10 +540,10 @@ class Restamper:
         stale = stale_sources(entry, read.peek, self.hkey)
         if not stale or appeared(entry, stale):
             return None
-        changes, waiting = self._admit(ref, stale)
+        changes, waiting = self._admit(entry, stale)
         if waiting is not None:
             return None
-        changes += _carried(entry, stale, changes)
+        changes += carried_on(entry, stale, changes)
         restamp = restamp_from_consumption(
             ref.kind,
             [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
@@ -576,6 +565,9 @@ class Restamper:
         for warning in restamp.warnings:
             log.warning("%s: %s", ref, warning)
         patch = restamp.merge_patch
+        if (starts := self._starts(entry, now)) is not None:
+            meta = patch.setdefault("metadata", {})
+            meta.setdefault("annotations", {})[ANN_ROLLOUT_STARTS] = starts
         by, left = "", False
         if self.follower is not None:
             rollout = started(

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import Gauge
 
@@ -32,6 +33,7 @@ from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.leader import Elector, elector, new_identity
+from webhook.controller.limits import HELD, Holds, RolloutLimits
 from webhook.controller.outcome import Outcome, Skipped
 from webhook.controller.preview import Previewer
 from webhook.controller.queue import Pending, RolloutQueue
@@ -82,6 +84,7 @@ class RolloutController:
         snapshots: SnapshotEnsurer | None = None,
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         namespaces: NamespaceSet | None = None,
         events: EventRecorder | None = None,
         is_copy: Callable[[str, SourceId, str], bool] = lambda _ns, _sid, _name: False,
@@ -106,6 +109,7 @@ class RolloutController:
         self.tuning = tuning
         self.identity = identity or new_identity()
         self.clock = clock
+        self.wall = wall
         self.index = WorkloadIndex()
         # The selection admission enforces too (`configpin serve` shares one); started and
         # stopped here only when it is the controller's own.
@@ -129,6 +133,11 @@ class RolloutController:
         self._threads: list[threading.Thread] = []
         self.staleness = Staleness(metrics, clock)
         self.waiting = Waiting()
+        self.holds = Holds(wall)
+        for reason in HELD:
+            metrics.rollouts_held.labels(reason.value).set_function(
+                partial(self.holds.count, reason)
+            )
         self.report = Reporter(metrics, events, clock)
         self._decisions(snapshots, is_copy)
         self._runners()
@@ -141,7 +150,17 @@ class RolloutController:
         kube, hkey, settings, cache = self.kube, self.hkey, self.settings, self.cache
         metrics = self.metrics
         self.pods = Pods(kube, self.limited, hkey, settings, metrics, is_leader=self.is_leader)
-        self.gate = Gate(self.index, cache, hkey, settings, in_scope=self.namespaces.__contains__)
+        self.limits = RolloutLimits(
+            settings, hkey, namespace_windows=self.namespaces.windows_of, wall=self.wall
+        )
+        self.gate = Gate(
+            self.index,
+            cache,
+            hkey,
+            settings,
+            in_scope=self.namespaces.__contains__,
+            limits=self.limits,
+        )
         self.restamper = Restamper(
             hkey,
             settings,
@@ -149,6 +168,7 @@ class RolloutController:
             is_leader=self.is_leader,
             follower=Follower(hkey, is_copy=is_copy, changed_keys=cache.changed_keys),
             gate=self.gate,
+            wall=self.wall,
         )
         self.reconciler = Reconciler(
             self.limited,
@@ -186,7 +206,7 @@ class RolloutController:
             on_stopped_leading=self._stopped_leading,
             resync=self._resync,
             resync_period=settings.resync_period,
-            housekeeping=self._count_stale,
+            housekeeping=self._housekeeping,
             on_retry=self._retrying,
             on_give_up=self._gave_up,
         )
@@ -311,6 +331,7 @@ class RolloutController:
     def _stopped_leading(self) -> None:
         log.info("not leading any more: dropping %d pending rollouts", len(self.queue))
         self.staleness.clear()
+        self.holds.clear()
 
     def _resync(self) -> None:
         self.gate.forget()
@@ -320,9 +341,13 @@ class RolloutController:
         if queued:
             log.info("periodic resync: %d workloads were not current", queued)
 
-    def _count_stale(self) -> None:
+    def _housekeeping(self) -> None:
         if self.staleness.due():
             self.measure_staleness()
+        for ref in self.holds.due():  # (their windows open, their budget allows again)
+            entry = self.index.get(ref)
+            if entry is not None:
+                self.check(entry)
 
     def measure_staleness(self) -> int:
         """Which workloads are stale now, from memory (the index and the source cache). Only
@@ -336,7 +361,9 @@ class RolloutController:
             if e.ref.namespace in self.namespaces
             and stale_sources(e, self._peek(e.ref.namespace), self.hkey)
         ]
-        self.staleness.measured(stale)
+        self.holds.keep_only(stale)
+        held = self.holds.refs()  # (held by their windows or budget: not overdue)
+        self.staleness.measured([ref for ref in stale if ref not in held])
         return len(stale)
 
     # --- checks (called from watch threads: in memory only, no API calls)
@@ -456,6 +483,9 @@ class RolloutController:
         moves = self.waiting.moves
         outcome = self.apply(ref, pending.sources, first_seen=pending.first_seen)
         waits = isinstance(outcome, Skipped) and outcome.reason is SkipReason.WAITING
+        wait = outcome.wait if isinstance(outcome, Skipped) else None
+        if self.holds.looked_at(ref, wait) and wait is not None:
+            self.metrics.rollout_holds.labels(wait.reason.value).inc()
         if self.waiting.looked_at(ref, waits=waits, moves_before=moves) and (
             entry := self.index.get(ref)
         ):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -272,6 +272,12 @@ class WaveCut:
         record = self.peek(namespace, change.source)
         return record is not None and record.approved == change.content
 
+    def approved_now(self, namespace: str, change: Change) -> bool:
+        """The change's content was approved with `approve --now`: it rolls now, whatever its
+        windows and budget say."""
+        record = self.peek(namespace, change.source)
+        return record is not None and record.approved_now == change.content
+
     def held(self, entry: WorkloadEntry, change: Change) -> bool:
         """`entry` is stale for another change too, one that may not roll there now for a
         reason only a person ends (a failure stopped it; it awaits an approval): it rolls
@@ -448,3 +454,30 @@ class WaveCut:
                 self._cuts.clear()
             self._cuts[change] = cut
         return cut
+
+
+def carried_on(
+    entry: WorkloadEntry, stale: Collection[SourceId], changes: tuple[Change, ...]
+) -> tuple[Change, ...]:
+    """The changes of the workload's last rollout that a new rollout of other sources carries
+    on, unproven there and its pods running their content too: one still in flight, one that
+    left (scaled to zero), one that failed with nothing recorded as rejected (on-failure:
+    none). What comes of the new rollout comes of them as well: a later wave of theirs waits
+    for it, or stays stopped. (Without them, their waves would wait for a rollout that no
+    record names any more; or count it complete, as they count a member whose record moved
+    on from a change it completed, webhook.controller.wavecut.) A failure that recorded its
+    content as rejected is remembered by that record; a change whose source changes again is
+    superseded."""
+    brief = entry.rollout
+    if brief is None or brief.state is State.COMPLETE:
+        return ()
+    consumed = {c.source for c in entry.consumes}
+    rejected = entry.rejected
+    return tuple(
+        c
+        for c in brief.changes
+        if c not in changes
+        and c.source in consumed
+        and c.source not in stale
+        and (brief.state is not State.FAILED or str(c.source) not in rejected)
+    )

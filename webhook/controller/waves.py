@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from webhook.controller.index import WorkloadIndex
+from webhook.controller.limits import RolloutLimits
 from webhook.controller.wavecut import WaveCut
 from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.model import SourceId
@@ -37,9 +38,12 @@ class Gate:
         settings: Settings,
         *,
         in_scope: Callable[[str], bool],
+        limits: RolloutLimits | None = None,
     ) -> None:
-        """`in_scope(namespace)`: configpin acts there (see WaveCut)."""
+        """`in_scope(namespace)`: configpin acts there (see WaveCut); `limits`: its rollout
+        windows and budget (None: none)."""
         self.index = index
+        self.limits = limits
         self.cut = WaveCut(index, cache, hkey, settings, in_scope=in_scope)
         self.steps = self.cut.steps
         self.cap = settings.max_rolling
@@ -100,16 +104,30 @@ class Gate:
 
     # --- the gate
     def admit(
-        self, ref: WorkloadRef, stale: Iterable[SourceId]
+        self, ref: WorkloadRef, stale: Iterable[SourceId], entry: WorkloadEntry | None = None
     ) -> tuple[tuple[Change, ...], Wait | None]:
-        """The changes a stale workload would roll to, and why it may not now (None: it may)."""
+        """The changes a stale workload would roll to, and why it may not now (None: it may).
+        `entry`: the workload as read (its windows, budget and starts; default the index's)."""
         changes = self.changes(ref.namespace, stale)
-        return changes, self.wait(ref, changes)
+        return changes, self.wait(ref, changes, entry)
 
-    def wait(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
-        """Why `ref` may not roll to `changes` now; None: it may, and (under a cap) a place is
+    def wait(
+        self, ref: WorkloadRef, changes: Sequence[Change], entry: WorkloadEntry | None = None
+    ) -> Wait | None:
+        """Why `ref` may not roll to `changes` now: an earlier wave, an approval, its rollout
+        windows, its rollout budget, the cap; None: it may, and (under a cap) a place is
         reserved for it until `release`."""
         waiting = self._waves(ref, changes)
+        if waiting is None and self.limits is not None:
+            entry = entry if entry is not None else self.index.get(ref)
+            if entry is not None:
+                ns = ref.namespace
+                waiting = self.limits.hold(
+                    entry,
+                    changes,
+                    approved=lambda c: self.approved(ns, c),
+                    approved_now=lambda c: self.cut.approved_now(ns, c),
+                )
         if waiting is not None or not self.cap:
             return waiting
         with self._place:  # (one at a time: what is counted is what is reserved)

@@ -22,13 +22,17 @@ from typing import Any, Final
 import orjson
 
 from webhook.core import digest
+from webhook.core.budget import decode_starts
 from webhook.core.constants import (
     ANN_OBSERVED,
     ANN_REFRESHED,
     ANN_REJECTED,
     ANN_ROLLED_AT,
     ANN_ROLLOUT,
+    ANN_ROLLOUT_BUDGET,
+    ANN_ROLLOUT_STARTS,
     ANN_ROLLOUT_WAVES,
+    ANN_ROLLOUT_WINDOWS,
     ANN_SOURCES,
     ANN_WAVE,
     LABEL_SNAPSHOT,
@@ -48,10 +52,12 @@ from webhook.core.record import (
     Change,
     RolloutRecord,
     State,
+    annotations_of,
     generation_of,
     readmitted,
     rejected,
     rollout_record,
+    workload_identity,
 )
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.core.times import parse_time
@@ -112,6 +118,41 @@ class Delivery:
     # pods in place (whole-volume mounts only), as `configmap/<name>`; None: it rolls
     refreshes: frozenset[str] | None = None
     approve: bool = False  # its own wave list holds approve: each change waits for approval
+    limits: Limits | None = None  # its own rollout windows and budget, and its starts
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a workload says of when and how often configpin may roll it: its own
+    `configpin.io/rollout-windows` and `configpin.io/rollout-budget` as written (None: not
+    set; read by webhook.controller.limits, which keeps what each text means), and when
+    configpin started its last rollouts (`configpin.io/rollout-starts`, as believed)."""
+
+    windows: str | None
+    budget: str | None
+    starts: tuple[float, ...] = ()
+
+
+_NO_LIMITS: Final = Limits(None, None)
+
+
+def limits_of(obj: Mapping[str, Any], hkey: bytes | None) -> Limits | None:
+    """The workload's `Limits`; None when it says nothing of them."""
+    own = annotations_of(obj)
+    windows, budget = own.get(ANN_ROLLOUT_WINDOWS), own.get(ANN_ROLLOUT_BUDGET)
+    text = own.get(ANN_ROLLOUT_STARTS)
+    starts = (
+        decode_starts(hkey, workload_identity(obj), text)
+        if text is not None and hkey is not None
+        else ()
+    )
+    if windows is None and budget is None and not starts:
+        return None
+    return Limits(
+        windows if isinstance(windows, str) else str(windows),
+        budget if isinstance(budget, str) or budget is None else str(budget),
+        starts,
+    )
 
 
 # A workload with nothing else to say than how it stands (scaled to zero, unavailable): one
@@ -307,6 +348,11 @@ class WorkloadEntry:
         return self.delivery.wave if self.delivery is not None else 0
 
     @property
+    def limits(self) -> Limits:
+        found = self.delivery.limits if self.delivery is not None else None
+        return found if found is not None else _NO_LIMITS
+
+    @property
     def consumes(self) -> tuple[Consumed, ...]:
         uses = self.uses
         return tuple(Consumed(_source_id(uses[i]), *uses[i + 1]) for i in range(0, len(uses), 2))
@@ -414,6 +460,7 @@ def entry_from_object(
         blocked = unrefreshable(pod_spec, [c.source for c in consumes])
         in_place = frozenset(str(c.source) for c in consumes if c.source not in blocked)
     approve = ANN_ROLLOUT_WAVES in own and asks_approval(obj)
+    limits = limits_of(obj, hkey)
     if (
         ANN_ROLLOUT in own
         or ANN_REJECTED in own
@@ -421,6 +468,7 @@ def entry_from_object(
         or paused
         or refreshes
         or approve
+        or limits is not None
     ):
         record = rollout_record(hkey, obj) if hkey is not None else None
         if record is not None and record.state is State.ROLLING:
@@ -429,7 +477,7 @@ def entry_from_object(
             record = readmitted(known, obj, record) or record
         refused = tuple(sorted(rejected(obj).items())) or None
         delivery = Delivery(
-            _brief(record), refused, wave_of(obj), stands, paused, in_place, approve
+            _brief(record), refused, wave_of(obj), stands, paused, in_place, approve, limits
         )
     elif stands is not Standing.HEALTHY:
         delivery = _STANDING_ONLY[stands]

@@ -20,7 +20,7 @@ Pure: every value is made from objects as read and the time given.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
@@ -30,7 +30,7 @@ import orjson
 from webhook.core import digest
 from webhook.core.constants import ANN_ON_FAILURE, ANN_REJECTED, ANN_ROLLOUT, ANN_SOURCES
 from webhook.core.kinds import WorkloadKind
-from webhook.core.model import PatchOp, SourceId, SourceKind
+from webhook.core.model import JSONObject, PatchOp, SourceId, SourceKind
 from webhook.core.names import pointer
 from webhook.core.refs import find_sites, get_path
 from webhook.core.signed import opened, signed
@@ -458,6 +458,17 @@ def record_ops(obj: Mapping[str, Any], values: Mapping[str, str | None]) -> list
                 {"op": "replace" if key in annotations else "add", "path": path, "value": value}
             )
     return ops
+
+
+def annotation_ops_after(
+    obj: JSONObject, ops: Sequence[PatchOp], key: str, value: str
+) -> list[PatchOp]:
+    """Ops that set one annotation on the workload's own metadata after `ops` (which may have
+    added its annotations)."""
+    made = any(op.get("path") == "/metadata/annotations" for op in ops)
+    if made:
+        return [{"op": "add", "path": pointer(("metadata", "annotations", key)), "value": value}]
+    return record_ops(obj, {key: value})
 
 
 def rejected_text(obj: Mapping[str, Any], record: RolloutRecord) -> str:

@@ -422,3 +422,18 @@ def _blocked_to(windows: Windows, at: float, steps: _Steps, until: float) -> flo
             if start is not None:
                 opens = min(opens, start)
     return opens if has_allow else at
+
+
+def said_at(when: float, zone: str = DEFAULT_TIME_ZONE) -> str:
+    """An instant as a person reads it in a window's time zone: `Mon 2026-11-30 09:00
+    Europe/Berlin` (to the minute: cron's resolution)."""
+    local = datetime.fromtimestamp(when, _zone(zone))
+    return f"{local:%a %Y-%m-%d %H:%M} {zone}"
+
+
+def zone_of(lists: Iterable[Windows]) -> str:
+    """The time zone to say a list's times in: its first window's (UTC when it has none)."""
+    for windows in lists:
+        for window in windows:
+            return window.time_zone
+    return DEFAULT_TIME_ZONE

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
+from webhook.core.constants import ANN_ROLLOUT_WINDOWS
 from webhook.core.model import JSONObject
 from webhook.kube.errors import KubeError
 from webhook.kube.informer import Informer
@@ -27,7 +28,8 @@ _CONFIRMED_TTL: Final = 5.0
 _CONFIRMED_MAX: Final = 1024
 
 NamespaceListener = Callable[[str], None]
-"""Called (namespace) from the watch thread when a namespace became selected."""
+"""Called (namespace) from the watch thread when a namespace became selected, or its
+`configpin.io/rollout-windows` changed."""
 
 
 def _active(obj: JSONObject) -> bool:
@@ -53,6 +55,8 @@ class NamespaceSet:
         self._confirmed: dict[str, tuple[float, bool]] = {}
         self.listeners: list[NamespaceListener] = []
         self._names: frozenset[str] = frozenset()
+        # configpin.io/rollout-windows of the selected namespaces that set it, as written
+        self._windows: dict[str, str] = {}
         self._lock = threading.Lock()
         self.informer = Informer(
             kube, "namespaces", self, metrics, label_selector=label_selector or None
@@ -73,6 +77,24 @@ class NamespaceSet:
 
     def names(self) -> frozenset[str]:
         return self._names
+
+    def windows_of(self, namespace: str) -> str | None:
+        """The text of the namespace's `configpin.io/rollout-windows` (None: not set)."""
+        return self._windows.get(namespace)
+
+    def _windows_moved(self, name: str, obj: JSONObject | None) -> bool:
+        """Keep the namespace's window list (`obj` None: gone); whether it changed. (Under
+        the lock.)"""
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations")
+        text = annotations.get(ANN_ROLLOUT_WINDOWS) if isinstance(annotations, dict) else None
+        if text is not None and not isinstance(text, str):
+            text = str(text)
+        before = self._windows.get(name)
+        if text is None:
+            self._windows.pop(name, None)
+        else:
+            self._windows[name] = text
+        return before != text
 
     def confirm(self, namespace: str, timeout: float) -> bool:
         """Whether `namespace` is selected, asked of the API server (the selector evaluated
@@ -112,11 +134,13 @@ class NamespaceSet:
 
     # --- InformerHandler
     def relisted(self, items: Iterable[JSONObject]) -> None:
-        fresh = frozenset(n for n in map(self._keep, items) if n is not None)
+        kept = {n: obj for obj in items if (n := self._keep(obj)) is not None}
+        fresh = frozenset(kept)
         with self._lock:
             added = fresh - self._names
             self._names = fresh
-        for name in sorted(added):
+            moved = {n for n in set(self._windows) | fresh if self._windows_moved(n, kept.get(n))}
+        for name in sorted(added | (moved & fresh)):
             self._notify(name)
 
     def event(self, kind: str, obj: JSONObject) -> None:
@@ -128,7 +152,9 @@ class NamespaceSet:
                 self._names = self._names | {kept}
             elif was:
                 self._names = self._names - {name}
-        if kept is not None and not was:
+            moved = self._windows_moved(name, obj if kept is not None else None)
+        if kept is not None and (not was or moved):
+            # (newly selected; or its window list changed: what waits for it is looked at)
             self._notify(kept)
 
     def _notify(self, namespace: str) -> None:

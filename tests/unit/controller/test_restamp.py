@@ -442,7 +442,11 @@ class FakeGate:
         self.waiting = waiting
         self.asked: list[tuple[WorkloadRef, tuple[Change, ...]]] = []
 
-    def admit(self, ref: WorkloadRef, stale: Any) -> tuple[tuple[Change, ...], Wait | None]:
+    limits = None
+
+    def admit(
+        self, ref: WorkloadRef, stale: Any, _entry: Any = None
+    ) -> tuple[tuple[Change, ...], Wait | None]:
         changes = tuple(Change.of(ref.namespace, sid, "c", shared=False) for sid in sorted(stale))
         self.asked.append((ref, changes))
         return changes, None if self.waiting is None else Wait(WaitReason.WAVE, self.waiting)
@@ -858,7 +862,9 @@ def test_who_made_a_change_is_asked_once_per_reconcile_even_if_the_source_moves_
     that other change, not the one rolled to)."""
 
     class MovingGate(FakeGate):
-        def admit(self, ref: WorkloadRef, stale: Any) -> tuple[tuple[Change, ...], Wait | None]:
+        def admit(
+            self, ref: WorkloadRef, stale: Any, _entry: Any = None
+        ) -> tuple[tuple[Change, ...], Wait | None]:
             content = f"c{min(len(self.asked), 1)}"  # the source moves on once, after a look
             changes = tuple(Change.of(ref.namespace, sid, content, shared=False) for sid in stale)
             self.asked.append((ref, changes))
