@@ -26,7 +26,7 @@ from webhook.core.durations import format_duration
 from webhook.core.record import Change, identity
 from webhook.core.waves import Wait, WaitReason
 from webhook.core.windows import (
-    Standing,
+    LOOK_AHEAD,
     WindowError,
     Windows,
     parse_windows,
@@ -38,7 +38,19 @@ from webhook.process.config import Settings
 
 _KEPT_MAX: Final = 4096  # texts whose meaning is kept, and sets of lists whose standing is
 _CLUSTER: Final = "the cluster's --rollout-windows"
+_UNREADABLE_AGAIN: Final = 60.0  # seconds a list that cannot be read is believed so
 HELD: Final = (WaitReason.WINDOW, WaitReason.BUDGET)  # the waits of windows and budgets
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What the windows of one pair of texts (a namespace's, a workload's) say, until when."""
+
+    allowed: bool
+    until: float  # (excluded) it holds at least until then
+    why: str  # (closed) which lists hold it
+    when: str  # (closed) when they open, as a person reads it
+    opens: float | None  # (closed) when they open (None: not within a year, unreadable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +80,7 @@ class RolloutLimits:
         self._lock = threading.Lock()
         self._lists: dict[str, Windows | str] = {}  # text -> list, or why it cannot be read
         self._budgets: dict[str, Budget | str] = {}
-        self._standings: dict[tuple[str | None, str | None], Standing] = {}
+        self._verdicts: dict[tuple[str | None, str | None], _Verdict] = {}
 
     # --- what texts mean (kept, bounded)
     def _read_list(self, text: str) -> Windows | str:
@@ -104,16 +116,17 @@ class RolloutLimits:
         return found if isinstance(found, Budget) else self.budget
 
     # --- windows
-    def _lists_of(self, entry: WorkloadEntry) -> tuple[list[tuple[str, Windows]], _Closed | None]:
-        """The lists that apply to `entry`, each with where it is written; or the first that
-        cannot be read."""
-        ns = entry.ref.namespace
+    def _lists_of(
+        self, ns: str, own: str | None
+    ) -> tuple[list[tuple[str, Windows]], _Closed | None]:
+        """The lists that apply to a workload of namespace `ns` whose own list is `own`, each
+        with where it is written; or the first that cannot be read."""
         found: list[tuple[str, Windows]] = []
         if self.cluster:
             found.append((_CLUSTER, self.cluster))
         for where, text in (
             (f"namespace {ns}'s configpin.io/rollout-windows", self.namespace_windows(ns)),
-            ("its configpin.io/rollout-windows", entry.limits.windows),
+            ("its configpin.io/rollout-windows", own),
         ):
             if text is None:
                 continue
@@ -124,56 +137,64 @@ class RolloutLimits:
                 found.append((where, read))
         return found, None
 
-    def _standing(self, key: tuple[str | None, str | None], lists: Sequence[Windows]) -> Standing:
+    def _verdict(self, ns: str, own: str | None) -> _Verdict | None:
+        """What the windows that apply to a workload of namespace `ns` whose own list is
+        `own` say now (None: none apply), kept per pair of texts until it may change."""
+        key = (self.namespace_windows(ns), own)
         now = self.wall()
         with self._lock:
-            kept = self._standings.get(key)
+            kept = self._verdicts.get(key)
         if kept is not None and now < kept.until:
             return kept
-        answer = standing(lists, now)
-        if not answer.allowed and answer.until <= now:  # (asked at its very edge)
-            answer = Standing(False, now)
+        found, closed = self._lists_of(ns, own)
+        if closed is not None:
+            verdict = _Verdict(
+                False,
+                now + _UNREADABLE_AGAIN,
+                f"{closed.where} cannot be read ({closed.error})",
+                "nothing rolls here until it is fixed or removed",
+                None,
+            )
+        elif not found:
+            verdict = _Verdict(True, now + LOOK_AHEAD, "", "", None)
+        else:
+            lists = [windows for _, windows in found]
+            answer = standing(lists, now)
+            if answer.allowed:
+                verdict = _Verdict(True, answer.until, "", "", None)
+            else:
+                closing = [w for w, windows in found if not standing([windows], now).allowed]
+                until = max(answer.until, now)
+                verdict = _Verdict(
+                    False,
+                    until,
+                    f"outside its rollout windows ({' and '.join(closing)})",
+                    opens(until, lists, now),
+                    until,
+                )
         with self._lock:
-            if len(self._standings) >= _KEPT_MAX:
-                self._standings.clear()
-            self._standings[key] = answer
-        return answer
+            if len(self._verdicts) >= _KEPT_MAX:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
 
     def window(self, entry: WorkloadEntry) -> Wait | None:
         """Why the windows that apply to `entry` hold its rollout now (None: they allow it)."""
-        found, closed = self._lists_of(entry)
-        if closed is not None:
-            return Wait(
-                WaitReason.WINDOW,
-                f"{closed.where} cannot be read ({closed.error}): nothing rolls here until it "
-                "is fixed or removed",
-            )
-        if not found:
-            return None
-        lists = [windows for _, windows in found]
-        key = (self.namespace_windows(entry.ref.namespace), entry.limits.windows)
-        now = self.wall()
-        answer = self._standing(key, lists)
-        if answer.allowed:
-            return None
-        closing = [where for where, windows in found if not standing([windows], now).allowed]
-        which = " and ".join(closing) or "its rollout windows"
-        if answer.until > now + 365 * 86_400 - 60:
-            when = "they do not open within a year"
-        else:
-            when = f"they open {said_at(answer.until, zone_of(lists))}"
-        return Wait(
-            WaitReason.WINDOW,
-            f"outside its rollout windows ({which}): {when}, and it rolls then, to the content "
-            "of that time",
-            until=answer.until,
-        )
+        return self.window_in(entry.ref.namespace, entry.limits.windows)
 
-    def windows_open(self, entry: WorkloadEntry) -> tuple[bool, float | None]:
-        """Whether its windows allow a rollout now and, when not, when they open (None: not
-        within a year, or a list cannot be read). For the preview."""
-        wait = self.window(entry)
-        return (True, None) if wait is None else (False, wait.until)
+    def window_in(self, ns: str, own: str | None) -> Wait | None:
+        """Why the windows that apply to a workload of namespace `ns` whose own list is `own`
+        hold its rollout now (None: they allow it)."""
+        verdict = self._verdict(ns, own)
+        if verdict is None or verdict.allowed:
+            return None
+        rolls = ", and it rolls then, to the content of that time" if verdict.opens else ""
+        return Wait(WaitReason.WINDOW, f"{verdict.why}: {verdict.when}{rolls}", until=verdict.opens)
+
+    def opening(self, ns: str, own: str | None) -> str | None:
+        """(the preview) None when the windows allow a rollout now; else when they open."""
+        verdict = self._verdict(ns, own)
+        return None if verdict is None or verdict.allowed else verdict.when
 
     # --- the budget
     def spent(self, entry: WorkloadEntry, changes: Collection[Change]) -> Wait | None:
@@ -279,3 +300,10 @@ class Holds:
         with self._lock:
             self._held.clear()
             self._due.clear()
+
+
+def opens(until: float, lists: Sequence[Windows], now: float) -> str:
+    """When held windows open, as a person reads it."""
+    if until >= now + LOOK_AHEAD - 60:
+        return "they do not open within a year"  # (looked that far)
+    return f"they open {said_at(until, zone_of(lists))}"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from webhook.controller.limits import RolloutLimits
 from webhook.controller.wavecut import Elsewhere, WaveCut, carried, member_of, vouches
 from webhook.core import digest
 from webhook.core.current import Consumed, RolloutBrief, WorkloadEntry
@@ -53,6 +54,7 @@ class _Consumer:
     rejected: tuple[tuple[str, str], ...]
     in_place: bool  # a change of the source reaches its pods in place (on-change: refresh)
     approve: bool
+    windows: str | None  # its own configpin.io/rollout-windows
 
 
 # A member of the change: the consumer here (or the member elsewhere), its keys of the change,
@@ -69,10 +71,14 @@ _UNNAMED: Final = Change("-", SourceId(SourceKind.CONFIGMAP, ""), "")
 
 
 class Previewer:
-    def __init__(self, cut: WaveCut, *, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self, cut: WaveCut, *, ready: Callable[[], bool], limits: RolloutLimits | None = None
+    ) -> None:
         """`cut`: the wave gate's own; `ready()`: the index holds every workload (the
-        controller has synced)."""
+        controller has synced); `limits`: the gate's rollout windows (a member they hold now
+        waits for them)."""
         self.cut = cut
+        self.limits = limits
         self.index = cut.index
         self.cache = cut.cache
         self.hkey = cut.hkey
@@ -109,6 +115,7 @@ class Previewer:
             (delivery.rejected or ()) if delivery is not None else (),
             self.cut.in_place(entry, sid),
             delivery is not None and delivery.approve,
+            entry.limits.windows,
         )
 
     def consumers(self, namespace: str, sid: SourceId) -> tuple[list[_Consumer], bool]:
@@ -228,6 +235,10 @@ class Previewer:
                 if rolls:
                     effect = Effect.AWAIT if gated or c.approve else Effect.ROLL
                     note = "" if c.__class__ is _Consumer else _note(c)
+                    if effect is Effect.ROLL and isinstance(c, _Consumer) and self.limits:
+                        opens = self.limits.opening(c.namespace, c.windows)
+                        if opens is not None:
+                            effect, note = Effect.WINDOW, opens
                     rows.append(Row(c.namespace, c.kind, c.name, effect, keys, i, note))
         return rows
 

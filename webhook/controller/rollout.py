@@ -187,7 +187,7 @@ class RolloutController:
         )
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         # What a write of a source will do (admission's preview, on every replica)
-        self.preview = Previewer(self.gate.cut, ready=self.synced)
+        self.preview = Previewer(self.gate.cut, ready=self.synced, limits=self.limits)
 
     def _runners(self) -> None:
         """The rollouts' runner (coalescing window, --min-rollout-interval) and the follows'."""

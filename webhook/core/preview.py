@@ -114,6 +114,7 @@ class Effect(StrEnum):
     NOTHING = "nothing"  # it consumes other keys
     HOLD = "hold"  # the content is rejected there (a rollout of it failed before)
     AWAIT = "await-approval"  # it rolls in a wave after `approve`
+    WINDOW = "await-window"  # it rolls in its wave once its rollout windows open (the note: when)
     BREAKS = "breaks"  # (a deletion) its next pod start fails: it requires the source
     ABSENT = "absent"  # (a deletion) it reads the source as optional: it rolls, without it
 
@@ -184,7 +185,8 @@ def summary(
     for row in rows:
         counts.setdefault(row.action, []).append(row)
     parts = []
-    rolling = counts.get(Effect.ROLL, []) + counts.get(Effect.AWAIT, [])
+    rolling = [*counts.get(Effect.ROLL, ()), *counts.get(Effect.AWAIT, ())]
+    rolling += counts.get(Effect.WINDOW, ())
     if rolling:
         waves = sorted({r.wave for r in rolling})
         sizes = [sum(1 for r in rolling if r.wave == w) for w in waves]
@@ -202,6 +204,8 @@ def summary(
     ):
         if counts.get(action):
             parts.append(f"{len(counts[action])} {said}")
+        if action is Effect.AWAIT and counts.get(Effect.WINDOW):
+            parts.append(_windows(counts[Effect.WINDOW]))
     lines = [f"{head} -> {len(rows)} workloads: {', '.join(parts)}"]
     lowest = min((r.wave for r in rolling), default=0)
     first = sorted(r for r in rolling if r.wave == lowest)
@@ -212,6 +216,20 @@ def summary(
     if len(counts) > 1 or Effect.NOTHING not in counts:  # (all others: nothing to list)
         lines.append(f"configpin: the list: kubectl configpin plan -n {shown(namespace)} -f FILE")
     return lines
+
+
+def _windows(rows: Sequence[Row]) -> str:
+    """`4 wait for their window, opens Mon 2026-11-30 09:00 Europe/Berlin` (the first to
+    open, where they open at different times)."""
+    prefix = "they open "
+
+    def at(row: Row) -> str:  # ("they open Mon 2026-11-30 09:00 ZONE": by the date on)
+        return row.note[len(prefix) + 4 :] if row.note.startswith(prefix) else "~"
+
+    first = min(rows, key=at).note
+    when = "opens " + first[len(prefix) :] if first.startswith(prefix) else first
+    more = "the first " if any(r.note != first for r in rows) else ""
+    return f"{len(rows)} wait for their window, {more}{when}"
 
 
 def _where(row: Row, namespace: str) -> str:
