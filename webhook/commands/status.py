@@ -347,6 +347,13 @@ class StatusReader:
             st.state = Status.REJECTED
             st.reason = f"content a failed rollout brought is kept out ({ANN_REJECTED})"
         by = by_whom(str(record.get("by") or "")) if record else ""
+        if st.state is Status.STALE and state == State.ROLLING:
+            # its rollout in flight was superseded by a newer change, which its windows or
+            # budget hold: that is what a person must know
+            waits, note = self._waiting(obj)
+            if waits in (Status.AWAITING_WINDOW, Status.FLAPPING):
+                st.state, st.reason = waits, note
+                return
         if state == State.ROLLING and st.state in (Status.CURRENT, Status.STALE):
             st.state = Status.ROLLING
             st.reason = f"{ROLLOUT_WORDS[State.ROLLING]}{by}"

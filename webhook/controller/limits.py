@@ -24,6 +24,7 @@ from webhook.core.budget import Budget, BudgetError, allowance, counted, encode_
 from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.durations import format_duration
 from webhook.core.record import Change, identity
+from webhook.core.times import format_time
 from webhook.core.waves import Wait, WaitReason
 from webhook.core.windows import (
     LOOK_AHEAD,
@@ -212,7 +213,7 @@ class RolloutLimits:
             f"flapping: configpin started {allows.used} rollouts of it within "
             f"{format_duration(budget.period)} (its rollout budget, {budget}) and {sources} "
             f"keeps changing; it rolls once, to the latest content, at "
-            f"{said_at(allows.at)} or when a person approves the change",
+            f"{format_time(allows.at)} or when a person approves the change",
             until=allows.at,
         )
 

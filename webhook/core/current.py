@@ -148,11 +148,11 @@ def limits_of(obj: Mapping[str, Any], hkey: bytes | None) -> Limits | None:
     )
     if windows is None and budget is None and not starts:
         return None
-    return Limits(
-        windows if isinstance(windows, str) else str(windows),
-        budget if isinstance(budget, str) or budget is None else str(budget),
-        starts,
-    )
+    return Limits(_text(windows), _text(budget), starts)
+
+
+def _text(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else str(value)
 
 
 # A workload with nothing else to say than how it stands (scaled to zero, unavailable): one
