@@ -1274,6 +1274,34 @@ def test_the_stale_alert_fires_past_a_threshold_from_the_values() -> None:
         render(too_soon)
 
 
+def test_the_flapping_alert_fires_while_a_budget_holds_a_workload() -> None:
+    """ConfigpinRolloutsFlapping: a workload held by its rollout budget (issue 40) is no stale
+    workload (ConfigpinWorkloadsStale leaves it out and says so); its own alert says what it
+    means and what to do."""
+    rules = one(render(MONITORING), "PrometheusRule")["spec"]["groups"][0]["rules"]
+    flapping = next(r for r in rules if r["alert"] == "ConfigpinRolloutsFlapping")
+    assert flapping["expr"] == (
+        f'max(configpin_rollouts_held{{job="configpin", namespace="{RELEASE_NAMESPACE}", '
+        'reason="budget"}) > 0'
+    )
+    assert flapping["for"] == "10m"
+    assert flapping["labels"] == {"severity": "warning"}
+    said = " ".join(flapping["annotations"]["description"].split())
+    for what in (
+        "{{ $value }}",
+        "keeps changing",
+        "--rollout-budget",
+        "configpin.io/rollout-budget",
+        "kubectl configpin status -A",
+        "ConfigRolloutFlapping",
+        "kubectl configpin approve --now configmap/NAME -n NAMESPACE",
+    ):
+        assert what in said, what
+    stale = next(r for r in rules if r["alert"] == "ConfigpinWorkloadsStale")
+    said = " ".join(stale["annotations"]["description"].split())
+    assert "(awaiting-window) or its rollout budget (flapping) hold is not stale" in said
+
+
 def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
     given = flags(default)
     assert given["--max-connections"] == "1000"
