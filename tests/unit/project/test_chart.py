@@ -1294,7 +1294,8 @@ def test_the_flapping_alert_fires_while_a_budget_holds_a_workload() -> None:
         "configpin.io/rollout-budget",
         "kubectl configpin status -A",
         "ConfigRolloutFlapping",
-        "kubectl configpin approve --now configmap/NAME -n NAMESPACE",
+        "kubectl configpin approve configmap/NAME -n NAMESPACE",
+        "with --now, also outside its rollout windows",
     ):
         assert what in said, what
     stale = next(r for r in rules if r["alert"] == "ConfigpinWorkloadsStale")
