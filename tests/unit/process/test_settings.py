@@ -104,6 +104,13 @@ def _chart_flags() -> dict[str, str]:
             r'ternary "(--[a-z-]+)" "--no-[a-z-]+" \.Values\.([A-Za-z.]+)', template
         )
     }
+    # (a list in values.yaml, given to the flag as JSON)
+    found |= {
+        value: flag
+        for flag, value in re.findall(
+            r'printf "(--[a-z-]+)=%s" \(toJson \.Values\.([A-Za-z.]+)\)', template
+        )
+    }
     return found
 
 
@@ -134,6 +141,7 @@ def test_chart_values_say_what_their_flag_says() -> None:
     values_text = (CHART / "values.yaml").read_text()
     mapping = _chart_flags()
     assert {"mode", "strict", "controller.coalesceWindowSeconds"} <= set(mapping)
+    assert {"controller.rolloutWindows", "controller.rolloutBudget"} <= set(mapping)
     for value, flag in mapping.items():
         field = flag.removeprefix("--").replace("-", "_")
         description = Settings.model_fields[field].description or ""

@@ -30,6 +30,8 @@ from harness.chart import (
 )
 from harness.images import dockerfile_instructions, dockerfile_stages
 from webhook.commands.cli import build_parser
+from webhook.core.budget import Budget
+from webhook.core.durations import HOUR, SECOND
 from webhook.core.kinds import BUILTIN_KINDS
 from webhook.core.model import SourceKind
 from webhook.inputs.sources import FileSources
@@ -634,6 +636,185 @@ def test_excluded_namespaces_and_the_read_deadline_reach_the_server() -> None:
     assert flags(render({"webhook": {"timeoutSeconds": 2}}))["--read-deadline"] == "0.5"
 
 
+# --- rollout windows and the flap guard (issue 40) ----------------------------------------
+
+
+def _serve_settings(objects: list[Manifest]) -> Settings:
+    """The settings `configpin serve` reads from the rendered arguments, as it would at start
+    (a value it cannot read raises there, as it stops configpin)."""
+    args = build_parser().parse_args(container(objects)["args"])
+    return Settings(**{k: v for k, v in vars(args).items() if k != "command" and v is not None})
+
+
+def _values_example(key: str) -> Any:
+    """The commented example right below `key:` in values.yaml, uncommented and read, as a
+    user who copies it would."""
+    lines = (CHART_DIR / "values.yaml").read_text().splitlines()
+    at = next(n for n, line in enumerate(lines) if line.strip().startswith(f"{key}:"))
+    block = []
+    for line in lines[at + 1 :]:
+        if not line.strip().startswith("#  "):
+            break
+        block.append(line.strip().removeprefix("#"))
+    assert block, f"values.yaml has no example below {key}"
+    return yaml.safe_load("\n".join(block))
+
+
+def test_rollout_windows_and_budget_default_to_always_and_6_per_hour(
+    default: list[Manifest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    given = flags(default)
+    assert given["--rollout-windows"] == "[]"
+    assert given["--rollout-budget"] == "6/1h"
+    settings = _serve_settings(default)
+    assert settings.windows() == ()
+    assert settings.budget() == Budget(6, HOUR)
+
+
+def test_the_windows_example_in_values_yaml_is_what_configpin_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The example a user copies from values.yaml passes the schema, renders, and is read by
+    configpin as written: business hours in Berlin, and a deny from Friday afternoon on."""
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    example = _values_example("rolloutWindows")
+    values = {"controller": {"rolloutWindows": example, "rolloutBudget": "2/30s"}}
+    validate_values(values)
+    objects = render(values)
+    assert json.loads(flags(objects)["--rollout-windows"] or "") == example
+    settings = _serve_settings(objects)
+    allow, deny = settings.windows()
+    assert (allow.kind, allow.schedule, allow.seconds, allow.time_zone) == (
+        "allow",
+        "0 9 * * 1-5",
+        8 * 3600,
+        "Europe/Berlin",
+    )
+    assert (deny.kind, deny.schedule, deny.seconds) == ("deny", "0 15 * * 5", 66 * 3600)
+    assert settings.budget() == Budget(2, 30 * SECOND)
+    report = lint(values)
+    assert not [m for m in report["messages"] if m["severity"] >= 2]
+
+
+def test_a_window_list_reaches_configpin_as_written_whatever_its_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The list is one argument: quotes, backslashes, a colon and a hash, markup and non-ASCII
+    in a description neither break the YAML nor change the JSON configpin reads."""
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    awkward = 'it\'s "the sale": no rollouts # really \\ <b>&amp;</b> Grüße, {x}'
+    windows = [
+        {
+            "kind": "deny",
+            "schedule": "0 22 * * FRI",
+            "duration": "1h30m",
+            "description": awkward,
+        }
+    ]
+    objects = render({"controller": {"rolloutWindows": windows}})
+    assert json.loads(flags(objects)["--rollout-windows"] or "") == windows
+    [window] = _serve_settings(objects).windows()
+    assert (window.schedule, window.seconds, window.time_zone) == ("0 22 * * FRI", 5400, "UTC")
+
+
+def test_no_rollout_budget_is_0_as_text_or_as_a_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--set controller.rolloutBudget=0` gives Helm the number 0: it turns the budget off
+    as "0" does."""
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    for off in (0, "0"):
+        objects = render({"controller": {"rolloutBudget": off}})
+        assert flags(objects)["--rollout-budget"] == "0"
+        assert _serve_settings(objects).budget().unlimited
+
+
+_WINDOW = {"kind": "allow", "schedule": "0 9 * * 1-5", "duration": "8h"}
+
+
+@pytest.mark.parametrize(
+    ("controller", "refused_at"),
+    [
+        ({"rolloutBudget": "6 per hour"}, "/controller/rolloutBudget"),
+        ({"rolloutBudget": "6/"}, "/controller/rolloutBudget"),
+        ({"rolloutBudget": "6/1hour"}, "/controller/rolloutBudget"),
+        ({"rolloutBudget": "0/1h"}, "/controller/rolloutBudget"),
+        ({"rolloutBudget": "101/1h"}, "/controller/rolloutBudget"),
+        ({"rolloutBudget": "-6/1h"}, "/controller/rolloutBudget"),
+        ({"rolloutBudget": 6}, "/controller/rolloutBudget"),
+        ({"rolloutWindows": {**_WINDOW}}, "/controller/rolloutWindows"),
+        ({"rolloutWindows": "[]"}, "/controller/rolloutWindows"),
+        ({"rolloutWindows": [{**_WINDOW, "kind": "Allow"}]}, "/controller/rolloutWindows/0/kind"),
+        ({"rolloutWindows": [{"kind": "deny", "duration": "1h"}]}, "/controller/rolloutWindows/0"),
+        ({"rolloutWindows": [{**_WINDOW, "schedule": "0 9 * *"}]}, "/0/schedule"),
+        ({"rolloutWindows": [{**_WINDOW, "schedule": "0 0 9 * * 1-5"}]}, "/0/schedule"),
+        ({"rolloutWindows": [{**_WINDOW, "schedule": "@daily"}]}, "/0/schedule"),
+        ({"rolloutWindows": [{**_WINDOW, "schedule": "0 9 ? * MON#1"}]}, "/0/schedule"),
+        ({"rolloutWindows": [{**_WINDOW, "duration": 8}]}, "/0/duration"),
+        ({"rolloutWindows": [{**_WINDOW, "duration": "8 hours"}]}, "/0/duration"),
+        ({"rolloutWindows": [{**_WINDOW, "duration": "-8h"}]}, "/0/duration"),
+        ({"rolloutWindows": [{**_WINDOW, "timeZone": "CET+1 hour"}]}, "/0/timeZone"),
+        ({"rolloutWindows": [{**_WINDOW, "timeZone": "localtime"}]}, "/0/timeZone"),
+        ({"rolloutWindows": [{**_WINDOW, "manualSync": True}]}, "/controller/rolloutWindows/0"),
+        ({"rolloutWindows": [{**_WINDOW, "timezone": "UTC"}]}, "/controller/rolloutWindows/0"),
+        ({"rolloutWindows": [_WINDOW] * 65}, "/controller/rolloutWindows"),
+    ],
+)
+def test_the_schema_refuses_a_window_list_or_budget_configpin_cannot_read(
+    controller: dict[str, Any], refused_at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At `helm install`, naming the value, rather than a configpin that stops at start (in
+    a rolling update: a new replica that never becomes ready). Each value refused here is one
+    configpin refuses too: the schema is never the stricter of the two."""
+    with pytest.raises(helm.HelmValuesError, match=re.escape(refused_at)):
+        validate_values({"controller": controller})
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    budget = str(controller.get("rolloutBudget", "6/1h"))
+    windows = json.dumps(controller.get("rolloutWindows", []))
+    flag = "--rollout-budget" if "rolloutBudget" in controller else "--rollout-windows"
+    with pytest.raises(ValueError, match=flag):
+        Settings(rollout_windows=windows, rollout_budget=budget)
+
+
+@pytest.mark.parametrize(
+    "controller",
+    [
+        {"rolloutBudget": "100/24h"},
+        {"rolloutBudget": "1/1.5h"},
+        {"rolloutBudget": "3/1h30m"},
+        {"rolloutBudget": "2/30s"},
+        {"rolloutWindows": [{**_WINDOW, "schedule": "*/15 9-17 1,15 JAN-MAR sun"}]},
+        {"rolloutWindows": [{**_WINDOW, "schedule": " 0  9 * * 1-5 "}]},
+        {"rolloutWindows": [{**_WINDOW, "duration": "1h30m", "timeZone": ""}]},
+        {"rolloutWindows": [{**_WINDOW, "duration": ".5h", "timeZone": "America/Argentina/Salta"}]},
+        {"rolloutWindows": [{**_WINDOW, "timeZone": "Etc/GMT+1", "description": ""}]},
+    ],
+)
+def test_the_schema_accepts_what_configpin_reads(
+    controller: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    validate_values({"controller": controller})
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    _serve_settings(render({"controller": controller}))
+
+
+def test_what_only_configpin_can_refuse_stops_it_at_start_naming_the_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema cannot say everything (a time zone the tz database lacks, minute 61, a period
+    under a second): such a value passes `helm install` and configpin refuses it at start,
+    with a message that names the flag."""
+    monkeypatch.setenv("POD_NAMESPACE", RELEASE_NAMESPACE)
+    for controller, flag in [
+        ({"rolloutWindows": [{**_WINDOW, "timeZone": "Europe/Atlantis"}]}, "--rollout-windows"),
+        ({"rolloutWindows": [{**_WINDOW, "schedule": "61 9 * * *"}]}, "--rollout-windows"),
+        ({"rolloutWindows": [{**_WINDOW, "duration": "0h"}]}, "--rollout-windows"),
+        ({"rolloutBudget": "6/500ms"}, "--rollout-budget"),
+    ]:
+        validate_values({"controller": controller})
+        with pytest.raises(ValueError, match=flag):
+            _serve_settings(render({"controller": controller}))
+
+
 def test_cluster_role_explains_cluster_wide_snapshot_writes() -> None:
     why = comment_before("rbac.yaml", '["create", "delete", "patch"]')
     assert "cluster-wide" in why
@@ -1091,6 +1272,35 @@ def test_the_stale_alert_fires_past_a_threshold_from_the_values() -> None:
     too_soon = {**custom, "controller": {"minRolloutIntervalSeconds": 3600}}
     with pytest.raises(helm.HelmRenderError, match="staleMinutes"):
         render(too_soon)
+
+
+def test_the_flapping_alert_fires_while_a_budget_holds_a_workload() -> None:
+    """ConfigpinRolloutsFlapping: a workload held by its rollout budget (issue 40) is no stale
+    workload (ConfigpinWorkloadsStale leaves it out and says so); its own alert says what it
+    means and what to do."""
+    rules = one(render(MONITORING), "PrometheusRule")["spec"]["groups"][0]["rules"]
+    flapping = next(r for r in rules if r["alert"] == "ConfigpinRolloutsFlapping")
+    assert flapping["expr"] == (
+        f'max(configpin_rollouts_held{{job="configpin", namespace="{RELEASE_NAMESPACE}", '
+        'reason="budget"}) > 0'
+    )
+    assert flapping["for"] == "10m"
+    assert flapping["labels"] == {"severity": "warning"}
+    said = " ".join(flapping["annotations"]["description"].split())
+    for what in (
+        "{{ $value }}",
+        "keeps changing",
+        "--rollout-budget",
+        "configpin.io/rollout-budget",
+        "kubectl configpin status -A",
+        "ConfigRolloutFlapping",
+        "kubectl configpin approve configmap/NAME -n NAMESPACE",
+        "with --now, also outside its rollout windows",
+    ):
+        assert what in said, what
+    stale = next(r for r in rules if r["alert"] == "ConfigpinWorkloadsStale")
+    said = " ".join(stale["annotations"]["description"].split())
+    assert "(awaiting-window) or its rollout budget (flapping) hold is not stale" in said
 
 
 def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
