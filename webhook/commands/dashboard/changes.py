@@ -50,7 +50,20 @@ RECENT: Final = 100  # changes listed at most
 _CHANGE_IN_NOTE: Final = re.compile(r"((?:[a-z0-9.-]+/)?(?:configmap|secret)/[^\s@/]+@[0-9a-f]+)")
 _WAVE_IN_NOTE: Final = re.compile(r"wave (\d+) of (\d+)")
 R = EventReason
-_WAITING: Final = (R.CONFIG_ROLLOUT_WAITING, R.CONFIG_ROLLOUT_AWAITING_APPROVAL)
+_WAITING: Final = (
+    R.CONFIG_ROLLOUT_WAITING,
+    R.CONFIG_ROLLOUT_AWAITING_APPROVAL,
+    R.CONFIG_ROLLOUT_AWAITING_WINDOW,
+    R.CONFIG_ROLLOUT_FLAPPING,
+)
+# what a stale workload's status says it waits for (the others are not pending)
+_PENDING: Final = {
+    Status.STALE: "configpin",
+    Status.WAITING: "configpin",
+    Status.AWAITING_APPROVAL: "approval",
+    Status.AWAITING_WINDOW: "window",
+    Status.FLAPPING: "budget",
+}
 _ENDS: Final = {
     R.CONFIG_ROLLOUT_COMPLETE: "complete",
     R.CONFIG_ROLLOUT_LEFT: "left",
@@ -72,7 +85,7 @@ class Row:
     vouches: bool
     state: str  # rolling, complete, failed, left, waiting, pending, checking
     detail: str = ""
-    waits_for: str = ""  # wave, cap, approval, stopped, window, configpin
+    waits_for: str = ""  # wave, cap, approval, stopped, window, budget, configpin
     note: str = ""
     start: float | None = None
     end: float | None = None
@@ -140,6 +153,10 @@ def _changed_by(source: Source) -> tuple[Change, dict[str, Any]] | None:
 def _wait_kind(note: Note) -> str:
     if note.reason == R.CONFIG_ROLLOUT_AWAITING_APPROVAL:
         return "approval"
+    if note.reason == R.CONFIG_ROLLOUT_AWAITING_WINDOW:
+        return "window"
+    if note.reason == R.CONFIG_ROLLOUT_FLAPPING:
+        return "budget"
     text = note.note
     if "--max-rolling" in text:
         return "cap"
@@ -157,6 +174,7 @@ _WAITS: Final = {
     "wave": "an earlier wave to complete",
     "configpin": "configpin",
     "window": "a rollout window",
+    "budget": "its rollout budget (flapping: a source keeps changing)",
 }
 
 
@@ -358,10 +376,10 @@ def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
             )
         else:
             state = str(status.get("state") or "")
-            if state not in (Status.STALE, Status.WAITING, Status.AWAITING_APPROVAL):
+            if state not in _PENDING:
                 continue
             row.detail = str(status.get("reason") or "stale: not rolled yet")
-            row.waits_for = "approval" if state == Status.AWAITING_APPROVAL else "configpin"
+            row.waits_for = _PENDING[Status(state)]
             row.state = "pending" if state == Status.STALE else "waiting"
         f.rows[ref] = row
 

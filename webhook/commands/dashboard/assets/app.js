@@ -225,6 +225,7 @@
     approval: "an approval",
     stopped: "nothing: stopped",
     window: "a window",
+    budget: "its budget (flapping)",
     configpin: "configpin",
   };
   function bar(row, begin, finish, now) {
