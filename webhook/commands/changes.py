@@ -1,7 +1,8 @@
 """`configpin plan -f FILE` (`kubectl configpin plan`): what applying a ConfigMap or Secret
 would do, as a table, from a server-side dry run of the apply, changing nothing; and
 `configpin approve configmap/NAME`: approve the content a source holds now, for the waves
-after an `approve` step.
+after an `approve` step (`--now`: and roll it now, whatever its windows and rollout budget
+say: the override of an emergency).
 
 The dry run goes through admission as the real apply would, with the user's own credentials
 and rights; configpin's webhook answers with the full plan (`configpin.io/plan` asked for in
@@ -19,7 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from webhook.core.constants import ANN_APPROVE, ANN_APPROVED, ANN_PLAN, PLAN_REQUEST
+from webhook.core.constants import (
+    ANN_APPROVE,
+    ANN_APPROVED,
+    ANN_PLAN,
+    APPROVE_NOW,
+    PLAN_REQUEST,
+)
 from webhook.core.model import (
     SOURCE_API_KINDS,
     SourceId,
@@ -161,21 +168,27 @@ def run(args: argparse.Namespace) -> int:
 def add_approve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="configmap/NAME or secret/NAME")
     p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    p.add_argument(
+        "--now", action="store_true",
+        help="an emergency: roll this content now, whatever the consumers' rollout windows "
+        "and rollout budget say (recorded with your name)",
+    )  # fmt: skip
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
 
 
-def _ask_approval(kube: Kube, api_path: str) -> dict[str, Any]:
-    """Set configpin.io/approve: request on the source, as the user: a patch, or, for a user
-    allowed to update but not to patch it, a read and a replace (retried on a conflict)."""
-    body = {"metadata": {"annotations": {ANN_APPROVE: PLAN_REQUEST}}}
+def _ask_approval(kube: Kube, api_path: str, asked: str) -> dict[str, Any]:
+    """Set configpin.io/approve: `asked` (request, or now) on the source, as the user: a patch,
+    or, for a user allowed to update but not to patch it, a read and a replace (retried on a
+    conflict)."""
+    body = {"metadata": {"annotations": {ANN_APPROVE: asked}}}
     try:
         return kube.patch(api_path, body, content_type=MERGE_PATCH)
     except Forbidden:
         pass
     for _ in range(5):
         obj = kube.get(api_path)
-        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANN_APPROVE] = PLAN_REQUEST
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANN_APPROVE] = asked
         try:
             return kube.replace(api_path, obj)
         except Conflict:
@@ -183,13 +196,16 @@ def _ask_approval(kube: Kube, api_path: str) -> dict[str, Any]:
     raise Conflict(f"PUT {api_path}", 409, "the source kept changing")
 
 
-def approval(kube: Kube, kind: SourceKind, namespace: str, name: str) -> dict[str, Any] | None:
+def approval(
+    kube: Kube, kind: SourceKind, namespace: str, name: str, *, now: bool = False
+) -> dict[str, Any] | None:
     """Ask admission to record, as the user of `kube`, the approval of the content the source
-    holds now: the record configpin wrote ({user, at, content}), or None when configpin did
-    not answer (the request is taken back). Raises KubeError with the API server's answer (a
-    refusal: the user may not update it)."""
+    holds now (`now`: `approve --now`): the record configpin wrote ({user, at, content, and
+    now: true for --now}), or None when configpin did not answer (the request is taken back)
+    or, asked for --now, answered with no record of it (a configpin older than --now). Raises
+    KubeError with the API server's answer (a refusal: the user may not update it)."""
     api_path = path(kind.resource, namespace, name)
-    result = _ask_approval(kube, api_path)
+    result = _ask_approval(kube, api_path, APPROVE_NOW if now else PLAN_REQUEST)
     annotations = (result.get("metadata") or {}).get("annotations") or {}
     if ANN_APPROVE in annotations:  # configpin's admission did not answer: take it back
         undo = {"metadata": {"annotations": {ANN_APPROVE: None}}}
@@ -197,12 +213,15 @@ def approval(kube: Kube, kind: SourceKind, namespace: str, name: str) -> dict[st
             kube.patch(api_path, undo, content_type=MERGE_PATCH)
         return None
     record: dict[str, Any] = json.loads(annotations.get(ANN_APPROVED) or "{}")
+    if now and record.get("now") is not True:
+        return None
     return record
 
 
 def approve(args: argparse.Namespace) -> int:
-    """Ask admission to record, as you, the approval of the content the source holds now:
-    an update of the source (your right to update it is what is checked)."""
+    """Ask admission to record, as you, the approval of the content the source holds now
+    (--now: and that it rolls now, whatever its windows and rollout budget say): an update of
+    the source (your right to update it is what is checked)."""
     kind_text, _, name = str(args.source).partition("/")
     kind = typed_source_kind(kind_text)
     if kind is None or not name:
@@ -217,20 +236,25 @@ def approve(args: argparse.Namespace) -> int:
     sid = SourceId(kind, name)
     with api:
         try:
-            record = approval(Kube(api), kind, namespace, name)
+            record = approval(Kube(api), kind, namespace, name, now=args.now)
         except KubeError as e:
             print(f"configpin approve: {sid}: {e}", file=sys.stderr)
             return 2
         if record is None:
+            what = "approval --now" if args.now else "approval"
+            newer = ", and as new as this command" if args.now else ""
             print(
-                f"configpin approve: configpin did not record the approval of {sid} in "
-                f"{namespace} (is it installed for this namespace, and running?)",
+                f"configpin approve: configpin did not record the {what} of {sid} in "
+                f"{namespace} (is it installed for this namespace, and running{newer}?)",
                 file=sys.stderr,
             )
             return 1
+        if record.get("now") is True:  # (asked for, or approved so before: it stays)
+            said, then = "approved --now", "it rolls now, whatever its windows and budget say"
+        else:
+            said, then = "approved", "the waves waiting for it roll"
         print(
-            f"approved {sid} in {namespace}: its content now "
-            f"({record.get('content', '?')}) by {record.get('user', '?')}; the waves "
-            "waiting for it roll"
+            f"{said} {sid} in {namespace}: its content now ({record.get('content', '?')}) "
+            f"by {record.get('user', '?')}; {then}"
         )
     return 0

@@ -208,9 +208,12 @@ def _cluster_parsers(
     ap = sub.add_parser(
         "approve",
         help="approve the content a ConfigMap or Secret holds now, for the waves after an "
-        "`approve` step (also `kubectl configpin approve`)",
+        "`approve` step; --now: roll it now, whatever windows and budget say (also `kubectl "
+        "configpin approve`)",
         description="Records your approval of the source's current content (an update of the "
         "source: your right to update it is what is checked); a newer change needs its own. "
+        "With --now, an emergency's override: its consumers roll it now, whatever their "
+        "rollout windows and rollout budget say, and the record names you. "
         "Exit 0: approved; 1: configpin did not record it; 2: usage or connection error.",
     )
     if argv is None or "approve" in argv:

@@ -47,13 +47,16 @@ class Earlier:
 @dataclass(frozen=True)
 class ChangedBy:
     """Who changed (or approved: `domain`) a source's content, and when (seconds since the
-    epoch); for a change, which keys that write changed and who last changed the others."""
+    epoch); for a change, which keys that write changed and who last changed the others; for
+    an approval, whether it was `approve --now` (it rolls whatever its windows and budget
+    say)."""
 
     user: str
     at: float
     content: str  # the content it was recorded for (`digest.content_id`)
     keys: tuple[str, ...] | None = None  # the keys the write changed (None: not said, all)
     earlier: tuple[Earlier, ...] = ()  # who last changed the others, the latest first
+    now: bool = False  # (an approval) asked for with --now
 
     def said(self) -> str:
         return f"{self.user} at {format_time(self.at)}"
@@ -119,6 +122,8 @@ class ChangedBy:
             body["keys"] = list(self.keys)
         if self.earlier:
             body["earlier"] = [e._body() for e in self.earlier]
+        if self.now:  # (only when true: an ordinary approval signs the bytes it always did)
+            body["now"] = True
         return body
 
     def _size(self) -> int:
@@ -147,12 +152,15 @@ class ChangedBy:
             return None
         if not isinstance(recorded, str) or (content is not None and recorded != content):
             return None
+        now = body.get("now", False)
+        if not isinstance(now, bool):
+            return None
         try:
             keys = _keys(body.get("keys"))
             earlier = tuple(_earlier(e) for e in body.get("earlier") or ())
         except (TypeError, ValueError):
             return None
-        return cls(user, float(at), recorded, keys, earlier)
+        return cls(user, float(at), recorded, keys, earlier, now)
 
 
 def _most(user: str, keys: tuple[str, ...] | None) -> int:

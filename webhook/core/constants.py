@@ -90,9 +90,12 @@ PLAN_REQUEST: Final = "request"
 # Approval (a wave list holding `approve`). On a ConfigMap or Secret: "request", set by
 # `configpin approve` with the user's own rights, which admission turns into the signed
 # record of who approved its content now (configpin.io/approved, JSON). A newer change of
-# the content needs its own approval.
+# the content needs its own approval. "now" (`configpin approve --now`): the same, and the
+# record says `now`: the override of an emergency, it rolls whatever its windows and rollout
+# budget say.
 ANN_APPROVE: Final = "configpin.io/approve"
 ANN_APPROVED: Final = "configpin.io/approved"
+APPROVE_NOW: Final = "now"
 # On a workload's own metadata: its own wave list; holding `approve`, its rollout of any
 # change waits for that change's approval.
 ANN_ROLLOUT_WAVES: Final = "configpin.io/rollout-waves"

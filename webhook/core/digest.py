@@ -215,7 +215,8 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
 
     `snapshot_of` is set only for a proven copy (`proven_source`); an object that merely
     carries the snapshot label is recorded as the ordinary object it is. `approved` only for
-    an approval configpin recorded for this source and the content it holds."""
+    an approval configpin recorded for this source and the content it holds; `approved_now`
+    too when that approval was `approve --now`."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     digests = key_digests(hkey, kind, obj)
@@ -236,7 +237,8 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
     content = content_id(source_digest(hkey, record))
     sid = SourceId(kind, record.name)
     namespace = str(meta.get("namespace") or "")
-    if ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED) is None:
+    approval = ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED)
+    if approval is None:
         return record
     return SourceRecord(
         record.kind,
@@ -249,6 +251,7 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         record.resource_version,
         record.shared,
         content,
+        content if approval.now else None,
     )
 
 

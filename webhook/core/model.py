@@ -179,6 +179,7 @@ class SourceRecord:
             self.resource_version,
             self.shared,
             self.approved,
+            self.approved_now,
         )
 
 

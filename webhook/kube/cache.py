@@ -70,9 +70,11 @@ def _observe(fn: Callable[..., None], *args: object) -> None:
         log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
-_Extra: TypeAlias = tuple[str | None, bool, str | None, bool, str | None] | None
+# (secret type, ignored, snapshot of, shared, approved, approved --now)
+_Extra: TypeAlias = tuple[str | None, bool, str | None, bool, str | None, str | None] | None
 _Layout: TypeAlias = tuple[tuple[str, ...], _Extra]
 _ID: Final = struct.Struct("<I")
+_NO_EXTRA: Final = (None, False, None, False, None, None)  # (the common case)
 
 
 class _Layouts:
@@ -110,7 +112,7 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     keys, extra = layouts[_ID.unpack_from(entry)[0]]
     size, at = digest.KEY_DIGEST_SIZE, _ID.size
     kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
-    secret_type, ignored, snapshot_of, shared, approved = extra or (None, False, None, False, None)
+    secret_type, ignored, snapshot_of, shared, approved, approved_now = extra or _NO_EXTRA
     if secret_type is None:
         secret_type = kind.facts.default_type
     return SourceRecord(
@@ -122,6 +124,7 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
         snapshot_of=snapshot_of,
         shared=shared,
         approved=approved,
+        approved_now=approved_now,
     )
 
 
@@ -245,7 +248,14 @@ class SourceCache:
             or rec.shared
             or rec.approved is not None
         ):
-            extra = (rec.secret_type, rec.ignored, rec.snapshot_of, rec.shared, rec.approved)
+            extra = (
+                rec.secret_type,
+                rec.ignored,
+                rec.snapshot_of,
+                rec.shared,
+                rec.approved,
+                rec.approved_now,
+            )
         number = self._layouts.number(names, extra)
         return b"".join((_ID.pack(number), *(rec.key_digests[k] for k in names)))
 

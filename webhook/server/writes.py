@@ -21,6 +21,7 @@ from webhook.core.constants import (
     ANN_APPROVED,
     ANN_CHANGED_BY,
     ANN_PLAN,
+    APPROVE_NOW,
     PLAN_REQUEST,
 )
 from webhook.core.model import PatchOp, SourceId, SourceKind, SourceRecord, source_kind
@@ -116,11 +117,17 @@ class SourceWrites:
         self, review: Review, write: SourceWrite, namespace: str, sid: SourceId
     ) -> list[PatchOp]:
         """`configpin approve` asked (with the right to update the source): the signed record
-        of who approved the content it holds now, in place of the request."""
+        of who approved the content it holds now, in place of the request; asked with --now,
+        a record that says so. An ordinary approval of content approved --now already keeps
+        that record: it does not take the override back, nor the name of who overrode."""
         ops = _annotation_op(write, ANN_APPROVE, None)
-        if write.approve == PLAN_REQUEST and write.record is not None:
-            content = digest.content_id(digest.source_digest(self.hkey, write.record))
-            who = ChangedBy(requester(review.request), self.clock(), content)
+        record = write.record
+        if write.approve in (PLAN_REQUEST, APPROVE_NOW) and record is not None:
+            content = digest.content_id(digest.source_digest(self.hkey, record))
+            now = write.approve == APPROVE_NOW
+            if not now and record.approved_now == content:
+                return ops
+            who = ChangedBy(requester(review.request), self.clock(), content, now=now)
             text = who.encode(self.hkey, namespace, sid, domain=APPROVED)
             ops += _annotation_op(write, ANN_APPROVED, text)
         return ops

@@ -22,7 +22,13 @@ from webhook.commands.dashboard.app import App, Request
 from webhook.commands.dashboard.feeds import FeedState, Note, Snapshot, Source, _source
 from webhook.commands.dashboard.guard import CSP, TOKEN_HEADER, Fence
 from webhook.commands.dashboard.http import Server
-from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT, ANN_SOURCES, ANN_WAVE
+from webhook.core.constants import (
+    ANN_APPROVED,
+    ANN_CHANGED_BY,
+    ANN_ROLLOUT,
+    ANN_SOURCES,
+    ANN_WAVE,
+)
 from webhook.core.model import SourceKind
 from webhook.core.waves import Member, parse_waves, wave_plan
 
@@ -391,6 +397,24 @@ def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_fo
     listed = changes.changes(snap)["changes"]
     assert [c["id"] for c in listed] == [CHANGE]
     assert listed[0]["counts"] == {"complete": 1, "rolling": 1, "waiting": 8}
+
+
+@pytest.mark.parametrize("now", [False, True])
+def test_an_approval_is_shown_as_the_source_records_it_and_says_now_when_it_was(
+    now: bool,
+) -> None:
+    """`approve --now` is said as such (issue 40): the page reads `now` from the record."""
+    record = {"user": "oncall", "at": T0, "content": CONTENT, "sig": "x"}
+    if now:
+        record["now"] = True
+    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
+    source = _cfg(**{ANN_CHANGED_BY: who, ANN_APPROVED: json.dumps(record)})
+    snap = _snapshot([_reader("w0", record=_record("complete", T0 + 1))], [source])
+    found = changes.change(snap, CHANGE, parse_waves("1,approve,100%"), lambda _o: None)
+    assert found is not None
+    assert found["approval"]["approved"] == [
+        {"namespace": NS, "user": "oncall", "at": T0, "now": now}
+    ]
 
 
 def test_a_change_not_acted_on_yet_lists_its_stale_readers_as_the_dry_run_says() -> None:

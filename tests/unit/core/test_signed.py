@@ -45,6 +45,14 @@ APPROVED_BY = (
     '"user":"bob@example.com"}'
 )
 
+# An approval asked for with `approve --now` (issue 40): the ordinary record's fields and
+# `now`, which an ordinary approval never carries (its bytes, APPROVED_BY, are as they were).
+APPROVED_NOW_BY = (
+    '{"at":1767225602.5,"content":"' + "d" * 20 + '","now":true,'
+    '"sig":"5fef109b0e858ccc6e745a823e339e066c44e191d6cccdca0187d9263e9cd435",'
+    '"user":"carol@example.com"}'
+)
+
 
 def _rollout() -> RolloutRecord:
     return RolloutRecord(
@@ -83,12 +91,23 @@ def test_source_records_written_before_still_open_and_encode_the_same() -> None:
     assert bob.encode(HKEY, "shop", DB, domain=APPROVED) == APPROVED_BY
 
 
+def test_an_approval_now_encodes_and_opens_as_pinned_and_says_now_only_when_asked() -> None:
+    carol = ChangedBy("carol@example.com", 1767225602.5, "d" * 20, now=True)
+    assert carol.encode(HKEY, "shop", DB, domain=APPROVED) == APPROVED_NOW_BY
+    assert ChangedBy.decode(HKEY, "shop", DB, APPROVED_NOW_BY, "d" * 20, domain=APPROVED) == carol
+    bob = ChangedBy("bob@example.com", 1767225601.25, "d" * 20, now=False)
+    assert bob.encode(HKEY, "shop", DB, domain=APPROVED) == APPROVED_BY
+    said = ChangedBy.decode(HKEY, "shop", DB, APPROVED_BY, "d" * 20, domain=APPROVED)
+    assert said is not None and said.now is False
+
+
 @pytest.mark.parametrize(
     ("domain", "subject", "text"),
     [
         (b"configpin/rollout/v1", WEB, ROLLOUT),
         (CHANGED, f"shop/{CFG}", CHANGED_BY),
         (APPROVED, f"shop/{DB}", APPROVED_BY),
+        (APPROVED, f"shop/{DB}", APPROVED_NOW_BY),
     ],
 )
 def test_one_signer_opens_every_record_for_its_own_domain_and_subject_only(

@@ -9,7 +9,8 @@ from kubernetes import client
 
 from tests.unit.conftest import HKEY, configmap, secret
 from webhook.core import digest
-from webhook.core.constants import ANN_IGNORE
+from webhook.core.audit import APPROVED, ChangedBy
+from webhook.core.constants import ANN_APPROVED, ANN_IGNORE
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import Kube
@@ -81,3 +82,32 @@ def test_a_change_is_a_new_entry_and_metadata_alone_is_not() -> None:
     assert first.key_digests != second.key_digests
     index.event("DELETED", configmap("c", {"a": "2"}, namespace=NS))
     assert changed == [SourceId(SourceKind.CONFIGMAP, "c")] * 3
+
+
+def test_an_approval_and_an_approval_now_are_kept_and_each_is_a_change() -> None:
+    """The cache reads back what `configpin approve` (and `--now`) recorded: `approved` for
+    both, `approved_now` for the override only; turning one into the other is a change its
+    listeners hear of (the controller's gate reads it)."""
+    cache = _cache()
+    index = cache.indexes[SourceKind.CONFIGMAP]
+    heard: list[SourceId] = []
+    cache.listeners.append(lambda ns, sid: heard.append(sid))
+    cfg = SourceId(SourceKind.CONFIGMAP, "c")
+    plain = configmap("c", {"a": "1"}, namespace=NS)
+    content = digest.content_id(
+        digest.source_digest(HKEY, digest.record_from_object(HKEY, cfg.kind, plain))
+    )
+
+    def approved(now: bool) -> JSONObject:
+        text = ChangedBy("u", 0.0, content, now=now).encode(HKEY, NS, cfg, domain=APPROVED)
+        return configmap("c", {"a": "1"}, namespace=NS, annotations={ANN_APPROVED: text})
+
+    seen = []
+    for obj in (plain, approved(False), approved(True), approved(False)):
+        index.event("MODIFIED", obj)
+        found = cache.peek(NS, cfg)
+        assert isinstance(found, SourceRecord)
+        assert found == digest.record_from_object(HKEY, cfg.kind, obj)
+        seen.append((found.approved, found.approved_now))
+    assert seen == [(None, None), (content, None), (content, content), (content, None)]
+    assert heard == [cfg] * 4

@@ -272,8 +272,8 @@ class App:
                 "approved": what,
                 "user": record.get("user"),
                 "content": record.get("content"),
-                "message": f"approved {what} by {record.get('user', '?')}: the waves waiting "
-                "for it roll",
+                "message": f"{'approved --now' if record.get('now') is True else 'approved'} "
+                f"{what} by {record.get('user', '?')}: the waves waiting for it roll",
             },
         )
 

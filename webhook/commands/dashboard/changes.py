@@ -397,7 +397,12 @@ def _approvals(snapshot: Snapshot, f: Facts) -> list[dict[str, Any]]:
         record = _json(source.annotations.get(ANN_APPROVED))
         if record.get("content") == f.change.content:
             out.append(
-                {"namespace": source.namespace, "user": record.get("user"), "at": record.get("at")}
+                {
+                    "namespace": source.namespace,
+                    "user": record.get("user"),
+                    "at": record.get("at"),
+                    "now": record.get("now") is True,  # `approve --now`
+                }
             )
     return out
 

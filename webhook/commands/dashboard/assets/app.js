@@ -277,7 +277,7 @@
     const a = c.approval;
     if (!a.asked && !a.approved.length) return null;
     const done = a.approved.map((x) =>
-      h("p", { "data-testid": "approved" }, "Approved in " + x.namespace + " by " + x.user + " " + ago(x.at) + " (as the source records it).")
+      h("p", { "data-testid": "approved" }, (x.now ? "Approved --now in " : "Approved in ") + x.namespace + " by " + x.user + " " + ago(x.at) + " (as the source records it).")
     );
     const buttons = a.namespaces.map((ns) =>
       h("button", { "data-testid": "approve", onclick: (ev) => { ev.target.disabled = true; approve(c, ns); } },
