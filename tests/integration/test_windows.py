@@ -48,7 +48,10 @@ from harness.manifests import configmap
 from tests.integration.instances import leader
 from tests.integration.workloads import (
     annotation,
+    approve,
     get,
+    kubectl_configpin,
+    namespace_editor,
     notes,
     quiet,
     reader,
@@ -61,6 +64,7 @@ from tests.integration.workloads import (
     wait_healthy,
 )
 from webhook.core.constants import (
+    ANN_APPROVED,
     ANN_ROLLOUT_BUDGET,
     ANN_ROLLOUT_STARTS,
     ANN_ROLLOUT_WINDOWS,
@@ -333,6 +337,45 @@ def test_a_persons_restart_and_undo_are_never_held_by_a_closed_window(
         assert restarted is not None
 
 
+def test_approve_now_rolls_a_change_in_a_closed_window_and_the_next_change_waits(
+    kube: Kube,
+    control_plane: ControlPlane,
+    replicas: Replicas,
+    namespace: Callable[[dict[str, str] | None], str],
+    tmp_path: Path,
+) -> None:
+    """The window is closed and a change waits. `kubectl configpin approve --now` by a user
+    who may edit the namespace's ConfigMaps rolls it at once; the source's approval record
+    names who overrode the window. The next change, not approved, waits again."""
+    ns = namespace({ANN_ROLLOUT_WINDOWS: ALWAYS_CLOSED})
+    before = _app(kube, ns, {"app": {}})
+    editor = namespace_editor(control_plane, kube, ns, tmp_path)
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("app")
+        set_cm(kube, ns, "2")
+        wait_event(kube, ns, "app", AWAITING, "Normal")
+        quiet(kube, ns, before, 2 * RESYNC)
+        done = kubectl_configpin(["approve", "--now", "configmap/cfg", "-n", ns], editor)
+        assert done.returncode == 0, done.stderr + done.stdout
+        wait_for(
+            lambda: sources(get(kube, ns, "app")) != before["app"],
+            timeout=30,
+            what="app rolled at once, approved --now",
+        )
+        approved = annotation(get(kube, ns, "cfg", "configmaps"), ANN_APPROVED)
+        assert approved["now"] is True and approved["user"] != "admin", approved
+        rolled = sources(get(kube, ns, "app"))
+        set_cm(kube, ns, "3")
+        wait_for(
+            lambda: (
+                len(notes(kube, ns, "app", AWAITING)) >= 2
+                or status(control_plane, ns)["app"]["state"] == "awaiting-window"
+            ),
+            what="the next change waiting for the window",
+        )
+        quiet(kube, ns, {"app": rolled}, 3 * RESYNC)
+
+
 # --- the flap guard -------------------------------------------------------------------------
 
 
@@ -378,6 +421,38 @@ def test_a_workload_past_its_budget_is_held_as_flapping_and_rolls_once_when_it_a
         )
         assert sources(get(kube, ns, "app")) == last
         assert replicasets(kube, ns, "app") == 4  # created, 2, 3, then the last content once
+
+
+def test_an_approval_rolls_a_flapping_workload_once_and_the_next_change_is_held(
+    kube: Kube,
+    control_plane: ControlPlane,
+    replicas: Replicas,
+    namespace: Callable[[dict[str, str] | None], str],
+    tmp_path: Path,
+) -> None:
+    """`app` may be rolled once an hour (`1/1h`): the first change rolls it, the second is
+    held as flapping; a person's `kubectl configpin approve` of that content rolls it now;
+    the third change is held again (the approval was for the content it named)."""
+    ns = namespace(None)
+    before = _app(kube, ns, {"app": {ANN_ROLLOUT_BUDGET: "1/1h"}})
+    editor = namespace_editor(control_plane, kube, ns, tmp_path)
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("app")
+        set_cm(kube, ns, "2")
+        wait_for(lambda: sources(get(kube, ns, "app")) != before["app"], what="app rolled")
+        first = sources(get(kube, ns, "app"))
+        set_cm(kube, ns, "3")
+        wait_event(kube, ns, "app", FLAPPING, "Warning")
+        quiet(kube, ns, {"app": first}, 2 * RESYNC)
+        approve(editor, ns)
+        wait_for(
+            lambda: sources(get(kube, ns, "app")) != first,
+            what="app rolled once a person approved the change",
+        )
+        second = sources(get(kube, ns, "app"))
+        set_cm(kube, ns, "4")
+        quiet(kube, ns, {"app": second}, 3 * RESYNC)
+        assert replicasets(kube, ns, "app") == 3
 
 
 # --- admission ------------------------------------------------------------------------------
