@@ -406,7 +406,9 @@ def test_a_workload_past_its_budget_is_held_as_flapping_and_rolls_once_when_it_a
         set_cm(kube, ns, "4")
         wait_event(kube, ns, "app", FLAPPING, "Warning")
         [note] = notes(kube, ns, "app", FLAPPING)
-        assert "configmap/cfg keeps changing" in note and "2/30s" in note, note
+        assert (
+            "configmap/cfg keeps changing" in note and "its rollout budget allows (2/30s)" in note
+        ), note
         wait_for(  # (once the rollout in flight, of content 3, is complete)
             lambda: status(control_plane, ns)["app"]["state"] == "flapping",
             what="app's status flapping",

@@ -76,6 +76,7 @@ class RolloutLimits:
         self.hkey = hkey
         self.cluster: Windows = settings.windows()
         self.budget: Budget = settings.budget()
+        self.written = settings.rollout_budget.strip()
         self.namespace_windows = namespace_windows
         self.wall = wall
         self._lock = threading.Lock()
@@ -208,14 +209,22 @@ class RolloutLimits:
         if allows.allows(now):
             return None
         sources = ", ".join(sorted({str(c.source) for c in changes})) or "its config"
+        own = entry.limits.budget
+        which = "its" if own is not None and budget is not self.budget else "the cluster's"
         return Wait(
             WaitReason.BUDGET,
             f"flapping: configpin started {allows.used} rollouts of it within "
-            f"{format_duration(budget.period)} (its rollout budget, {budget}) and {sources} "
-            f"keeps changing; it rolls once, to the latest content, at "
-            f"{format_time(allows.at)} or when a person approves the change",
+            f"{_short(format_duration(budget.period))}, all {which} rollout budget allows "
+            f"({self._said(budget, own)}), and {sources} keeps changing; it rolls once, to the "
+            f"latest content, at {format_time(allows.at)} or when a person approves the change",
             until=allows.at,
         )
+
+    def _said(self, budget: Budget, own: str | None) -> str:
+        """The budget as it was written (the annotation's text, or the flag's)."""
+        if own is not None and budget is not self.budget:
+            return own.strip()
+        return self.written
 
     def hold(
         self,
@@ -308,3 +317,12 @@ def opens(until: float, lists: Sequence[Windows], now: float) -> str:
     if until >= now + LOOK_AHEAD - 60:
         return "they do not open within a year"  # (looked that far)
     return f"they open {said_at(until, zone_of(lists))}"
+
+
+def _short(duration: str) -> str:
+    """Go's form without its zero parts: 1h0m0s as 1h, 1m30s as it is."""
+    if duration.endswith("m0s"):
+        duration = duration[:-2]
+    if duration.endswith("h0m"):
+        duration = duration[:-2]
+    return duration
