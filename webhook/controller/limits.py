@@ -237,12 +237,35 @@ class RolloutLimits:
         """Why configpin may not start the rollout of `entry` to `changes` now: its windows,
         then its budget (None: it may). `approve --now` of every change lifts both; an
         approval of every change (a person's) lifts the budget."""
-        if changes and all(approved_now(c) for c in changes):
-            return None
-        wait = self.window(entry)
+        wait = self.window_hold(entry, changes, approved_now=approved_now)
         if wait is not None:
             return wait
-        if changes and all(approved(c) for c in changes):
+        return self.budget_hold(entry, changes, approved=approved, approved_now=approved_now)
+
+    def window_hold(
+        self,
+        entry: WorkloadEntry,
+        changes: Sequence[Change],
+        *,
+        approved_now: Callable[[Change], bool],
+    ) -> Wait | None:
+        """Why its windows hold the rollout of `entry` to `changes` (None: they do not, or
+        every change was approved --now)."""
+        if changes and all(approved_now(c) for c in changes):
+            return None
+        return self.window(entry)
+
+    def budget_hold(
+        self,
+        entry: WorkloadEntry,
+        changes: Sequence[Change],
+        *,
+        approved: Callable[[Change], bool],
+        approved_now: Callable[[Change], bool],
+    ) -> Wait | None:
+        """Why its budget holds the rollout of `entry` to `changes` (None: it does not, or a
+        person approved every change)."""
+        if changes and all(approved_now(c) or approved(c) for c in changes):
             return None
         return self.spent(entry, changes)
 

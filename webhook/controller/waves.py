@@ -114,20 +114,23 @@ class Gate:
     def wait(
         self, ref: WorkloadRef, changes: Sequence[Change], entry: WorkloadEntry | None = None
     ) -> Wait | None:
-        """Why `ref` may not roll to `changes` now: an earlier wave, an approval, its rollout
-        windows, its rollout budget, the cap; None: it may, and (under a cap) a place is
-        reserved for it until `release`."""
-        waiting = self._waves(ref, changes)
-        if waiting is None and self.limits is not None:
-            entry = entry if entry is not None else self.index.get(ref)
-            if entry is not None:
-                ns = ref.namespace
-                waiting = self.limits.hold(
-                    entry,
-                    changes,
-                    approved=lambda c: self.approved(ns, c),
-                    approved_now=lambda c: self.cut.approved_now(ns, c),
-                )
+        """Why `ref` may not roll to `changes` now: its rollout windows (said first: a
+        later wave's member in a closed window waits for it, whatever the waves before), an
+        earlier wave, an approval, its rollout budget, the cap; None: it may, and (under a
+        cap) a place is reserved for it until `release`."""
+        limits, ns = self.limits, ref.namespace
+        if limits is not None and entry is None:
+            entry = self.index.get(ref)
+        now = lambda c: self.cut.approved_now(ns, c)  # noqa: E731
+        waiting = None
+        if limits is not None and entry is not None:
+            waiting = limits.window_hold(entry, changes, approved_now=now)
+        if waiting is None:
+            waiting = self._waves(ref, changes)
+        if waiting is None and limits is not None and entry is not None:
+            waiting = limits.budget_hold(
+                entry, changes, approved=lambda c: self.approved(ns, c), approved_now=now
+            )
         if waiting is not None or not self.cap:
             return waiting
         with self._place:  # (one at a time: what is counted is what is reserved)
