@@ -165,11 +165,13 @@ class RolloutLimits:
             if answer.allowed:
                 verdict = _Verdict(True, answer.until, "", "", None)
             else:
-                closing = [w for w, windows in found if not standing([windows], now).allowed]
+                each = [(w, standing([windows], now)) for w, windows in found]
+                closing = [w for w, said in each if not said.allowed]
                 until = max(answer.until, now)
                 verdict = _Verdict(
                     False,
-                    until,
+                    # (kept until one list's own answer changes: which lists hold it is said)
+                    max(now, min([until, *(said.until for _, said in each)])),
                     f"outside its rollout windows ({' and '.join(closing)})",
                     opens(until, lists, now),
                     until,
