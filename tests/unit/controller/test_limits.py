@@ -237,6 +237,10 @@ def test_past_its_budget_it_is_held_until_the_count_th_newest_start_leaves_the_p
     assert limits.spent(web, [_change()]) is None
     # two within the hour: one more is allowed
     assert _limits(Clock(NOW), budget="3/1h").spent(_entry(starts=starts[2:]), []) is None
+    # a budget lowered since those starts: until the second newest leaves the hour
+    lowered = _limits(Clock(NOW)).spent(_entry(budget="2/1h", starts=starts), [])
+    lowered = _held(lowered, WaitReason.BUDGET)
+    assert lowered.until == NOW - 2000 + 3600
 
 
 def test_a_workloads_own_budget_is_its_own_and_one_that_cannot_be_read_is_the_clusters() -> None:
@@ -375,8 +379,9 @@ def test_what_no_longer_holds_is_let_go() -> None:
     holds.looked_at(db, Wait(WaitReason.WINDOW, "unreadable", until=None))  # (never due)
     holds.clear()  # (not leading any more)
     assert holds.refs() == frozenset() and holds.count(WaitReason.WINDOW) == 0
+    holds.looked_at(web, Wait(WaitReason.WINDOW, "closed", until=NOW + 120))  # (leading again)
     clock.now = NOW + 120
-    assert holds.due() == []
+    assert holds.due() == [web]  # once: nothing of the leadership before is left
 
 
 # --- the controller: a window that closes mid-change, changes while held ------------------
@@ -602,3 +607,24 @@ def test_the_gate_asks_the_limits_after_the_waves_and_before_the_cap() -> None:
     assert _held(gate.wait(canary, [change]), WaitReason.BUDGET).until == at(MON, 13, 10)
     cache.approved = change.content
     assert gate.wait(canary, [change]) is None
+
+
+def test_an_edit_of_the_namespaces_window_list_looks_at_what_it_holds_again() -> None:
+    world = _World(["web"], waves="off")
+    ctl = world.ctl
+    ctl.namespaces.listeners.append(ctl.namespace_selected)  # (as the controller starts)
+    world.clock.now = at(MON, 12, 30)  # closed
+    world.change("2")
+    assert _wait_of(world.reconcile("web")).reason is WaitReason.WINDOW
+    relabelled = {
+        "name": NS,
+        "labels": {"team": "a"},
+        "annotations": {ANN_ROLLOUT_WINDOWS: MORNING},
+    }
+    ctl.namespaces.event("MODIFIED", {"metadata": relabelled, "status": {"phase": "Active"}})
+    assert ctl.queue.pending(_ref("web")) is None  # (its list is as it was)
+    ctl.namespaces.event("MODIFIED", {"metadata": {"name": NS}, "status": {"phase": "Active"}})
+    assert ctl.namespaces.windows_of(NS) is None
+    assert ctl.queue.pending(_ref("web")) is not None  # its list was removed: looked at again
+    assert isinstance(world.reconcile("web"), Rolled)
+    assert world.held() == 0
