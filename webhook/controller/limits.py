@@ -304,8 +304,9 @@ class Holds:
 
     def keep_only(self, refs: Collection[WorkloadRef]) -> None:
         """Only these may still be held (the others are current, or gone)."""
+        keep = refs if isinstance(refs, (set, frozenset)) else frozenset(refs)  # (not a list)
         with self._lock:
-            for ref in [r for r in self._held if r not in refs]:
+            for ref in [r for r in self._held if r not in keep]:
                 del self._held[ref]
 
     def clear(self) -> None:
