@@ -110,17 +110,24 @@ def offline_controller(
     metrics: Metrics | None = None,
     *,
     clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    settings: Settings | None = None,
+    namespaces: FixedNamespaces | None = None,
 ) -> RolloutController:
     """A controller with no API client that acts at once (its watches as if synced, always
-    the leader): for what it works out from its index and source cache alone, never a write."""
+    the leader): for what it works out from its index and source cache alone, never a write.
+    `wall`: its time of day (rollout windows, budgets); `namespaces`: where it acts, and their
+    rollout windows (default: WORKLOAD_NAMESPACE, none)."""
+    where = FixedNamespaces({WORKLOAD_NAMESPACE}) if namespaces is None else namespaces
     controller = RolloutController(
         None,  # type: ignore[arg-type]  # no API call is made
         HKEY,
         cache,  # type: ignore[arg-type]
         metrics or Metrics(),
-        Settings(),
+        settings or Settings(),
         clock=clock,
-        namespaces=FixedNamespaces({WORKLOAD_NAMESPACE}),  # type: ignore[arg-type]
+        wall=wall,
+        namespaces=where,  # type: ignore[arg-type]
     )
     controller._synced.set()  # as after its watches synced
     controller.elector = AlwaysLeader(lambda: None)

@@ -165,11 +165,13 @@ class RolloutLimits:
             if answer.allowed:
                 verdict = _Verdict(True, answer.until, "", "", None)
             else:
-                closing = [w for w, windows in found if not standing([windows], now).allowed]
+                each = [(w, standing([windows], now)) for w, windows in found]
+                closing = [w for w, said in each if not said.allowed]
                 until = max(answer.until, now)
                 verdict = _Verdict(
                     False,
-                    until,
+                    # (kept until one list's own answer changes: which lists hold it is said)
+                    max(now, min([until, *(said.until for _, said in each)])),
                     f"outside its rollout windows ({' and '.join(closing)})",
                     opens(until, lists, now),
                     until,
@@ -325,8 +327,9 @@ class Holds:
 
     def keep_only(self, refs: Collection[WorkloadRef]) -> None:
         """Only these may still be held (the others are current, or gone)."""
+        keep = refs if isinstance(refs, (set, frozenset)) else frozenset(refs)  # (not a list)
         with self._lock:
-            for ref in [r for r in self._held if r not in refs]:
+            for ref in [r for r in self._held if r not in keep]:
                 del self._held[ref]
 
     def clear(self) -> None:

@@ -27,6 +27,7 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.controller.index import WorkloadIndex
+from webhook.controller.limits import RolloutLimits
 from webhook.controller.preview import Previewer
 from webhook.controller.wavecut import WaveCut
 from webhook.controller.waves import Gate
@@ -41,6 +42,7 @@ from webhook.core.constants import (
     ANN_REJECTED,
     ANN_ROLLOUT,
     ANN_ROLLOUT_WAVES,
+    ANN_ROLLOUT_WINDOWS,
     ANN_SHARED,
     ANN_WAVE,
 )
@@ -254,7 +256,9 @@ def test_a_reapply_that_drops_the_record_keeps_it() -> None:
 # --- the preview, from the index ------------------------------------------------------------
 
 
-def _world(store: Store, apps: dict[str, JSONObject]) -> tuple[Previewer, WorkloadIndex]:
+def _world(
+    store: Store, apps: dict[str, JSONObject], limits: RolloutLimits | None = None
+) -> tuple[Previewer, WorkloadIndex]:
     index = WorkloadIndex()
     for name, spec_and_notes in apps.items():
         spec, notes = spec_and_notes["spec"], spec_and_notes.get("annotations")
@@ -263,7 +267,7 @@ def _world(store: Store, apps: dict[str, JSONObject]) -> tuple[Previewer, Worklo
         obj.update(spec_and_notes.get("extra", {}))
         index.put(entry_from_object(obj, "checksum", hkey=HKEY))
     cut = WaveCut(index, StoreCache({NS: store}), HKEY, Settings(), in_scope=lambda _ns: True)  # type: ignore[arg-type]
-    previewer = Previewer(cut, ready=lambda: True)
+    previewer = Previewer(cut, ready=lambda: True, limits=limits)
     return previewer, index
 
 
@@ -553,6 +557,71 @@ def test_the_preview_names_every_member_in_the_wave_the_gate_rolls_it(
             awaits = gate.cut.after_approve(i) or own
             gated[(ref.namespace, ref.name)] = (i + 1, Effect.AWAIT if awaits else Effect.ROLL)
     assert previewed == gated
+
+
+# --- rollout windows ----------------------------------------------------------------------
+
+SUNDAY_EVENING = 1_795_982_400.0  # Sun 2026-11-29 20:00 UTC
+BERLIN_WEEKDAYS = (
+    '[{"kind": "allow", "schedule": "0 9 * * 1-5", "duration": "8h", "timeZone": "Europe/Berlin"}]'
+)
+
+
+def _limits(when: float, namespaces: dict[str, str]) -> RolloutLimits:
+    return RolloutLimits(Settings(), HKEY, namespace_windows=namespaces.get, wall=lambda: when)
+
+
+def test_who_waits_for_their_window_is_said_in_its_wave_with_when_it_opens() -> None:
+    """A write on Sunday evening in a namespace that rolls on weekdays from 09:00 in Berlin:
+    each member that would roll is a row of its wave that awaits its window, the opening in
+    its note; the summary says how many wait and when they open (the issue's line)."""
+    store = Store([_cm({"a": "1"})])
+    reads = reading("web-config", "a")
+    apps: dict[str, JSONObject] = {f"app-{i}": {"spec": reads} for i in range(4)}
+    apps["other"] = {"spec": reading("web-config", "b")}
+    new = digest.record_from_object(HKEY, CFG.kind, _cm({"a": "2"}))
+    closed = _limits(SUNDAY_EVENING, {NS: BERLIN_WEEKDAYS})
+    previewer, _ = _world(store, apps, closed)
+    rows = previewer.rows(NS, CFG, frozenset({"a"}), new)
+    assert rows is not None
+    waiting = sorted((r.wave, r.note) for r in rows if r.action is Effect.WINDOW)
+    note = "they open Mon 2026-11-30 09:00 Europe/Berlin"
+    assert waiting == [(1, note), (2, note), (3, note), (3, note)]  # (in their waves)
+    assert [r.action for r in rows if r.name == "other"] == [Effect.NOTHING]
+    [line, *_] = summary(CFG.kind, NS, CFG.name, {"a"}, rows)
+    assert line == (
+        "configpin: ConfigMap shop/web-config keys [a] -> 5 workloads: 4 roll in 3 waves "
+        "(1, 1, 2), 4 wait for their window, opens Mon 2026-11-30 09:00 Europe/Berlin, "
+        "1 consume other keys"
+    )
+    # the same write on Monday at 10:00 Berlin time: they roll
+    open_ = _limits(SUNDAY_EVENING + 14 * 3600, {NS: BERLIN_WEEKDAYS})
+    rows = _world(store, apps, open_)[0].rows(NS, CFG, frozenset({"a"}), new)
+    assert rows is not None and Effect.WINDOW not in {r.action for r in rows}
+
+
+def test_a_workloads_own_window_holds_it_alone_and_the_first_opening_is_said() -> None:
+    store = Store([_cm({"a": "1"})])
+    reads = reading("web-config", "a")
+    late = '[{"kind": "deny", "schedule": "0 18 * * *", "duration": "3h"}]'  # 18:00-21:00
+    later = '[{"kind": "deny", "schedule": "0 18 * * *", "duration": "4h"}]'
+    apps: dict[str, JSONObject] = {
+        "web": {"spec": reads},
+        "batch": {"spec": reads, "annotations": {ANN_ROLLOUT_WINDOWS: late}},
+        "report": {"spec": reads, "annotations": {ANN_ROLLOUT_WINDOWS: later}},
+    }
+    previewer, _ = _world(store, apps, _limits(SUNDAY_EVENING, {}))
+    new = digest.record_from_object(HKEY, CFG.kind, _cm({"a": "2"}))
+    rows = previewer.rows(NS, CFG, frozenset({"a"}), new)
+    assert rows is not None
+    said = {r.name: (r.action, r.note) for r in rows}
+    assert said == {
+        "web": (Effect.ROLL, ""),
+        "batch": (Effect.WINDOW, "they open Sun 2026-11-29 21:00 UTC"),
+        "report": (Effect.WINDOW, "they open Sun 2026-11-29 22:00 UTC"),
+    }
+    [line, *_] = summary(CFG.kind, NS, CFG.name, {"a"}, rows)
+    assert line.endswith("2 wait for their window, the first opens Sun 2026-11-29 21:00 UTC")
 
 
 # --- approval -----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from tests.unit.conftest import (
 )
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Follower
+from webhook.controller.limits import RolloutLimits
 from webhook.controller.reconcile import Prelude
 from webhook.controller.restamp import (
     Decision,
@@ -40,6 +41,7 @@ from webhook.controller.restamp import (
     Restamper,
     touches_template,
 )
+from webhook.core.budget import decode_starts, encode_starts
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OBSERVED,
@@ -48,14 +50,15 @@ from webhook.core.constants import (
     ANN_REJECTED,
     ANN_ROLLED_AT,
     ANN_ROLLOUT,
+    ANN_ROLLOUT_STARTS,
     ANN_SOURCES,
 )
-from webhook.core.current import Lookup, WorkloadRef, entry_from_object
+from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef, entry_from_object
 from webhook.core.kept import dumps_mapping, observed_ops
 from webhook.core.kinds import WorkloadKind, builtin
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceUnavailable
 from webhook.core.reasons import Fallback, SkipReason
-from webhook.core.record import Change, rollout_record
+from webhook.core.record import Change, identity, rollout_record
 from webhook.core.times import format_time
 from webhook.core.waves import Wait, WaitReason
 from webhook.inputs.sources import MISS
@@ -883,3 +886,56 @@ def test_who_made_a_change_is_asked_once_per_reconcile_even_if_the_source_moves_
     ]
     assert [str(c) for c in again.rollout.changes] == ["team-a/configmap/cfg@c1"]
     assert again.rollout.by == first.rollout.by != ""
+
+
+# --- the rollout budget: each rollout configpin starts is counted in its own write ---------
+
+
+class LimitedGate(FakeGate):
+    """The gate with rollout limits: a budget of 3 an hour, no window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits = RolloutLimits(  # type: ignore[assignment]
+            Settings(rollout_budget="3/1h"),
+            HKEY,
+            namespace_windows=lambda _ns: None,
+            wall=lambda: NOW,
+        )
+
+
+def _starts_of(obj: JSONObject) -> tuple[float, ...]:
+    text = obj["metadata"]["annotations"][ANN_ROLLOUT_STARTS]
+    meta = obj["metadata"]
+    return decode_starts(HKEY, identity(obj["kind"], meta["namespace"], meta["name"]), text)
+
+
+@pytest.mark.parametrize("before", [(), (NOW - 7200, NOW - 600, NOW - 300)])
+def test_a_re_stamp_records_its_start_in_the_same_write(before: tuple[float, ...]) -> None:
+    """The decision's ops and the index's merge patch each carry configpin.io/rollout-starts
+    with the start of this rollout (the ones before within the period, at most COUNT)."""
+    store = _store()
+    case = _delivering(store, LimitedGate())
+    obj = _admitted(ENV, store)
+    obj["metadata"]["resourceVersion"] = "41"
+    if before:
+        meta = obj["metadata"]
+        meta.setdefault("annotations", {})[ANN_ROLLOUT_STARTS] = encode_starts(
+            HKEY, identity("Deployment", meta["namespace"], meta["name"]), before
+        )
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    expected = (*before[1:], NOW) if before else (NOW,)  # (the first: two hours ago)
+    decision = case.decide(obj)
+    assert decision.rollout is not None
+    assert _starts_of(_written(obj, decision)) == expected
+    indexed = case.restamper().entry(obj)  # (as the index holds it: its starts read)
+    assert isinstance(indexed, WorkloadEntry)
+    restamp = case.prelude(_ref(obj)).from_index(indexed)
+    assert restamp is not None
+    assert _starts_of(merge_patch(obj, restamp.merge_patch)) == expected
+    # a gate with no limits (safe delivery off in a test) writes none
+    plain = _delivering(_store(), FakeGate())
+    unlimited = _admitted(ENV, plain.store)
+    plain.store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    written = _written(unlimited, plain.decide(unlimited))
+    assert ANN_ROLLOUT_STARTS not in written["metadata"].get("annotations", {})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from harness.controller import StoreCache, offline_controller
 from tests.unit.conftest import (
     ALL,
+    HKEY,
     Store,
     admitted,
     apply,
@@ -14,7 +15,9 @@ from tests.unit.conftest import (
     reading,
     workload,
 )
-from webhook.core.current import entry_from_object
+from webhook.core.constants import ANN_ROLLOUT_WINDOWS
+from webhook.core.current import entry_from_object, stale_sources
+from webhook.process.config import Settings
 from webhook.process.metrics import Metrics
 
 
@@ -97,4 +100,59 @@ def test_a_workload_seen_stale_by_a_check_counts_from_the_change() -> None:
     clock.now += 30
     controller.measure_staleness()
     assert _sample(metrics, "configpin_workload_stale_seconds_max") == 30
+    controller.queue.close()
+
+
+def test_a_workload_its_windows_hold_is_counted_held_not_stale() -> None:
+    """A stale workload whose rollout windows hold it is not overdue: it is counted in
+    configpin_rollouts_held{reason="window"}, not in configpin_workloads_stale, from the pass
+    that found it held (the gate's answer) until it is current or rolls."""
+    store = Store([configmap("app-config", {"a": "1"})])
+    clock, metrics = Clock(), Metrics()
+    wall = Clock()
+    wall.now = 1_796_041_800.0  # Mon 2026-11-30 12:30 UTC
+    lunch = '[{"kind": "deny", "schedule": "0 12 * * *", "duration": "1h"}]'
+    settings = Settings(rollout_waves="off")  # (each rolls alone: none waits for another)
+    controller = offline_controller(
+        StoreCache(store), metrics, clock=clock, wall=wall, settings=settings
+    )
+    spec = reading("app-config", "a")
+    objs = {
+        name: admitted(workload("Deployment", spec, name=name, annotations=notes), store)
+        for name, notes in (
+            ("web", {ANN_ROLLOUT_WINDOWS: lunch}),
+            ("api", {ANN_ROLLOUT_WINDOWS: lunch}),
+            ("db", None),
+        )
+    }
+    for obj in objs.values():
+        controller.index.put(entry_from_object(obj, "checksum", hkey=HKEY))
+    store.put(configmap("app-config", {"a": "2"}))
+
+    def looked_at() -> None:  # (what the rollout queue's worker finds of each)
+        for entry in controller.index.entries():
+            stale = stale_sources(entry, store.lookup, HKEY)
+            if stale:
+                _, wait = controller.gate.admit(entry.ref, stale, entry)
+                controller.gate.release(entry.ref)
+                controller.holds.looked_at(entry.ref, wait)
+
+    looked_at()
+    assert controller.measure_staleness() == 3
+    assert _sample(metrics, "configpin_workloads_stale") == 1  # db: overdue
+    held = {"reason": "window"}
+    assert metrics.registry.get_sample_value("configpin_rollouts_held", held) == 2
+    clock.now += 600
+    assert _sample(metrics, "configpin_workload_stale_seconds_max") == 600  # db's
+
+    # web is rolled by a person meanwhile: current, no longer held
+    rolled = admitted(objs["web"], store, operation="UPDATE", old=objs["web"], refresh=ALL)
+    controller.index.put(entry_from_object(rolled, "checksum", hkey=HKEY))
+    assert controller.measure_staleness() == 2
+    assert metrics.registry.get_sample_value("configpin_rollouts_held", held) == 1
+    wall.now += 1800  # 13:00: api's window opens; looked at, it may roll: overdue now
+    looked_at()
+    controller.measure_staleness()
+    assert metrics.registry.get_sample_value("configpin_rollouts_held", held) == 0
+    assert _sample(metrics, "configpin_workloads_stale") == 2
     controller.queue.close()
