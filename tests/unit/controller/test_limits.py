@@ -582,7 +582,7 @@ class _Approving(StoreCache):
         return replace(found, approved=self.approved, approved_now=self.approved_now)
 
 
-def test_the_gate_asks_the_limits_after_the_waves_and_before_the_cap() -> None:
+def test_the_gate_asks_the_windows_first_the_waves_then_the_budget_and_the_cap() -> None:
     store = Store([configmap("cfg", {"a": "1"})])
     index = WorkloadIndex()
     objs = {}
@@ -600,7 +600,8 @@ def test_the_gate_asks_the_limits_after_the_waves_and_before_the_cap() -> None:
     gate = Gate(index, cache, HKEY, settings, in_scope=lambda _ns: True, limits=limits)  # type: ignore[arg-type]
     [change] = gate.changes(NS, [CFG])
     [[canary], later] = gate.cut.plan(change)
-    assert _held(gate.wait(later[0], [change]), WaitReason.WAVE)  # the waves are asked first
+    # its windows are asked first: a later wave's member in a closed window says so
+    assert _held(gate.wait(later[0], [change]), WaitReason.WINDOW).until == at(MON, 13)
     assert _held(gate.wait(canary, [change])).until == at(MON, 13)
     assert gate.in_flight(NS) == 0  # a held workload takes no place under the cap
 
@@ -621,6 +622,7 @@ def test_the_gate_asks_the_limits_after_the_waves_and_before_the_cap() -> None:
     assert isinstance(found, WorkloadEntry)
     index.put(found)
     clock.now = at(MON, 13)
+    assert _held(gate.wait(later[0], [change]), WaitReason.WAVE)  # the waves, then the budget
     assert _held(gate.wait(canary, [change]), WaitReason.BUDGET).until == at(MON, 13, 10)
     cache.approved = change.content
     assert gate.wait(canary, [change]) is None
