@@ -37,7 +37,11 @@ from webhook.core.windows import (
 )
 from webhook.process.config import Settings
 
-_KEPT_MAX: Final = 4096  # texts whose meaning is kept, and sets of lists whose standing is
+# Texts whose meaning is kept, and pairs of them whose verdict is: more than a cluster holds
+# workloads with lists of their own (at 4,096 a pass over 10,000 distinct texts forgot them as
+# it went and asked every schedule again, 6 s a pass: bench.windows distinct-all). The texts
+# are the index entries' own strings; a parsed list or a verdict is a few hundred bytes.
+_KEPT_MAX: Final = 65_536
 _CLUSTER: Final = "the cluster's --rollout-windows"
 _UNREADABLE_AGAIN: Final = 60.0  # seconds a list that cannot be read is believed so
 HELD: Final = (WaitReason.WINDOW, WaitReason.BUDGET)  # the waits of windows and budgets
