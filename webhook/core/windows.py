@@ -98,7 +98,9 @@ class Window:
 
     def starts_after(self, after: float) -> Iterable[float]:
         """Its starts strictly after `after`, in order."""
-        it = CronSim(self.schedule, datetime.fromtimestamp(after, _zone(self.time_zone)))
+        # (from the whole second at or before it: datetime rounds an instant to the nearest
+        # microsecond, and a start just after `after` would be skipped where that rounds up)
+        it = CronSim(self.schedule, datetime.fromtimestamp(after // 1, _zone(self.time_zone)))
         last = after
         while True:
             try:

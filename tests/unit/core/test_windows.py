@@ -587,3 +587,13 @@ def test_a_schedule_that_follows_the_clock_opens_each_real_hour(
     hours = round((end.timestamp() - start.timestamp()) / 3600)  # 23, 24 or 25
     assert len(starts) == hours
     assert all(b - a == 3600 for a, b in itertools.pairwise(starts))
+
+
+def test_an_instant_a_fraction_of_a_microsecond_before_a_start_is_not_past_it() -> None:
+    """(Hypothesis found it) datetime rounds 1830211199.9999998 up to the next second, and the
+    start at 1830211200 was taken as not after it: an always-open list read as closed there."""
+    always = Window(Kind.ALLOW, "* * * * *", 60_000_000_000)
+    when = 1830211199.9999998
+    assert always.first_start_after(when) == 1830211200.0
+    assert allows([(always,)], when)
+    assert standing([(always,)], when).allowed
