@@ -18,7 +18,7 @@ import heapq
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from webhook.core.budget import Budget, BudgetError, allowance, counted, encode_starts, parse_budget
 from webhook.core.current import WorkloadEntry, WorkloadRef
@@ -42,6 +42,7 @@ from webhook.process.config import Settings
 # it went and asked every schedule again, 6 s a pass: bench.windows distinct-all). The texts
 # are the index entries' own strings; a parsed list or a verdict is a few hundred bytes.
 _KEPT_MAX: Final = 65_536
+T = TypeVar("T")
 _CLUSTER: Final = "the cluster's --rollout-windows"
 _UNREADABLE_AGAIN: Final = 60.0  # seconds a list that cannot be read is believed so
 HELD: Final = (WaitReason.WINDOW, WaitReason.BUDGET)  # the waits of windows and budgets
@@ -89,36 +90,30 @@ class RolloutLimits:
         self._verdicts: dict[tuple[str | None, str | None], _Verdict] = {}
 
     # --- what texts mean (kept, bounded)
-    def _read_list(self, text: str) -> Windows | str:
+    def _read(self, kept: dict[str, T | str], text: str, parse: Callable[[str], T]) -> T | str:
+        """What `text` means as `parse` reads it, or why it cannot be read (kept in `kept`)."""
         with self._lock:
-            found = self._lists.get(text)
+            found = kept.get(text)
         if found is None:
             try:
-                found = parse_windows(text)
-            except WindowError as e:
+                found = parse(text)
+            except (WindowError, BudgetError) as e:
                 found = str(e)
             with self._lock:
-                if len(self._lists) >= _KEPT_MAX:
-                    self._lists.clear()
-                self._lists[text] = found
+                if len(kept) >= _KEPT_MAX:
+                    kept.clear()
+                kept[text] = found
         return found
+
+    def _read_list(self, text: str) -> Windows | str:
+        return self._read(self._lists, text, parse_windows)
 
     def budget_of(self, entry: WorkloadEntry) -> Budget:
         """Its own budget where it sets one that can be read, else the cluster's."""
         text = entry.limits.budget
         if text is None:
             return self.budget
-        with self._lock:
-            found = self._budgets.get(text)
-        if found is None:
-            try:
-                found = parse_budget(text)
-            except BudgetError as e:
-                found = str(e)
-            with self._lock:
-                if len(self._budgets) >= _KEPT_MAX:
-                    self._budgets.clear()
-                self._budgets[text] = found
+        found = self._read(self._budgets, text, parse_budget)
         return found if isinstance(found, Budget) else self.budget
 
     # --- windows
