@@ -326,15 +326,19 @@ def test_a_persons_restart_and_undo_are_never_held_by_a_closed_window(
             },
         )
         wait_for(lambda: replicasets(kube, ns, "app") == 2, what="the person's restart rolled")
-        restarted = sources(get(kube, ns, "app"))
         rollout_undo(k8s, ns, "app")
-        wait_for(lambda: replicasets(kube, ns, "app") >= 2, what="the undo")
-        undone = get(kube, ns, "app")
+        undone = wait_for(
+            lambda: (
+                (d := get(kube, ns, "app"))["status"].get("observedGeneration")
+                == d["metadata"]["generation"]
+                and d
+            ),
+            what="the Deployment controller seeing the undo",
+        )
         assert (
             annotation(undone["spec"]["template"], "kubectl.kubernetes.io/restartedAt") is None
         ), "the person's undo was taken back"
         quiet(kube, ns, {"app": sources(undone)}, 3 * RESYNC)
-        assert restarted is not None
 
 
 def test_approve_now_rolls_a_change_in_a_closed_window_and_the_next_change_waits(
