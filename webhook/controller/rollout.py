@@ -371,13 +371,20 @@ class RolloutController:
         return peek_in(self.cache, namespace)
 
     def check(
-        self, entry: WorkloadEntry, *, seen: float | None = None, pods_moved: bool = False
+        self,
+        entry: WorkloadEntry,
+        *,
+        seen: float | None = None,
+        pods_moved: bool = False,
+        change: bool = False,
     ) -> bool:
         """Queue the workload if it is stale; True when it was.
 
         `pods_moved`: its pods may have changed (its status moved, a relist, a resync): a
         current workload that was refreshed is queued all the same, so that a pod created
-        since (a scale-up, a replaced pod) is brought to the refreshed record."""
+        since (a scale-up, a replaced pod) is brought to the refreshed record. `change`: a
+        source of it changed (what configpin_changes_coalesced_total counts when it joins a
+        pending rollout; its own status moving or a resync finding it again is no change)."""
         if not self.acting() or entry.ref.namespace not in self.namespaces:
             return False
         stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
@@ -410,7 +417,8 @@ class RolloutController:
             and all(str(sid) in refreshes for sid in stale)
         )
         if self.queue.add(entry.ref, stale, seen=seen, last_rollout=last, leading=leading):
-            self.metrics.coalesced.inc()
+            if change:
+                self.metrics.coalesced.inc()
         else:
             wait = self.queue.not_before(entry.ref) - self.clock()
             if wait > self.settings.coalesce_window:
@@ -440,7 +448,7 @@ class RolloutController:
         self.metrics.changes_seen.inc()
         now = self.clock()
         for entry in consumers:
-            self.check(entry, seen=now)
+            self.check(entry, seen=now, change=True)
         if any(e.rolling for e in consumers):
             # their rollouts are superseded: the places they held are free at once
             self._look_again(self.waiting.freed())
