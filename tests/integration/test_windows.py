@@ -12,7 +12,7 @@ the chart runs them (one Lease, short here so that a killed leader is replaced i
 - a workload past its rollout budget (`2/1m`) is held as flapping (a Warning Event naming the
   source that keeps changing, status flapping), though the leader changes, and rolls once, to
   the latest content, when the budget allows again; the count is the workload's own signed
-  record;
+  record, which neither a GitOps tool's whole-object replace nor a person's undo resets;
 - a workload write that sets a window list or a budget that cannot be read is refused, naming
   the annotation.
 
@@ -459,6 +459,44 @@ def test_an_approval_rolls_a_flapping_workload_once_and_the_next_change_is_held(
         set_cm(kube, ns, "4")
         quiet(kube, ns, {"app": second}, 3 * RESYNC)
         assert replicasets(kube, ns, "app") == 3
+
+
+def test_a_replace_and_an_undo_neither_reset_nor_rewind_a_flapping_workloads_count(
+    kube: Kube,
+    k8s: client.ApiClient,
+    replicas: Replicas,
+    namespace: Callable[[dict[str, str] | None], str],
+) -> None:
+    """`app` may be rolled once an hour (`1/1h`): the first change rolls it, the second is
+    held as flapping. A GitOps tool then replaces the Deployment whole with what Git says (no
+    `configpin.io/rollout-starts`), and a person runs `kubectl rollout undo` (which puts the
+    first ReplicaSet's copy of the annotations back, from before any rollout): the count is
+    kept through both, and the held change stays held."""
+    ns = namespace(None)
+    budget = {ANN_ROLLOUT_BUDGET: "1/1h"}
+    before = _app(kube, ns, {"app": budget})
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("app")
+        set_cm(kube, ns, "2")
+        wait_for(lambda: sources(get(kube, ns, "app")) != before["app"], what="app rolled")
+        rolled = sources(get(kube, ns, "app"))
+        counted = annotation(get(kube, ns, "app"), ANN_ROLLOUT_STARTS)
+        assert counted is not None
+        set_cm(kube, ns, "3")
+        wait_event(kube, ns, "app", FLAPPING, "Warning")
+
+        kube.replace(path("deployments", ns, "app"), reader("app", annotations=budget))
+        replaced = get(kube, ns, "app")
+        assert annotation(replaced, ANN_ROLLOUT_STARTS) == counted, "the count was reset"
+        assert sources(replaced) == rolled
+        quiet(kube, ns, {"app": rolled}, 3 * RESYNC)
+
+        rollout_undo(k8s, ns, "app")
+        undone = get(kube, ns, "app")
+        assert sources(undone) == before["app"]  # the person's undo is theirs
+        assert annotation(undone, ANN_ROLLOUT_STARTS) == counted, "the count was rewound"
+        quiet(kube, ns, {"app": before["app"]}, 3 * RESYNC)
+        assert replicasets(kube, ns, "app") == 2
 
 
 # --- admission ------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """What configpin keeps on a workload across writes that are not its own: the record on its
 pod template (`configpin.io/sources`, `configpin.io/checksum`) and on its own metadata
 (`configpin.io/observed`, when it last rolled or refreshed, the rollout record, the content
-rejected there), restored where a client drops them and never rewound by one, and the ops
-that write them.
+rejected there, the rollout budget's count), restored where a client drops them and never
+rewound by one, and the ops that write them.
 
 An UPDATE that leaves the pod template as it was keeps its record (`kept_record`); one that
 changes it keeps the rollout record (`rollout_kept`) and the content rejected there
-(`rejected_kept`). The plan itself: webhook.core.plan.
+(`rejected_kept`); either keeps the budget's count (`starts_kept`). The plan itself:
+webhook.core.plan.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from webhook.core import digest
+from webhook.core.budget import decode_starts
 from webhook.core.constants import (
     ANN_CHECKSUM,
     ANN_OBSERVED,
@@ -23,6 +25,7 @@ from webhook.core.constants import (
     ANN_REJECTED,
     ANN_ROLLED_AT,
     ANN_ROLLOUT,
+    ANN_ROLLOUT_STARTS,
     ANN_SOURCES,
 )
 from webhook.core.kinds import Path, template_paths
@@ -168,6 +171,29 @@ def rollout_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str
     if after is not None and after.since >= before.since:
         return {}
     return {ANN_ROLLOUT: had}
+
+
+def starts_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str]:
+    """The record of configpin's last rollout starts (`configpin.io/rollout-starts`, the
+    rollout budget's count) to keep when an UPDATE drops it, forges it or puts an older one
+    back: a whole-object replace (`kubectl replace`, a GitOps tool's Replace or force) leaves
+    it out, and `kubectl rollout undo` puts back the old ReplicaSet's copy of the workload's
+    annotations. The count a flap guard keeps must not be reset or rewound by such a write.
+    A record configpin wrote since (one whose newest start is no older) goes through: {}."""
+    had = meta_annotations(old.get("metadata")).get(ANN_ROLLOUT_STARTS)
+    if had is None:
+        return {}
+    now = meta_annotations(obj.get("metadata")).get(ANN_ROLLOUT_STARTS)
+    if now == had:
+        return {}
+    who = workload_identity(old)
+    before = decode_starts(root, who, had)
+    if not before:
+        return {}
+    after = decode_starts(root, who, now) if now is not None else ()
+    if after and after[-1] >= before[-1]:
+        return {}
+    return {ANN_ROLLOUT_STARTS: had}
 
 
 def rejected_kept(obj: JSONObject, old: JSONObject) -> dict[str, str]:

@@ -40,6 +40,7 @@ from webhook.core.kept import (
     recorded_observed,
     rejected_kept,
     rollout_kept,
+    starts_kept,
 )
 from webhook.core.kinds import (
     POD,
@@ -301,10 +302,12 @@ def plan_object(
         return Plan(warnings=warnings, mode=mode, skipped=SkipReason.NO_POD_SPEC)
 
     record_kept: dict[str, str] = {}
+    count_kept: dict[str, str] = {}
     if operation == "UPDATE" and old is not None and kind != POD:
         record_kept = rollout_kept(obj, old, root)
+        count_kept = starts_kept(obj, old, root)
         if not refresh:
-            kept = kept_record(obj, old, meta_path, mode, record_kept)
+            kept = kept_record(obj, old, meta_path, mode, {**record_kept, **count_kept})
             if kept is not None:
                 if warnings or on_change != ON_CHANGE_ROLL:
                     return kept.said(warnings, on_change)
@@ -330,6 +333,7 @@ def plan_object(
     if kind != POD:
         if old is not None:
             workload_record.update(rejected_kept(obj, old))
+            workload_record.update(count_kept)
         if b.to_rejected and old is not None and now is not None:
             workload_record[ANN_ROLLOUT] = _followed(b, obj, old, root, namespace, now)
         else:

@@ -10,6 +10,8 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from harness.builders import ALL
 from tests.unit.conftest import (
     HKEY,
@@ -21,7 +23,8 @@ from tests.unit.conftest import (
     recorded_sources,
     workload,
 )
-from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT
+from webhook.core.budget import encode_starts
+from webhook.core.constants import ANN_MODE, ANN_REJECTED, ANN_ROLLOUT, ANN_ROLLOUT_STARTS
 from webhook.core.kept import dumps_mapping
 from webhook.core.model import JSONObject, Plan
 from webhook.core.record import Action, RolloutRecord, State, rollout_record, workload_identity
@@ -94,6 +97,38 @@ def test_the_rollout_record_is_not_rewound_by_an_undo_or_dropped_by_a_replace() 
     new["metadata"]["annotations"][ANN_ROLLOUT] = later.encode(HKEY, workload_identity(v2))
     p = _update(new, v2, store, "snapshot")
     assert rollout_record(HKEY, apply(new, p)) == later
+
+
+@pytest.mark.parametrize("mode", ["checksum", "snapshot"])
+def test_the_budgets_count_is_not_rewound_by_an_undo_or_reset_by_a_replace(mode: str) -> None:
+    """`configpin.io/rollout-starts` (the flap guard's count) kept through an undo that puts
+    the old ReplicaSet's older copy back, a whole-object replace that leaves it out (with the
+    template as it was, or another), its removal alone and a forged one; configpin's own
+    later record goes through."""
+    store, v1, v2, _ = _rolled(mode)
+    who = workload_identity(v2)
+    text = encode_starts(HKEY, who, (NOW - 600, NOW - 60))
+    v2["metadata"]["annotations"][ANN_ROLLOUT_STARTS] = text
+    edited = text.replace(f"{NOW - 60}]", f"{NOW}]")
+    assert edited != text
+    for copied in (
+        {},  # the old ReplicaSet had none: dropped
+        {ANN_ROLLOUT_STARTS: encode_starts(HKEY, who, (NOW - 600,))},  # an older one put back
+        {ANN_ROLLOUT_STARTS: encode_starts(HKEY, "Deployment/other/app", (NOW,))},  # copied
+        {ANN_ROLLOUT_STARTS: edited},
+    ):
+        undone = _undo(v1, v2, copied)
+        assert (
+            _annotations_after(undone, _update(undone, v2, store, mode))[ANN_ROLLOUT_STARTS] == text
+        ), copied
+    for replaced in (_without(v2, ANN_ROLLOUT_STARTS), _undo(v2, v2, {})):
+        kept = _annotations_after(replaced, _update(replaced, v2, store, mode))
+        assert kept[ANN_ROLLOUT_STARTS] == text
+    # configpin's own later record (the oldest start out of its period) goes through
+    later = encode_starts(HKEY, who, (NOW - 60, NOW))
+    new = copy.deepcopy(v2)
+    new["metadata"]["annotations"][ANN_ROLLOUT_STARTS] = later
+    assert _annotations_after(new, _update(new, v2, store, mode))[ANN_ROLLOUT_STARTS] == later
 
 
 def test_a_persons_rollback_in_checksum_mode_is_not_stamped_forward() -> None:
