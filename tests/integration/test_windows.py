@@ -266,15 +266,22 @@ def test_a_namespace_window_list_edited_while_a_change_waits(
     replicas: Replicas,
     namespace: Callable[[dict[str, str] | None], str],
 ) -> None:
-    """A change waits for a window that is always closed. The namespace's list edited to
-    one that cannot be read: still held, and the Event says which list and what is wrong;
-    removed: the change rolls at once (no window left), to the content it has then."""
+    """A change waits for a window that is always closed, and is not decided again at each
+    resync. The namespace's list edited to one that cannot be read: still held, and the
+    Event says which list and what is wrong; removed: the change rolls at once (no window
+    left), to the content it has then."""
     ns = namespace({ANN_ROLLOUT_WINDOWS: ALWAYS_CLOSED})
     before = _app(kube, ns, {"app": {}})
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow("app")
         set_cm(kube, ns, "2")
         wait_event(kube, ns, "app", AWAITING, "Normal")
+        # Held: the resyncs find it held still from memory, and decide it no more (each
+        # decision would read it from the API server again).
+        lead = replicas.leader()
+        decided = lead.metric("configpin_rollouts_skipped_total", reason="waiting")
+        quiet(kube, ns, before, 3 * RESYNC)
+        assert lead.metric("configpin_rollouts_skipped_total", reason="waiting") == decided
         _annotate_namespace(kube, ns, '[{"kind": "allow", "schedule": "0 9 * * 1-5"}]')
         wait_for(
             lambda: any("cannot be read" in n for n in notes(kube, ns, "app", AWAITING)),

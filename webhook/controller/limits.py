@@ -286,17 +286,23 @@ class Holds:
     def __init__(self, wall: Callable[[], float]) -> None:
         self.wall = wall
         self._lock = threading.Lock()
-        self._held: dict[WorkloadRef, tuple[WaitReason, float | None]] = {}
+        self._held: dict[WorkloadRef, Wait] = {}
         self._due: list[tuple[float, int, WorkloadRef]] = []  # (when to look again, seq, ref)
         self._seq = 0
 
     def count(self, reason: WaitReason) -> int:
         with self._lock:
-            return sum(1 for r, _ in self._held.values() if r is reason)
+            return sum(1 for w in self._held.values() if w.reason is reason)
 
     def refs(self) -> frozenset[WorkloadRef]:
         with self._lock:
             return frozenset(self._held)
+
+    def still(self, ref: WorkloadRef, wait: Wait | None) -> bool:
+        """`ref` is held, and by `wait` exactly (why, and until when): what its last look
+        found and said."""
+        with self._lock:
+            return wait is not None and self._held.get(ref) == wait
 
     def looked_at(self, ref: WorkloadRef, wait: Wait | None) -> bool:
         """`ref` was looked at and held by `wait` (None, or another wait: not held); True
@@ -306,11 +312,11 @@ class Holds:
                 self._held.pop(ref, None)
                 return False
             before = self._held.get(ref)
-            self._held[ref] = (wait.reason, wait.until)
-            if wait.until is not None and (before is None or before[1] != wait.until):
+            self._held[ref] = wait
+            if wait.until is not None and (before is None or before.until != wait.until):
                 self._seq += 1
                 heapq.heappush(self._due, (wait.until, self._seq, ref))
-            return before is None or before[0] is not wait.reason
+            return before is None or before.reason is not wait.reason
 
     def due(self) -> list[WorkloadRef]:
         """The held workloads whose windows or budget may allow them now: look at them."""
@@ -320,7 +326,7 @@ class Holds:
             while self._due and self._due[0][0] <= now:
                 until, _, ref = heapq.heappop(self._due)
                 held = self._held.get(ref)
-                if held is not None and held[1] == until:
+                if held is not None and held.until == until:
                     out.append(ref)
         return out
 

@@ -404,6 +404,13 @@ class RolloutController:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
+        if not change and self.holds.still(entry.ref, self.gate.window_wait(entry, stale)):
+            # Its windows held it when a worker last decided, and hold it still, as memory
+            # says (its index entry, its namespace's list, the clock): handing it to a worker
+            # again would read it for the same answer, at every resync. A change of its
+            # sources is decided again; its hold ends by the clock (Holds.due), or by its
+            # own or its namespace's list, whose edits come here with the new list.
+            return True
         last = None
         if entry.rolled_at is not None:  # the workload's own record: on this clock
             last = self.clock() - max(0.0, time.time() - entry.rolled_at)

@@ -123,8 +123,8 @@ class Gate:
             entry = self.index.get(ref)
         now = lambda c: self.cut.approved_now(ns, c)  # noqa: E731
         waiting = None
-        if limits is not None and entry is not None:
-            waiting = limits.window_hold(entry, changes, approved_now=now)
+        if entry is not None:
+            waiting = self._windows(entry, changes)
         if waiting is None:
             waiting = self._waves(ref, changes)
         if waiting is None and limits is not None and entry is not None:
@@ -144,6 +144,19 @@ class Gate:
             with self._lock:
                 self._reserved[ref] = time.monotonic()
         return None
+
+    def window_wait(self, entry: WorkloadEntry, stale: Iterable[SourceId]) -> Wait | None:
+        """Why its rollout windows hold `entry`'s rollout to `stale` now (None: they do not):
+        the gate's first question, asked of memory alone."""
+        return self._windows(entry, self.changes(entry.ref.namespace, stale))
+
+    def _windows(self, entry: WorkloadEntry, changes: Sequence[Change]) -> Wait | None:
+        if self.limits is None:
+            return None
+        ns = entry.ref.namespace
+        return self.limits.window_hold(
+            entry, changes, approved_now=lambda c: self.cut.approved_now(ns, c)
+        )
 
     def approved(self, namespace: str, change: Change) -> bool:
         return self.cut.approved(namespace, change)

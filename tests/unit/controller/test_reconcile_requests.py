@@ -10,6 +10,7 @@ what is tested here (tests/unit/test_restamp.py is), the requests around it are.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,9 +30,9 @@ from harness.builders import (
     workload,
 )
 from webhook.controller.leader import AlwaysLeader
-from webhook.controller.outcome import Rolled, Settled
+from webhook.controller.outcome import Rolled, Settled, Skipped
 from webhook.controller.rollout import RolloutController
-from webhook.core.constants import ANN_ROLLOUT
+from webhook.core.constants import ANN_ROLLOUT, ANN_ROLLOUT_WINDOWS
 from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.kinds import builtin
 from webhook.core.model import JSONObject, SourceId, SourceKind
@@ -125,13 +126,19 @@ def _merge(target: Any, patch: Any) -> Any:
     return out
 
 
-def _controller(server: FakeServer) -> RolloutController:
-    """The controller as `configpin serve` builds it, leading, its namespace selected and its
-    sources in memory as its watches would have them: nothing started."""
+def _namespace(windows: str | None = None) -> JSONObject:
+    annotations = {} if windows is None else {ANN_ROLLOUT_WINDOWS: windows}
+    return {"metadata": {"name": NS, "annotations": annotations}, "status": {"phase": "Active"}}
+
+
+def _controller(server: FakeServer, *, windows: str | None = None) -> RolloutController:
+    """The controller as `configpin serve` builds it, leading, its namespace selected (with
+    the rollout windows given) and its sources in memory as its watches would have them:
+    nothing started."""
     metrics = Metrics()
     cache = SourceCache(server, HKEY, metrics)  # type: ignore[arg-type]
     namespaces = NamespaceSet(server, metrics, label_selector="")  # type: ignore[arg-type]
-    namespaces.relisted([{"metadata": {"name": NS}, "status": {"phase": "Active"}}])
+    namespaces.relisted([_namespace(windows)])
     settings = Settings(leader_elect=False, rollout_waves="off", max_rolling=0)
     ctl = RolloutController(
         server,  # type: ignore[arg-type]
@@ -277,3 +284,46 @@ def test_a_rollout_followed_across_a_conflict_lists_its_pods_once() -> None:
     assert asked[("PATCH", WEB)] == 2 and asked[("GET", WEB)] == 2, _said(asked)
     assert asked[("LIST", replicasets)] == 1, _said(asked)
     assert asked[("LIST", pods)] == 1, _said(asked)
+
+
+CLOSED = json.dumps([{"kind": "deny", "schedule": "* * * * *", "duration": "1h"}])
+
+
+def test_a_workload_its_window_holds_is_read_once_not_at_every_resync() -> None:
+    """A change its namespace's window holds: the workload is read and decided once, and
+    held. The resyncs after find it held still, from memory, and hand it to no worker (each
+    would read it again: 10,000 reads a resync at 10,000 held workloads). What may end the
+    hold is looked at as before: its namespace's list edited, or another change."""
+    server = FakeServer()
+    ctl = _controller(server, windows=CLOSED)
+    ctl.cache.listeners.append(ctl.source_changed)  # (as it starts: its watches synced)
+    ctl.namespaces.listeners.append(ctl.namespace_selected)
+    ctl._synced.set()
+    ctl.cache.indexes[SourceKind.CONFIGMAP].relisted([_source("1")])
+    server.put(path("configmaps", NS, "cfg"), _source("1"))
+    _web(server, ctl, extra=False)
+    ref = WorkloadRef("Deployment", NS, "web")
+    try:
+        ctl.cache.indexes[SourceKind.CONFIGMAP].event("MODIFIED", _source("2"))
+        pending = ctl.queue.pending(ref)
+        assert pending is not None  # the change: decided by a worker
+        ctl.queue.forget(ref)
+        outcome = ctl._reconcile(ref, pending)
+        assert isinstance(outcome, Skipped) and outcome.wait is not None, outcome
+        assert ctl.holds.refs() == {ref}
+        server.requests.clear()
+
+        for _ in range(3):  # resyncs: held still
+            ctl._resync()
+            assert ctl.queue.pending(ref) is None
+        assert ctl.holds.refs() == {ref}
+        asked = _requests(server)  # (discovery of new kinds aside)
+        assert asked[("GET", WEB)] == 0 and asked[("PATCH", WEB)] == 0, _said(asked)
+
+        ctl.cache.indexes[SourceKind.CONFIGMAP].event("MODIFIED", _source("3"))
+        assert ctl.queue.pending(ref) is not None  # another change: decided again
+        ctl.queue.forget(ref)
+        ctl.namespaces.event("MODIFIED", _namespace(None))  # the list removed
+        assert ctl.queue.pending(ref) is not None
+    finally:
+        ctl.queue.close()
