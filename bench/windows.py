@@ -30,6 +30,10 @@ change (webhook/controller/limits.py). Three kinds of pass:
 - **start**: the first pass after a start (the texts' meaning dropped too: every list read
   again, every pair asked).
 
+A **resync** row: the periodic resync's check of every workload (`check_all`) once the
+passes above noted what is held, its CPU ms, and how many workloads it hands to the workers,
+each of which a worker reads from the API server again and decides.
+
 Printed: medians of `--runs` passes (wall and CPU ms), the stale count's part of it, how many
 workloads the windows hold (configpin_rollouts_held) and how many count as stale
 (configpin_workloads_stale) after two passes, the pairs of texts kept, and each case's CPU
@@ -171,6 +175,19 @@ def one_pass(ctl: RolloutController) -> float:
     return counted
 
 
+def resync(ctl: RolloutController) -> tuple[float, int]:
+    """The periodic resync's check of every workload (`check_all`, after the passes above
+    noted what is held): its CPU seconds, and how many workloads it handed to the workers
+    (each one read of the workload from the API server, and a decision), taken back out."""
+    cpu = time.process_time()
+    ctl.check_all()
+    spent = time.process_time() - cpu
+    handed = [entry.ref for entry in ctl.index.entries() if ctl.queue.pending(entry.ref)]
+    for ref in handed:
+        ctl.queue.forget(ref)
+    return spent, len(handed)
+
+
 def _forget(ctl: RolloutController, kind: str) -> None:
     """What is kept of the windows, dropped before a pass of `kind`."""
     limits = ctl.limits
@@ -243,6 +260,9 @@ def main() -> None:
         held = ctl.holds.count(WaitReason.WINDOW)
         stale = ctl.metrics.registry.get_sample_value("configpin_workloads_stale") or 0
         pairs = len(ctl.limits._verdicts)
+        resyncs = [resync(ctl) for _ in range(args.runs)]
+        handed = max(n for _, n in resyncs)
+        resync_cpu = statistics.median(t for t, _ in resyncs)
         for kind in KINDS:
             got = results[case, kind] = timed(ctl, kind, args.runs)
             base = results.get(("none", kind))
@@ -251,6 +271,10 @@ def main() -> None:
                 f"{case:>12} {kind:>8} {got['wall'] * 1e3:>9.1f} {got['cpu'] * 1e3:>8.1f} "
                 f"{got['count'] * 1e3:>9.1f} {held:>6} {stale:>6.0f} {pairs:>6} {ratio}"
             )
+        print(
+            f"{case:>12} {'resync':>8} {'':>9} {resync_cpu * 1e3:>8.1f} {'':>9} {held:>6} "
+            f"{stale:>6.0f} {pairs:>6}   {handed} handed to a worker (each: one read)"
+        )
         ctl.queue.close()
         gc.unfreeze()
         del ctl

@@ -298,11 +298,10 @@ class Holds:
         with self._lock:
             return frozenset(self._held)
 
-    def still(self, ref: WorkloadRef, wait: Wait | None) -> bool:
-        """`ref` is held, and by `wait` exactly (why, and until when): what its last look
-        found and said."""
+    def of(self, ref: WorkloadRef) -> Wait | None:
+        """What holds `ref` (why, and until when), as its last look found; None: not held."""
         with self._lock:
-            return wait is not None and self._held.get(ref) == wait
+            return self._held.get(ref)
 
     def looked_at(self, ref: WorkloadRef, wait: Wait | None) -> bool:
         """`ref` was looked at and held by `wait` (None, or another wait: not held); True

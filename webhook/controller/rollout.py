@@ -404,7 +404,8 @@ class RolloutController:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
-        if not change and self.holds.still(entry.ref, self.gate.window_wait(entry, stale)):
+        held = None if change else self.holds.of(entry.ref)
+        if held is not None and held == self.gate.window_wait(entry, stale):
             # Its windows held it when a worker last decided, and hold it still, as memory
             # says (its index entry, its namespace's list, the clock): handing it to a worker
             # again would read it for the same answer, at every resync. A change of its
