@@ -13,7 +13,7 @@ webhook.core.plan.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from webhook.core import digest
@@ -157,20 +157,7 @@ def rollout_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str
     rollout undo` puts the old ReplicaSet's copy of the workload's annotations back):
     configpin's account of what it rolls must not be rewound by its subject. A record written
     by configpin since (a later start, the same rollout moved on) goes through: {}."""
-    had = meta_annotations(old.get("metadata")).get(ANN_ROLLOUT)
-    if had is None:
-        return {}
-    now = meta_annotations(obj.get("metadata")).get(ANN_ROLLOUT)
-    if now == had:
-        return {}
-    who = workload_identity(old)
-    before = RolloutRecord.decode(root, who, had)
-    if before is None:
-        return {}
-    after = RolloutRecord.decode(root, who, now) if now is not None else None
-    if after is not None and after.since >= before.since:
-        return {}
-    return {ANN_ROLLOUT: had}
+    return _newest_kept(obj, old, root, ANN_ROLLOUT, _rollout_since)
 
 
 def starts_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str]:
@@ -180,20 +167,43 @@ def starts_kept(obj: JSONObject, old: JSONObject, root: bytes) -> dict[str, str]
     it out, and `kubectl rollout undo` puts back the old ReplicaSet's copy of the workload's
     annotations. The count a flap guard keeps must not be reset or rewound by such a write.
     A record configpin wrote since (one whose newest start is no older) goes through: {}."""
-    had = meta_annotations(old.get("metadata")).get(ANN_ROLLOUT_STARTS)
+    return _newest_kept(obj, old, root, ANN_ROLLOUT_STARTS, _newest_start)
+
+
+def _rollout_since(root: bytes, who: str, text: Any) -> float | None:
+    record = RolloutRecord.decode(root, who, text)
+    return None if record is None else record.since
+
+
+def _newest_start(root: bytes, who: str, text: Any) -> float | None:
+    starts = decode_starts(root, who, text)
+    return starts[-1] if starts else None
+
+
+def _newest_kept(
+    obj: JSONObject,
+    old: JSONObject,
+    root: bytes,
+    annotation: str,
+    newness: Callable[[bytes, str, Any], float | None],
+) -> dict[str, str]:
+    """The old object's signed record in `annotation`, where the UPDATE drops it, forges it
+    or puts an older one back; {} where it keeps it or brings one at least as new.
+    `newness(root, identity, text)`: how new a record is, None where it is not believed."""
+    had = meta_annotations(old.get("metadata")).get(annotation)
     if had is None:
         return {}
-    now = meta_annotations(obj.get("metadata")).get(ANN_ROLLOUT_STARTS)
+    now = meta_annotations(obj.get("metadata")).get(annotation)
     if now == had:
         return {}
     who = workload_identity(old)
-    before = decode_starts(root, who, had)
-    if not before:
+    before = newness(root, who, had)
+    if before is None:
         return {}
-    after = decode_starts(root, who, now) if now is not None else ()
-    if after and after[-1] >= before[-1]:
+    after = newness(root, who, now) if now is not None else None
+    if after is not None and after >= before:
         return {}
-    return {ANN_ROLLOUT_STARTS: had}
+    return {annotation: had}
 
 
 def rejected_kept(obj: JSONObject, old: JSONObject) -> dict[str, str]:
