@@ -57,10 +57,12 @@ RUN groupadd --gid 65532 configpin \
  && python -m pip uninstall --yes --quiet pip setuptools wheel
 COPY --from=builder /opt/configpin /opt/configpin
 # Bytecode was compiled at install time; the root filesystem is read-only at run time.
+# In a container configpin listens on every address (its own default is loopback).
 ENV PATH=/opt/configpin/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    HOME=/tmp
+    HOME=/tmp \
+    CONFIGPIN_HOST=0.0.0.0
 WORKDIR /tmp
 USER 65532:65532
 EXPOSE 8443

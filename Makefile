@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-## Run configpin: with no cluster configured it serves the embedded default on https://127.0.0.1:8443
+## Run configpin: the embedded default sources on https://127.0.0.1:8443, no cluster and no
+## controller, whatever KUBECONFIG or ~/.kube/config say (serve reads neither). It acts on a
+## cluster only when one is named: make run ARGS='--kubeconfig FILE' (docs/settings.md).
 run: $(STAMP)
-	$(BIN)/configpin serve $(ARGS)
+	env -u KUBERNETES_SERVICE_HOST $(BIN)/configpin serve $(ARGS)
 
 ## The whole suite: linters, import contracts, the unit tests on the pure-Python package and on
 ## the wheel with its core compiled by mypyc, then the integration tests, the dashboard's browser

@@ -84,8 +84,11 @@ def _counts(junit: Path) -> dict[str, int]:
 
 def _files(run: Run, out: Path) -> tuple[Path, Path]:
     """Where a run's junit XML and (side by side) its output go."""
-    stem = out / run.name.replace(",", "").replace(" ", "-")
-    return stem.with_suffix(".xml"), stem.with_suffix(".log")
+    # (not with_suffix: "integration-1.36.2" and "integration-1.36.2-compiled" would both
+    # lose their last dot's part and share one file, the second run's counts and output
+    # replacing the first's)
+    stem = run.name.replace(",", "").replace(" ", "-")
+    return out / f"{stem}.xml", out / f"{stem}.log"
 
 
 def _argv(junit: Path, paths: list[str], extra: list[str]) -> list[str]:

@@ -168,6 +168,7 @@ CONFIGPIN = Image(
             "PYTHONDONTWRITEBYTECODE=1",
             "PYTHONUNBUFFERED=1",
             "HOME=/tmp",
+            "CONFIGPIN_HOST=0.0.0.0",
             # as the python base image of the Dockerfile sets it
             "LANG=C.UTF-8",
         ),

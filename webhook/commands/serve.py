@@ -14,7 +14,7 @@ from webhook.controller.sweep import SnapshotLifetime
 from webhook.core.kinds import use_custom_kinds
 from webhook.core.model import SourceId
 from webhook.core.owners import use_owner_kinds
-from webhook.inputs.sources import EMBEDDED_MANIFESTS, FileSources, SourceReader
+from webhook.inputs.sources import FileSources, SourceReader
 from webhook.kube.cache import SourceCache
 from webhook.kube.client import connect
 from webhook.kube.copies import SnapshotIndex, SnapshotWriter
@@ -160,7 +160,9 @@ def serve(settings: Settings) -> int:
     lifecycle = Lifecycle()
     ready_checks: list[Callable[[], bool]] = []
     stoppers: list[Callable[[], None]] = []
-    api = connect(settings.kubeconfig)
+    # A cluster is acted on only when named (--kubeconfig) or from a pod: never because the
+    # shell that started it has KUBECONFIG set (`make run` on a laptop pointed at production).
+    api = connect(settings.kubeconfig, from_kubeconfig_env=False)
     kube: Kube | None = None
     sources: SourceReader
     snapshots: SnapshotWriter | None = None
@@ -171,13 +173,18 @@ def serve(settings: Settings) -> int:
 
     if api is None:
         hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
-        paths: list[Path] = settings.manifests or [EMBEDDED_MANIFESTS]
-        files = FileSources.from_paths(hkey, paths)
-        log.info(
-            "no cluster configured: serving %d sources from %s",
-            len(files),
-            ", ".join(map(str, paths)),
-        )
+        if settings.manifests:
+            files = FileSources.from_paths(hkey, settings.manifests)
+            where = ", ".join(map(str, settings.manifests))
+        else:
+            files = FileSources.embedded(hkey)
+            where = "the embedded default (webhook/embedded)"
+        log.info("no cluster configured: serving %d sources from %s", len(files), where)
+        if os.environ.get("KUBECONFIG"):
+            log.info(
+                "KUBECONFIG is set and not used: configpin serve acts on a cluster only with "
+                "--kubeconfig (or in a pod)"
+            )
         sources = files
     else:
         kube = Kube(api)

@@ -7,13 +7,18 @@ cluster, and what `configpin render` uses. The cluster-backed reader lives in `w
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from webhook.core.digest import BadSource, record_from_object
 from webhook.core.model import JSONObject, SourceId, SourceRecord, SourceUnavailable, source_kind
 
-EMBEDDED_MANIFESTS: Final = Path(__file__).parent / "embedded"
+# The embedded default ships as package data (pyproject.toml), found where the package is
+# (the source tree, an installed wheel, a zip), never beside a module that may move.
+EMBEDDED_PACKAGE: Final = "webhook"
+EMBEDDED_FOLDER: Final = "embedded"
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 
 
 class Miss:
@@ -49,12 +54,31 @@ def iter_manifests(paths: Iterable[Path]) -> Iterator[JSONObject]:
 
     for path in paths:
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
+            files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
         else:
             files = [path]
         for file in files:
             for doc in read_text(decode(file.read_bytes(), str(file)), str(file)):
                 yield from _flatten(doc.obj)
+
+
+def iter_embedded() -> Iterator[JSONObject]:
+    """Every object of the embedded default (`webhook/embedded/*.yaml`), read through
+    importlib.resources as package data. Raises FileNotFoundError naming the folder where the
+    install lacks it."""
+    from webhook.inputs.manifests import decode, read_text  # noqa: PLC0415
+
+    folder = resources.files(EMBEDDED_PACKAGE).joinpath(EMBEDDED_FOLDER)
+    files = sorted(
+        (f for f in folder.iterdir() if f.is_file() and f.name.endswith(MANIFEST_SUFFIXES)),
+        key=lambda f: f.name,
+    )
+    if not files:
+        raise FileNotFoundError(f"no manifests in {EMBEDDED_PACKAGE}/{EMBEDDED_FOLDER}/")
+    for file in files:
+        where = f"{EMBEDDED_PACKAGE}/{EMBEDDED_FOLDER}/{file.name}"
+        for doc in read_text(decode(file.read_bytes(), where), where):
+            yield from _flatten(doc.obj)
 
 
 def _flatten(doc: Any) -> Iterator[JSONObject]:
@@ -91,6 +115,12 @@ class FileSources:
     @classmethod
     def from_paths(cls, hkey: bytes, paths: Iterable[Path]) -> FileSources:
         return cls(hkey, iter_manifests(paths))
+
+    @classmethod
+    def embedded(cls, hkey: bytes) -> FileSources:
+        """The embedded default: what `configpin serve` serves with no cluster and no
+        --manifests."""
+        return cls(hkey, iter_embedded())
 
     def __len__(self) -> int:
         return len(self._records)

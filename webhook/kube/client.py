@@ -96,8 +96,13 @@ class Connection:
         self.close()
 
 
-def connect(kubeconfig: Path | None = None, *, qps_hint: int = 50) -> Connection | None:
+def connect(
+    kubeconfig: Path | None = None, *, qps_hint: int = 50, from_kubeconfig_env: bool = True
+) -> Connection | None:
     """A connection of its own, or None with no cluster configured.
+
+    `from_kubeconfig_env=False` (`configpin serve`): KUBECONFIG is not read, so a server
+    started on a laptop acts on a cluster only when it is named (`kubeconfig`) or in a pod.
 
     There is no client-side rate limiter here; the pool's size bounds how many requests run
     at once (the official client's default, cpu_count * 5, or qps_hint / 5 when larger).
@@ -107,7 +112,7 @@ def connect(kubeconfig: Path | None = None, *, qps_hint: int = 50) -> Connection
         return _from_kubeconfig(Path(kubeconfig).expanduser(), maxsize)
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return _in_cluster(maxsize)
-    if os.environ.get("KUBECONFIG"):
+    if from_kubeconfig_env and os.environ.get("KUBECONFIG"):
         first = os.environ["KUBECONFIG"].split(os.pathsep)[0]
         return _from_kubeconfig(Path(first).expanduser(), maxsize)
     return None

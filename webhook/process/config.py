@@ -36,7 +36,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CONFIGPIN_", extra="forbid")
 
-    host: str = Field("0.0.0.0", description="Address the HTTPS listener binds.")  # noqa: S104 (a server in a pod)
+    host: str = Field(
+        "127.0.0.1",
+        description=(
+            "Address the HTTPS listener binds: loopback unless asked, so that a server started "
+            "on a laptop is reachable from that machine only. The chart and the image bind "
+            "0.0.0.0 (CONFIGPIN_HOST), where the API server reaches the pod."
+        ),
+    )
     port: int = Field(8443, ge=1, le=65535, description="HTTPS port (TLS 1.2 or newer only).")
     tls_cert: Path | None = Field(
         None,
@@ -110,10 +117,11 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = Field(
         None,
         description=(
-            "kubeconfig file of the cluster; with no cluster at all, the embedded default sources"
-            " are served."
+            "kubeconfig file of the cluster to act on. Without it configpin acts on a cluster "
+            "only in a pod (in-cluster config); KUBECONFIG and ~/.kube/config are not read, and "
+            "with no cluster the embedded default sources are served."
         ),
-        json_schema_extra={"default_text": "in-cluster, else KUBECONFIG, else none"},
+        json_schema_extra={"default_text": "in-cluster, else none (KUBECONFIG is not read)"},
     )
     manifests: list[Path] = Field(
         default_factory=list,

@@ -536,6 +536,19 @@ def test_kubeconfig_from_the_environment_uses_its_first_file(
         assert conn.host == "https://first:1"
 
 
+def test_serve_does_not_read_kubeconfig_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`configpin serve` acts on a cluster only when named or in a pod: a KUBECONFIG the shell
+    carries (a laptop pointed at production) is not a cluster to act on."""
+    named = write_kubeconfig(tmp_path / "a", {"server": "https://named:1"}, {"token": "a"})
+    monkeypatch.setenv("KUBECONFIG", str(named))
+    assert connect(from_kubeconfig_env=False) is None
+    with connect(named, from_kubeconfig_env=False) as conn:
+        assert conn is not None
+        assert conn.host == "https://named:1"
+
+
 def test_serve_says_why_it_cannot_connect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
