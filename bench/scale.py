@@ -73,6 +73,7 @@ from bench.common import (
     server_histogram,
 )
 from harness import controlplane
+from harness.chart import install_crds
 from harness.configpin import (
     INSTANCE_LABEL,
     Configpin,
@@ -234,10 +235,16 @@ def watchers_metric(kube: Kube) -> str:
 def configpin_args(repo: Path) -> list[str]:
     """The fan-out measures re-stamping: every workload of the change at once, as before safe
     delivery's waves (a tree that has them is told `--rollout-waves off --max-rolling 0`;
-    bench.delivery measures the waves)."""
+    bench.delivery measures the waves), and without a flap guard (`--rollout-budget 0`: the
+    rounds change one source far more often than a budget allows)."""
     args = ["--coalesce-window", "0", "--min-rollout-interval", "0", "--lease-name", "scale"]
-    if "rollout_waves" in (repo / "webhook" / "config.py").read_text():
+    # (the settings module, before and after the layout of 2f3cd42 moved it)
+    settings = [repo / "webhook" / "config.py", repo / "webhook" / "process" / "config.py"]
+    text = "".join(p.read_text() for p in settings if p.is_file())
+    if "rollout_waves" in text:
         args += ["--rollout-waves", "off", "--max-rolling", "0"]
+    if "rollout_budget" in text:  # (the flap guard held every workload from the 7th round on)
+        args += ["--rollout-budget", "0"]
     return args
 
 
@@ -523,6 +530,34 @@ def one_round(
     }
 
 
+@contextlib.contextmanager
+def _said_on_failure(*replicas: Configpin) -> Iterator[None]:
+    """A round that fails prints the replicas' logs (their folders go with the run)."""
+    try:
+        yield
+    except Exception:
+        for cp in replicas:
+            print(f"--- {cp.url}\n{cp.log()[-12000:]}", flush=True)
+        raise
+
+
+def published(setup: Kube, timeout: float, still: float = 10.0) -> int:
+    """Once the ConfigRollouts a first install publishes (one per consumed source) stop
+    growing for `still` seconds: how many, and how long that took (printed)."""
+    start = time.perf_counter()
+    seen, since = -1, time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        count = len(setup.get("/apis/configpin.io/v1alpha1/configrollouts").get("items") or ())
+        if count != seen:
+            seen, since = count, time.perf_counter()
+        elif count and time.perf_counter() - since >= still:
+            break
+        time.sleep(1.0)
+    took = since - start
+    print(f"  ConfigRollouts published (first install): {seen} in {took:.1f}s", flush=True)
+    return seen
+
+
 def fanout_rounds(
     plane: controlplane.ControlPlane,
     setup: Kube,
@@ -539,13 +574,21 @@ def fanout_rounds(
     results: dict[str, list[dict[str, Any]]] = {v.label: [] for v in variants}
     quiet = 5.0
     n = 0
+    for variant in variants:  # (a first install publishes every consumed source's, once)
+        if variant.webhook and (variant.repo / "webhook/controller/publish.py").is_file():
+            with fanout_pair(plane, workdir / "publish", variant, extra):
+                published(setup, timeout)
+            break
     with TemplateWatch(setup, ns) as watch:
         for r in range(rounds):
             order = variants if r % 2 == 0 else variants[::-1]
             for variant in order:
                 n += 1
                 folder = workdir / f"fanout-{n}-{variant.label.split()[0]}"
-                with fanout_pair(plane, folder, variant, extra) as (webhook, leader):
+                with (
+                    fanout_pair(plane, folder, variant, extra) as (webhook, leader),
+                    _said_on_failure(leader, webhook),
+                ):
                     row = one_round(
                         setup,
                         ns,
@@ -635,6 +678,8 @@ def main() -> None:
         tempfile.TemporaryDirectory() as tmp,
         running_control_plane(Path(tmp) / "cp", assets) as plane,
     ):
+        with plane.api_client() as api:
+            install_crds(api)  # (as the chart does: this tree publishes ConfigRollouts)
         variants = [Variant("this tree", REPO)]
         if args.without_webhook:
             variants.append(Variant("this tree without webhook", REPO, webhook=False))

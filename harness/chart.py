@@ -167,3 +167,36 @@ def _get(api_client: Any, path: str) -> dict[str, Any]:
     assert 200 <= response.status < 300, f"GET {path}: HTTP {response.status}"
     body: dict[str, Any] = json.loads(response.data)
     return body
+
+
+CRDS = CHART_DIR / "crds"
+
+
+def install_crds(api_client: Any, timeout: float = 60.0) -> list[str]:
+    """The chart's CustomResourceDefinitions (crds/, as Helm installs them) created in the
+    cluster, if not there yet, and served; their names."""
+    from kubernetes import client
+
+    from harness.controlplane import wait_for
+
+    ext = client.ApiextensionsV1Api(api_client)
+    names = []
+    for file in sorted(CRDS.glob("*.yaml")):
+        for doc in yaml.safe_load_all(file.read_text()):
+            if not doc:
+                continue
+            names.append(doc["metadata"]["name"])
+            try:
+                ext.create_custom_resource_definition(doc)
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
+
+    def established(name: str) -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        conditions = (crd.status.conditions if crd.status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    for name in names:
+        wait_for(lambda n=name: established(n), timeout=timeout, what=f"CRD {name} established")
+    return names

@@ -277,13 +277,20 @@ def leading_configpin(
 
 
 @contextlib.contextmanager
-def instance_namespace(api: client.ApiClient, instance: str, prefix: str) -> Iterator[str]:
+def instance_namespace(
+    api: client.ApiClient,
+    instance: str,
+    prefix: str,
+    annotations: Mapping[str, str] | None = None,
+) -> Iterator[str]:
     """A fresh namespace opted in for the configpin of `instance` only (its instance label),
-    ready for pods; deleted on the way out."""
+    with `annotations` from its creation (its rollout windows: in force before any workload
+    of it exists), ready for pods; deleted on the way out."""
     core = client.CoreV1Api(api)
     name = f"{prefix}-{secrets.token_hex(4)}"
     labels = {ENABLED_LABEL: "true", INSTANCE_LABEL: instance}
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    meta = {"name": name, "labels": labels, "annotations": dict(annotations or {})}
+    core.create_namespace({"metadata": meta})
     try:
         wait_for(lambda: default_service_account_ready(api, name), what=f"{name}'s default SA")
         yield name

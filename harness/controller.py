@@ -7,6 +7,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from harness.builders import HKEY, WORKLOAD_NAMESPACE, Store
@@ -84,6 +85,7 @@ class StoreCache:
                 for sid in store.objects
             }
         self.listeners: list[Any] = []
+        self.version_observers: list[Any] = []
 
     def peek(self, namespace: str, sid: SourceId) -> Any:
         if self.frozen is not None:
@@ -92,6 +94,22 @@ class StoreCache:
 
     def changed_keys(self, namespace: str, sid: SourceId) -> Any:
         return None
+
+
+class ApprovingCache(StoreCache):
+    """A StoreCache whose sources carry the approvals `approve` (and `approve --now`) record on
+    them: the content each names (None: none recorded)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.approved: str | None = None
+        self.approved_now: str | None = None
+
+    def peek(self, namespace: str, sid: SourceId) -> Any:
+        found = super().peek(namespace, sid)
+        if found is None:
+            return None
+        return replace(found, approved=self.approved, approved_now=self.approved_now)
 
 
 class FixedNamespaces(set[str]):

@@ -94,7 +94,8 @@ def _workloads(kube: Kube, ns: str, names: list[str]) -> dict[str, dict[str, str
 
 def _viewer(plane: ControlPlane, kube: Kube, ns: str, tmp: Path) -> Path:
     """A kubeconfig of ServiceAccount `viewer` of `ns`: it may read what the dashboard shows
-    (get, list, watch) and update nothing."""
+    (get, list, watch; ConfigRollouts as the chart's aggregated view role grants) and update
+    nothing."""
     kube.create(path("serviceaccounts", ns), {"metadata": {"name": "viewer"}})
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     read = ["get", "list", "watch"]
@@ -107,6 +108,7 @@ def _viewer(plane: ControlPlane, kube: Kube, ns: str, tmp: Path) -> Path:
             "verbs": read,
         },
         {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": read},
+        {"apiGroups": ["configpin.io"], "resources": ["configrollouts"], "verbs": read},
     ]
     kube.create(f"{rbac}/namespaces/{ns}/roles", {"metadata": {"name": "viewer"}, "rules": rules})
     kube.create(
@@ -201,8 +203,8 @@ def test_a_change_rolls_in_waves_shown_in_order_as_it_happens_and_approve_releas
         return rows
 
     with (
-        running_dashboard(control_plane.kubeconfig, ns, "--rollout-waves", WAVES) as admin,
-        running_dashboard(viewer, ns, "--rollout-waves", WAVES) as refused,
+        running_dashboard(control_plane.kubeconfig, ns) as admin,
+        running_dashboard(viewer, ns) as refused,
         Kubelet(kube, ns) as kubelet,
     ):
         kubelet.allow(*names, after=4.0)  # each pod Ready 4 s after it appears

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from harness.chart import install_crds
 from harness.configpin import Configpin, ensure_namespace, running_configpin
 from harness.controlplane import (
     ENABLED_LABEL,
@@ -40,6 +41,8 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     Logs: ``control_plane.log_dir`` (kept under pytest's basetemp after the run).
     """
     with running_control_plane(tmp_path_factory.mktemp("control-plane")) as plane:
+        with plane.api_client() as api:
+            install_crds(api)  # (as the chart installs them: configpin publishes ConfigRollouts)
         yield plane
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import secrets
+import signal
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +16,9 @@ from harness.configpin import (
     ensure_namespace,
     instance_namespace,
     leading_configpin,
+    lease_name,
     running_configpin,
+    start_configpin,
 )
 from harness.controlplane import ControlPlane, wait_for
 
@@ -84,3 +89,74 @@ def instance_fixtures(instance: str, prefix: str, args: Sequence[str]) -> tuple[
             yield name
 
     return leading_fixture(instance, prefix, args), ns
+
+
+class Replicas:
+    """Two configpin replicas of one instance, as the chart runs them; the webhook calls the
+    first. `kill_leader` kills the one that leads (SIGKILL: its Lease must expire) and starts
+    another in its place, registered as the webhook where the killed one was."""
+
+    def __init__(self, plane: ControlPlane, tmp: Path, args: Sequence[str], prefix: str) -> None:
+        self.plane = plane
+        self.tmp = tmp
+        self.args = list(args)
+        self.instance = f"{prefix}{secrets.token_hex(3)}"
+        self.webhook = f"configpin-{self.instance}"
+        self.lease = lease_name(self.instance)
+        self.running: list[tuple[Configpin, bool]] = []
+        self._n = 0
+
+    def start(self, *, webhook: bool) -> Configpin:
+        self._n += 1
+        cp = start_configpin(
+            self.plane,
+            self.tmp / f"replica-{self._n}",
+            args=self.args,
+            instance=self.instance,
+            webhook_name=self.webhook if webhook else None,
+        )
+        self.running.append((cp, webhook))
+        return cp
+
+    def all(self) -> list[Configpin]:
+        return [cp for cp, _ in self.running if cp.alive()]
+
+    def leader(self) -> Configpin:
+        found = wait_for(lambda: leader(self.all()), what="one replica leading")
+        assert found is not None
+        return found
+
+    def kill_leader(self) -> None:
+        lead = self.leader()
+        webhook = next(w for cp, w in self.running if cp is lead)
+        lead.stop(signal.SIGKILL)
+        self.start(webhook=webhook)
+        wait_for(lambda: leader(self.all()) is not None, timeout=60, what="a new leader")
+
+    def stop(self) -> None:
+        for cp, _ in self.running:
+            cp.stop()
+
+
+def replicas_pair(prefix: str, args: Sequence[str]) -> Any:
+    """A module-scoped fixture: a `Replicas` of a new instance (named from `prefix`), started,
+    one leading; its logs printed on the way out. Use as `replicas = replicas_pair(...)`."""
+
+    @pytest.fixture(scope="module")
+    def replicas(
+        control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Replicas]:
+        with control_plane.api_client() as api:
+            ensure_namespace(api)
+        pair = Replicas(control_plane, tmp_path_factory.mktemp(f"configpin-{prefix}"), args, prefix)
+        try:
+            pair.start(webhook=True)
+            pair.start(webhook=False)
+            pair.leader()
+            yield pair
+        finally:
+            for cp, _ in pair.running:
+                print(f"--- {cp.url}\n{cp.log()[-6000:]}")
+            pair.stop()
+
+    return replicas

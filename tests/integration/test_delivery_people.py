@@ -85,7 +85,6 @@ from webhook.core.constants import (
     ANN_ROLLOUT_WAVES,
     ANN_WAVE,
 )
-from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.errors import Conflict, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
@@ -101,7 +100,6 @@ ARGS = [
 ]  # fmt: skip
 CAP = 2
 CAP_ARGS = [*ARGS, "--max-rolling", str(CAP), "--rollout-waves", "off"]
-WAVES = parse_waves("1,10%,100%")  # the default
 SHORT = 5  # progressDeadlineSeconds where a failure is wanted
 LONG = 600  # where it is not: a rollout whose pods are not Ready stays `rolling`
 # The owner's mark of a source shared across namespaces, spelt out rather than imported: these
@@ -183,15 +181,18 @@ def _deployments(
     deadline: int = LONG,
     shared: bool = False,
     source: str = "cfg",
+    first: int = 0,
+    step: int = 1,
 ) -> dict[str, dict[str, str]]:
-    """ConfigMap `source` (`a: value`) and Deployments consuming it; the template record each
-    was stamped with."""
+    """ConfigMap `source` (`a: value`) and Deployments consuming it, in the order of `names`
+    (their configpin.io/wave: `first`, then every `step`), so that the test says which rolls
+    first; the template record each was stamped with."""
     annotations = {ANN_SHARED: "true"} if shared else None
     kube.create(path("configmaps", ns), configmap(source, {"a": value}, annotations=annotations))
-    for name in names:
-        kube.create(
-            path("deployments", ns), _app(name, mode=mode, deadline=deadline, source=source)
-        )
+    for place, name in enumerate(names):
+        wave = {ANN_WAVE: str(first + place * step)}
+        body = _app(name, mode=mode, deadline=deadline, source=source, annotations=wave)
+        kube.create(path("deployments", ns), body)
     return {name: _sources(_stamped(kube, ns, name)) for name in names}
 
 
@@ -205,19 +206,6 @@ def _ref(obj: Mapping[str, Any]) -> str:
 
 def _replicasets(kube: Kube, ns: str, app: str) -> int:
     return len(kube.get(path("replicasets", ns), labelSelector=f"app={app}").get("items") or ())
-
-
-def _order(ns: str, names: Sequence[str]) -> list[str]:
-    """The order configpin rolls healthy Deployments of one namespace in (every replica the
-    same): the first is the canary."""
-    members = [Member(0, ns, "Deployment", n) for n in names]
-    return [m.name for wave in wave_plan(members, WAVES) for m in wave]
-
-
-def _order_across(names: Mapping[str, Sequence[str]]) -> list[tuple[str, str]]:
-    """The same for one change across namespaces: (namespace, name)."""
-    members = [Member(0, ns, "Deployment", n) for ns, ns_names in names.items() for n in ns_names]
-    return [(m.namespace, m.name) for wave in wave_plan(members, WAVES) for m in wave]
 
 
 def _restamped(kube: Kube, ns: str, before: Mapping[str, Mapping[str, str]]) -> list[str]:
@@ -339,7 +327,7 @@ def test_a_persons_rollback_of_the_canary_fails_the_change_and_no_later_wave_sta
         ns: _deployments(kube, ns, names, value=f"{mode}-1", mode=mode)
         for ns, mode in modes.items()
     }
-    canary = {ns: _order(ns, names)[0] for ns in modes}
+    canary = {ns: names[0] for ns in modes}  # the first in order (`_deployments`)
     with Kubelet(kube, *modes) as kubelet:
         kubelet.allow(*names)
         for ns in modes:
@@ -390,7 +378,7 @@ def test_a_canary_scaled_to_zero_or_deleted_proves_nothing(
     ns = namespaces()
     names = [f"app-{i}" for i in range(6)]
     before = _deployments(kube, ns, names, value="1")
-    order = _order(ns, names)
+    order = names  # in this order (`_deployments`)
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow(*names)
         _wait_healthy(kube, ns, names)
@@ -896,14 +884,15 @@ def test_a_broken_neighbour_is_no_canary_and_stops_no_one(
     ns = namespaces()
     healthy = [f"app-{i}" for i in range(3)]
     before = _deployments(kube, ns, healthy, value="1")
-    # last of the healthy ones (wave 1), and held back by its own wave list until approved
-    late = _app("late", annotations={ANN_WAVE: "1", ANN_ROLLOUT_WAVES: "approve,100%"})
+    # last of the healthy ones (their configpin.io/wave 0, 1, 2), and held back by its own
+    # wave list until approved
+    late = _app("late", annotations={ANN_WAVE: "3", ANN_ROLLOUT_WAVES: "approve,100%"})
     kube.create(path("deployments", ns), late)
     broken = _app("broken", deadline=SHORT, annotations={ANN_WAVE: "-1"})
     kube.create(path("deployments", ns), broken)
     for name in ("late", "broken"):
         before[name] = _sources(_stamped(kube, ns, name))
-    order = _order(ns, healthy)
+    order = healthy  # in this order (`_deployments`)
 
     def failing(dep: Mapping[str, Any]) -> bool:
         conditions = {c.get("type"): c for c in (dep.get("status") or {}).get("conditions") or ()}
@@ -1006,19 +995,21 @@ def test_tenants_are_isolated_unless_the_source_is_shared(
     workloads of both namespaces."""
     names = ["app-0", "app-1", "app-2"]
     one, two = namespaces(), namespaces()
-    # The one that fails is the one today's main, which takes equal content in two namespaces
-    # for one change, would start with: there it stops the other namespace's rollouts.
-    failing = _order_across({one: names, two: names})[0][0]
-    other = two if failing == one else one
+    # The one that fails comes first in the order of both namespaces' workloads (its waves 0,
+    # 2, 4; the other's 1, 3, 5): a configpin that took equal content in two namespaces for one
+    # change would start with it, and there stop the other namespace's rollouts.
+    failing, other = one, two
     shared = [namespaces(), namespaces()]
-    shared_canary = _order_across({ns: names for ns in shared})[0]
+    shared_canary = (shared[0], names[0])  # likewise first across the shared pair
     before = {
-        failing: _deployments(kube, failing, names, value="t1", deadline=SHORT),
-        other: _deployments(kube, other, names, value="t1"),
+        failing: _deployments(kube, failing, names, value="t1", deadline=SHORT, step=2),
+        other: _deployments(kube, other, names, value="t1", first=1, step=2),
         # content of their own: they must not be one change with the pair above
         **{
-            ns: _deployments(kube, ns, names, value="u1", deadline=SHORT, shared=True)
-            for ns in shared
+            ns: _deployments(
+                kube, ns, names, value="u1", deadline=SHORT, shared=True, first=i, step=2
+            )
+            for i, ns in enumerate(shared)
         },
     }
     with Kubelet(kube, *before) as kubelet:
@@ -1038,9 +1029,9 @@ def test_tenants_are_isolated_unless_the_source_is_shared(
             _set_cm(kube, ns, "t2")
         for ns in shared:
             _set_cm(kube, ns, "u2")
-        canary = _order(failing, names)[0]
+        canary = names[0]
         _wait_state(kube, failing, canary, FAILED, timeout=40)
-        for name in _order(other, names):
+        for name in names:
             _wait_state(kube, other, name, COMPLETE, timeout=40)
         shared_ns, shared_name = shared_canary
         _wait_state(kube, shared_ns, shared_name, FAILED, timeout=40)

@@ -32,8 +32,8 @@ from webhook.core.constants import (
     ANN_REJECTED,
     ANN_ROLLOUT,
     ANN_SOURCES,
+    ANN_WAVE,
 )
-from webhook.core.waves import Member, parse_waves, wave_plan
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 INSTANCE = "deliver"
@@ -291,16 +291,18 @@ def test_a_workload_at_zero_replicas_is_re_stamped_with_its_rollout_ended_in_one
 NAMES = [f"app-{i:02d}" for i in range(20)]
 
 
-def _waves(ns: str) -> list[list[str]]:
-    """The order configpin rolls the twenty in (the same on every replica)."""
-    members = [Member(0, ns, "Deployment", n) for n in NAMES]
-    return [[m.name for m in wave] for wave in wave_plan(members, parse_waves("1,10%,100%"))]
+# The waves of a change of the twenty, as this test orders them (each its configpin.io/wave,
+# its place in NAMES) and as the default wave list `1,10%,100%` cuts them: one workload, then a
+# tenth of the other 19 rounded up, then the rest.
+WAVES = [NAMES[:1], NAMES[1:3], NAMES[3:]]
 
 
 def _twenty(kube: Kube, ns: str, deadline: int = DEADLINE) -> dict[str, dict[str, str]]:
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
-    for name in NAMES:
-        kube.create(path("deployments", ns), _app(name, deadline=deadline))
+    for place, name in enumerate(NAMES):
+        body = _app(name, deadline=deadline)
+        body["metadata"]["annotations"][ANN_WAVE] = str(place)
+        kube.create(path("deployments", ns), body)
     return {name: _sources(_stamped(kube, ns, name)) for name in NAMES}
 
 
@@ -313,7 +315,7 @@ def test_a_change_whose_first_wave_fails_reaches_no_other(
     kube: Kube, ns: str, replicas: list[Configpin], control_plane: ControlPlane
 ) -> None:
     before = _twenty(kube, ns, deadline=20)
-    first, *later = _waves(ns)
+    first, *later = WAVES
     with Kubelet(kube, ns) as kubelet:  # healthy before the change: each one can vouch
         kubelet.allow(*NAMES)
         wait_for(
@@ -343,7 +345,7 @@ def test_healthy_waves_follow_in_order_across_a_leader_change(
     kube: Kube, ns: str, replicas: list[Configpin]
 ) -> None:
     before = _twenty(kube, ns, deadline=600)  # healthy: nothing fails by its deadline here
-    wave1, wave2, wave3 = _waves(ns)
+    wave1, wave2, wave3 = WAVES
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow(*NAMES)
         wait_for(

@@ -358,7 +358,15 @@ def test_old_copies_go_with_their_replicasets(kube: Kube, namespace: str) -> Non
     assert get(kube, "configmaps", namespace, new["app-config"]) is not None
     secret_copy = get(kube, "secrets", namespace, new["app-secret"])
     assert secret_copy is not None, "a copy the current ReplicaSet uses stays"
-    assert owner_uids(secret_copy) == {rs2["metadata"]["uid"]}
+    # the garbage collector takes the old ReplicaSet's reference off a copy the new one still
+    # owns on its own time, after (or before) it deletes the copy only the old one owned
+    wait_for(
+        lambda: (
+            owner_uids(get(kube, "secrets", namespace, new["app-secret"]) or {"metadata": {}})
+            == {rs2["metadata"]["uid"]}
+        ),
+        what="the shared copy owned by the current ReplicaSet alone",
+    )
 
 
 def test_reapplying_the_original_manifest_changes_nothing(kube: Kube, namespace: str) -> None:

@@ -17,6 +17,7 @@ from kubernetes import client
 
 from harness.controlplane import (
     ControlPlane,
+    service_account_kubeconfig,
     wait_for,
 )
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
@@ -35,10 +36,12 @@ cp, ns = instance_fixtures(
 )
 
 
-def _status(plane: ControlPlane, *args: str, kubectl: bool = False) -> tuple[int, str, str]:
+def _status(
+    plane: ControlPlane, *args: str, kubectl: bool = False, kubeconfig: Path | None = None
+) -> tuple[int, str, str]:
     env = {
         **os.environ,
-        "KUBECONFIG": str(plane.kubeconfig),
+        "KUBECONFIG": str(kubeconfig or plane.kubeconfig),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     argv = (
@@ -97,9 +100,20 @@ def test_status_follows_a_change_through_its_rollout(
         return dep["spec"]["template"]["metadata"]["annotations"][ANN_SOURCES] != recorded
 
     wait_for(rolled, timeout=WINDOW + 30, what="the controller's rollout")
+    # its template is current; its pods are not yet (no node runs them here): rolling, which a
+    # gate must not take for delivered
     code, out, err = _status(control_plane, f"deployment/{app}", "-n", ns, "-o", "wide")
-    assert code == 0, out + err
+    assert code == 1, out + err
     assert "current: recorded" in out
+    [_, line, *_] = out.splitlines()
+    assert line.split()[:4] == ["Deployment", app, "default", "rolling"]
+    # scaled to zero, nothing is left to deliver: current
+    kube.patch(path("deployments", ns, app), {"spec": {"replicas": 0}}, MERGE_PATCH)
+    wait_for(
+        lambda: _status(control_plane, f"deployment/{app}", "-n", ns)[0] == 0,
+        timeout=30,
+        what="status to say current once nothing rolls",
+    )
 
 
 def test_status_names_a_missing_source_and_what_is_not_pinned(
@@ -159,3 +173,61 @@ def test_status_of_a_snapshot_mode_workload_follows_its_source(
     )
     code, out, err = _status(control_plane, "deployment/snap", "-n", ns)
     assert code == 0, out + err
+
+
+def test_a_user_who_may_not_dry_run_is_not_told_current(
+    control_plane: ControlPlane, k8s: client.ApiClient, ns: str, tmp_path: Path
+) -> None:
+    """A user who may read every workload (as Kubernetes' own `view` role) but not create one, so
+    the server-side dry run that judges a workload is refused: status cannot say it is current,
+    and a CI gate on it must not pass. It says the right it lacks, and exits 2."""
+    kube = Kube(k8s)
+    kube.create(path("configmaps", ns), configmap("app-config", {"a": "1"}))
+    kube.create(path("deployments", ns), deployment("viewed"))
+    code, out, err = _status(control_plane, "-n", ns, "-o", "json")
+    assert code == 0, out + err
+    assert _rows(out)["viewed"]["state"] == "current"
+
+    kube.create(path("serviceaccounts", ns), {"metadata": {"name": "viewer"}})
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    read = ["get", "list", "watch"]
+    kube.create(
+        f"{rbac}/roles",
+        {
+            "metadata": {"name": "viewer"},
+            "rules": [  # what Kubernetes' own `view` role grants on workloads and Events
+                {
+                    "apiGroups": [""],
+                    "resources": ["replicationcontrollers", "events"],
+                    "verbs": read,
+                },
+                {
+                    "apiGroups": ["apps"],
+                    "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+                    "verbs": read,
+                },
+                {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": read},
+                # (Argo Rollouts' CRD, installed by other tests, aggregates to `view` too)
+                {"apiGroups": ["argoproj.io"], "resources": ["rollouts"], "verbs": read},
+            ],
+        },
+    )
+    kube.create(
+        f"{rbac}/rolebindings",
+        {
+            "metadata": {"name": "viewer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}],
+        },
+    )
+    viewer = service_account_kubeconfig(control_plane, k8s, ns, "viewer", tmp_path / "viewer")
+    code, out, err = _status(control_plane, "-n", ns, "-o", "json", kubeconfig=viewer)
+    assert code == 2 and out, out + err
+    row = _rows(out)["viewed"]
+    assert row["state"] == "unknown"
+    assert f"needs 'create' on deployments.apps in namespace {ns}" in row["reason"]
+    assert "forbidden" in row["reason"]  # the API server's own answer
+    assert "not known to be current" in err
+    code, out, err = _status(control_plane, "deployment/viewed", "-n", ns, kubeconfig=viewer)
+    assert code == 2, out + err
+    assert "unknown" in out

@@ -26,7 +26,6 @@ import contextlib
 import json
 import math
 import secrets
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,16 +35,13 @@ from kubernetes import client
 
 from harness.apps import rollout_undo
 from harness.configpin import (
+    CONFIGPIN_NAMESPACE,
     INSTANCE_LABEL,
-    Configpin,
-    ensure_namespace,
-    lease_name,
-    start_configpin,
 )
 from harness.controlplane import ENABLED_LABEL, ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap
-from tests.integration.instances import leader
+from tests.integration.instances import Replicas, replicas_pair
 from tests.integration.workloads import (
     annotation,
     approve,
@@ -63,12 +59,15 @@ from tests.integration.workloads import (
     wait_event,
     wait_healthy,
 )
+from webhook.core import digest
 from webhook.core.constants import (
     ANN_APPROVED,
     ANN_ROLLOUT_BUDGET,
     ANN_ROLLOUT_STARTS,
     ANN_ROLLOUT_WINDOWS,
 )
+from webhook.core.model import SourceKind
+from webhook.kube.digestkey import read_digest_key
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
@@ -86,68 +85,7 @@ AWAITING = "ConfigRolloutAwaitingWindow"
 FLAPPING = "ConfigRolloutFlapping"
 
 
-class Replicas:
-    """Two configpin replicas of one instance, as the chart runs them; the webhook calls the
-    first. `kill_leader` kills the one that leads (SIGKILL: its Lease must expire) and starts
-    another in its place, registered as the webhook where the killed one was."""
-
-    def __init__(self, plane: ControlPlane, tmp: Path) -> None:
-        self.plane = plane
-        self.tmp = tmp
-        self.instance = f"win{secrets.token_hex(3)}"
-        self.webhook = f"configpin-{self.instance}"
-        self.lease = lease_name(self.instance)
-        self.running: list[tuple[Configpin, bool]] = []
-        self._n = 0
-
-    def start(self, *, webhook: bool) -> Configpin:
-        self._n += 1
-        cp = start_configpin(
-            self.plane,
-            self.tmp / f"replica-{self._n}",
-            args=ARGS,
-            instance=self.instance,
-            webhook_name=self.webhook if webhook else None,
-        )
-        self.running.append((cp, webhook))
-        return cp
-
-    def all(self) -> list[Configpin]:
-        return [cp for cp, _ in self.running if cp.alive()]
-
-    def leader(self) -> Configpin:
-        found = wait_for(lambda: leader(self.all()), what="one replica leading")
-        assert found is not None
-        return found
-
-    def kill_leader(self) -> None:
-        lead = self.leader()
-        webhook = next(w for cp, w in self.running if cp is lead)
-        lead.stop(signal.SIGKILL)
-        self.start(webhook=webhook)
-        wait_for(lambda: leader(self.all()) is not None, timeout=60, what="a new leader")
-
-    def stop(self) -> None:
-        for cp, _ in self.running:
-            cp.stop()
-
-
-@pytest.fixture(scope="module")
-def replicas(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Replicas]:
-    with control_plane.api_client() as api:
-        ensure_namespace(api)
-    pair = Replicas(control_plane, tmp_path_factory.mktemp("configpin-windows"))
-    try:
-        pair.start(webhook=True)
-        pair.start(webhook=False)
-        pair.leader()
-        yield pair
-    finally:
-        for cp, _ in pair.running:
-            print(f"--- {cp.url}\n{cp.log()[-6000:]}")
-        pair.stop()
+replicas = replicas_pair("win", ARGS)
 
 
 @pytest.fixture
@@ -206,14 +144,16 @@ def _app(kube: Kube, ns: str, names: dict[str, dict[str, str]]) -> dict[str, dic
     return before
 
 
-def _content_of(kube: Kube, ns: str, value: str, reader_name: str = "probe") -> dict[str, str]:
-    """What a workload reading `cfg`'s key a records for content `value`: a probe
-    Deployment created now, with `cfg` at `value` (admission pins it), then deleted."""
+def _content_of(kube: Kube, ns: str, value: str) -> dict[str, str]:
+    """What a workload reading `cfg`'s key a records for content `value`, with `cfg` set to
+    it now: the digest under the running configpin's key, worked out here. (A probe admitted
+    right after the write is no measure: admission reads its replica's cache, which may not
+    have seen the write yet, and the controller re-stamps such a probe later.)"""
     set_cm(kube, ns, value)
-    kube.create(path("deployments", ns), reader(reader_name))
-    recorded = sources(stamped(kube, ns, reader_name))
-    kube.delete(path("deployments", ns, reader_name))
-    return recorded
+    hkey = read_digest_key(kube, CONFIGPIN_NAMESPACE, "configpin-digest-key")
+    stored = get(kube, ns, "cfg", "configmaps")
+    record = digest.record_from_object(hkey, SourceKind.CONFIGMAP, stored)
+    return {"configmap/cfg": digest.source_digest(digest.namespace_key(hkey, ns), record, ["a"])}
 
 
 # --- windows --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from harness.configpin import Configpin
 from harness.controlplane import ControlPlane, service_account_kubeconfig, wait_for
-from harness.manifests import container, deployment, env_key_ref, pod_spec
+from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec
 from webhook.core.constants import ANN_CHANGED_BY, ANN_ROLLOUT, ANN_SOURCES
 from webhook.kube.raw import MERGE_PATCH, Kube, path
 
@@ -83,6 +83,15 @@ def reader(
     )
     dep["spec"]["progressDeadlineSeconds"] = deadline
     return dep
+
+
+def readers_of_cfg(kube: Kube, ns: str, names: Sequence[str], deadline: int = 600) -> None:
+    """ConfigMap `cfg` (a: 1) and a `reader` Deployment of it per name, each stamped."""
+    kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
+    for name in names:
+        kube.create(path("deployments", ns), reader(name, deadline=deadline))
+    for name in names:
+        stamped(kube, ns, name)
 
 
 def stamped(kube: Kube, ns: str, name: str) -> dict[str, Any]:

@@ -172,7 +172,11 @@ def test_a_failed_first_wave_holds_the_change_and_the_other_workloads_keep_the_o
         timeout=DEADLINE + 90,
         what="the first wave failed",
     )
-    assert events(k8s, namespace, "ConfigRolloutFailed")
+    wait_for(  # (Events are sent after the write, by the recorder's own thread)
+        lambda: events(k8s, namespace, "ConfigRolloutFailed"),
+        timeout=30,
+        what="the ConfigRolloutFailed Event",
+    )
     time.sleep(SETTLE)
     assert rolled() == [first]  # held: no later wave
     for name in rest:

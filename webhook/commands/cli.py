@@ -15,7 +15,6 @@ from webhook import __version__
 from webhook.core.constants import MODES
 from webhook.core.kinds import ARGO_ROLLOUT, parse_custom_kinds, use_custom_kinds
 from webhook.core.owners import parse_owner_kinds, use_owner_kinds
-from webhook.inputs.sources import EMBEDDED_MANIFESTS
 from webhook.process.digestkey import BadDigestKey, load_key_file, new_key_text
 from webhook.process.logs import setup_logging
 
@@ -37,6 +36,9 @@ def _serve_parser(sub: Any, *, flags: bool = True) -> None:
         "serve",
         help="run the admission webhook (and, with a cluster, the controller)",
         description="Serve the admission webhook; with a cluster, also run the controller. "
+        "It acts on a cluster only when one is named with --kubeconfig, or in a pod (in-cluster "
+        "config): KUBECONFIG and ~/.kube/config are not read, so on a laptop it serves the "
+        "embedded default sources (or --manifests) on 127.0.0.1 and changes nothing anywhere. "
         "Every flag is also an environment variable; a flag wins over the environment.",
     )
     if flags:
@@ -176,14 +178,16 @@ def _cluster_parsers(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], argv: Sequence[str] | None
 ) -> None:
     """The commands that read the cluster with the user's own rights (status, plan, approve,
-    dashboard): each one's flags only when it is the command, or for the whole parser."""
+    wait, dashboard): each one's flags only when it is the command, or for the whole parser."""
     st = sub.add_parser(
         "status",
         help="is each workload pinned, to what, and is it stale? (also `kubectl configpin status`)",
         description="Compare what each workload's pod template records with what admission "
         "would record now (asked by a server-side dry run: no digest key, only your own "
-        "rights). Exit 0: all current; 1: something stale or a required source missing; "
-        "2: usage or connection error.",
+        "rights). Exit 0: every workload known to be current (or not pinned); 1: a change "
+        "not delivered yet (stale, waiting, rolling, held) or one that failed, a required source "
+        "missing; 2: a workload it could not judge (your rights refuse the dry run: it needs "
+        "'create' on the kind), or a usage or connection error.",
     )
     if argv is None or "status" in argv:
         from webhook.commands import status
@@ -220,6 +224,22 @@ def _cluster_parsers(
         from webhook.commands import changes
 
         changes.add_approve_arguments(ap)
+
+    wt = sub.add_parser(
+        "wait",
+        help="wait until the change a ConfigMap or Secret holds now is delivered (also "
+        "`kubectl configpin wait`)",
+        description="Wait until configpin has delivered the change each ConfigMap or Secret "
+        "holds now (its ConfigRollout says Ready about the source as it stands: never an "
+        "earlier change's verdict), or it has failed, or --timeout has passed. Only your own "
+        "rights: 'get' on the sources and on configrollouts.configpin.io. Exit 0: every change "
+        "delivered; 1: one failed, was rolled back, held or paused; 2: usage or connection "
+        "error, a source missing or not readable, or the timeout.",
+    )
+    if argv is None or "wait" in argv:
+        from webhook.commands import wait
+
+        wait.add_arguments(wt)
 
     db = sub.add_parser(
         "dashboard",
@@ -448,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from webhook.commands import changes
 
         return changes.approve(args)
+    if args.command == "wait":
+        from webhook.commands import wait
+
+        return wait.run(args)
     if args.command == "dashboard":
         from webhook.commands.dashboard import command
 
@@ -459,4 +483,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["EMBEDDED_MANIFESTS", "kubectl_plugin", "main"]
+__all__ = ["kubectl_plugin", "main"]

@@ -10,8 +10,10 @@ runs). The two are compared digest by digest; digests are keyed, so nothing secr
 The user needs `get`/`list` on the workloads and `create` on their kind, as for `kubectl apply
 --dry-run=server`.
 
-Exit status: 0 all current; 1 something stale, or a required source missing; 2 usage or
-connection errors.
+Exit status (the highest of its workloads', `reasons.STATUS_EXIT`): 0 only when every
+workload is known to be current (or not pinned); 1 a change not delivered yet (stale, waiting,
+rolling, held) or one that failed, a required source missing; 2 usage or connection errors, or
+a workload it could not judge (`unknown`: the user's rights refuse the dry run).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Final
 import yaml
 from kubernetes import config
 
+from webhook.commands.waits import Waits
 from webhook.core.constants import (
     ANN_MODE,
     ANN_OBSERVED,
@@ -52,7 +55,7 @@ from webhook.core.kinds import (
 )
 from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
-from webhook.core.reasons import WAIT_STATES, SourceState, Status
+from webhook.core.reasons import SourceState, Status
 from webhook.core.record import (
     ACTION_WORDS,
     ROLLOUT_WORDS,
@@ -202,6 +205,11 @@ def _copy_sites(spec: dict[str, Any], sources: Iterable[str]) -> Iterator[tuple[
             yield site, source
 
 
+def _stale(st: WorkloadStatus) -> list[str]:
+    """The sources (`configmap/NAME`) a workload is stale for: changed since it recorded them."""
+    return [s.source for s in st.sources if s.state is SourceState.STALE]
+
+
 def _copies(obj: dict[str, Any], recorded: dict[str, str]) -> list[str]:
     """The snapshot copies the pod template points at."""
     spec = _pod_spec(obj)
@@ -215,6 +223,7 @@ def _copies(obj: dict[str, Any], recorded: dict[str, str]) -> list[str]:
 class StatusReader:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
+        self.waits = Waits(kube)
         self._prefixes: dict[str, str | None] = {}
 
     def prefix(self, kind: str) -> str | None:
@@ -302,10 +311,10 @@ class StatusReader:
             now, warnings = self._admit_now(obj)
         except Forbidden as e:
             st.state = Status.UNKNOWN
-            st.reason = f"cannot ask the API server (dry run): {e.reason}"
+            st.reason = f"cannot judge: {self.needs(obj)}; the API server refused it: {e.reason}"
             return st
         except KubeError as e:
-            st.state, st.reason = Status.UNKNOWN, f"dry run failed: {e}"
+            st.state, st.reason = Status.UNKNOWN, f"cannot judge: the dry run failed: {e}"
             return st
         st.warnings = warnings
         current = parse_mapping(_annotations(_template_meta(now)).get(ANN_SOURCES)) or {}
@@ -350,7 +359,7 @@ class StatusReader:
         if st.state is Status.STALE and state == State.ROLLING:
             # its rollout in flight was superseded by a newer change, which its windows or
             # budget hold: that is what a person must know
-            waits, note = self._waiting(obj)
+            waits, note = self._waiting(obj, _stale(st))
             if waits in (Status.AWAITING_WINDOW, Status.FLAPPING):
                 st.state, st.reason = waits, note
                 return
@@ -364,33 +373,25 @@ class StatusReader:
         elif state == State.LEFT and st.state is Status.CURRENT:
             st.reason = f"at zero replicas: {ROLLOUT_WORDS[State.LEFT]}"
         if st.state is Status.STALE:
-            waits, note = self._waiting(obj)
+            waits, note = self._waiting(obj, _stale(st))
             if waits is not None:
                 st.state, st.reason = waits, note
 
-    def _waiting(self, obj: dict[str, Any]) -> tuple[Status | None, str]:
-        """Why its rollout waits, as the controller last said (its Event, whose reason gives
-        the state: reasons.WAIT_STATES) and the note; (None, "") when it said nothing."""
-        meta = obj.get("metadata") or {}
-        selector = f"involvedObject.name={meta.get('name')}"
-        try:
-            page = self.kube.get(
-                path("events", str(meta.get("namespace") or ""), prefix="/api/v1"),
-                fieldSelector=selector,
-            )
-        except KubeError:
-            return None, ""  # not allowed to read Events, say: the state stays stale
-        notes = sorted(
-            (
-                str(e.get("lastTimestamp") or e.get("eventTime") or ""),
-                WAIT_STATES[str(e.get("reason"))],
-                str(e.get("message") or ""),
-            )
-            for e in page.get("items") or ()
-            if (e.get("involvedObject") or {}).get("kind") == obj.get("kind")
-            and e.get("reason") in WAIT_STATES
+    def _waiting(self, obj: dict[str, Any], stale: Sequence[str] = ()) -> tuple[Status | None, str]:
+        return self.waits.of(obj, stale)
+
+    def needs(self, obj: dict[str, Any]) -> str:
+        """The right the dry run asks for, as RBAC names it: what a user who was refused lacks."""
+        kind = str(obj.get("kind"))
+        entry = workload_kind(kind)
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        resource = kind if entry is None else entry.resource
+        if entry is not None and entry.group:
+            resource = f"{resource}.{entry.group}"
+        return (
+            f"status needs 'create' on {resource} in namespace {namespace} "
+            "(a server-side dry run, which persists nothing)"
         )
-        return (notes[-1][1], notes[-1][2]) if notes else (None, "")
 
     def _admit_now(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         kind = str(obj.get("kind"))
@@ -543,7 +544,14 @@ def run(args: argparse.Namespace) -> int:
         print(_table(rows, args.output == "wide", namespace is None), end="")
     else:
         print("No workloads found.", file=sys.stderr)
-    return 1 if any(r.failing for r in rows) else 0
+    unknown = [r for r in rows if r.state is Status.UNKNOWN]
+    if unknown:
+        print(
+            f"configpin status: {len(unknown)} workload(s) could not be judged, so they are "
+            f"not known to be current: {unknown[0].reason}",
+            file=sys.stderr,
+        )
+    return max((r.state.exit_code for r in rows), default=0)
 
 
 __all__ = ["StatusReader", "WorkloadStatus", "add_arguments", "run"]

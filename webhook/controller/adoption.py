@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from cachetools import FIFOCache
+
 from webhook.controller.queue import Pending, RolloutQueue
 from webhook.controller.runner import Runner
 from webhook.core import digest
@@ -199,7 +201,8 @@ class SnapshotAdopter:
         kube, cache, index = writer.kube, writer.cache, writer.index
         self.kube = kube
         self.events = events
-        self._reported: dict[str, None] = {}  # uids of look-alikes said in an Event (ordered)
+        # uids of look-alikes said in an Event, the oldest forgotten first
+        self._reported: FIFOCache[str, None] = FIFOCache(maxsize=_REPORTED_MAX)
         self._reported_lock = threading.Lock()  # watch threads and the worker both report
         self.cache = cache
         self.index = index
@@ -253,8 +256,6 @@ class SnapshotAdopter:
                 if uid in self._reported:
                     continue
                 self._reported[uid] = None
-                while len(self._reported) > _REPORTED_MAX:
-                    del self._reported[next(iter(self._reported))]
             self.events.say(
                 Regarding("v1", kind.api_kind, namespace, name, uid),
                 EventReason.LOOKALIKE_IGNORED,

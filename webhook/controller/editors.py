@@ -10,9 +10,10 @@ that moved on since in what the workload reads, was changed by someone unknown."
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
+
+from cachetools import LRUCache
 
 from webhook.core import digest
 from webhook.core.preview import changed_by_of
@@ -22,7 +23,7 @@ from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import Kube, path
 
 UNKNOWN: Final = "unknown"
-_REMEMBERED: Final = 4096
+_REMEMBERED: Final = 4096  # answers kept, the most recently asked
 _WAIT: Final = 10.0  # seconds a worker waits for another's read of the same change at most
 
 
@@ -41,7 +42,7 @@ class Editors:
         self.kube = kube
         self.hkey = hkey
         self._lock = threading.Lock()
-        self._said: OrderedDict[tuple[str, Rolled], str] = OrderedDict()
+        self._said: LRUCache[tuple[str, Rolled], str] = LRUCache(maxsize=_REMEMBERED)
         self._asking: dict[tuple[str, Rolled], threading.Event] = {}
 
     def said(self, namespace: str, rolled: Rolled) -> str:
@@ -83,8 +84,6 @@ class Editors:
         text = made if made is not None else UNKNOWN
         with self._lock:
             self._said[key] = text
-            while len(self._said) > _REMEMBERED:
-                self._said.popitem(last=False)
         return text
 
     def of(self, namespace: str, rolled: tuple[Rolled, ...]) -> str:

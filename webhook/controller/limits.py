@@ -20,6 +20,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from cachetools import LRUCache
+
 from webhook.core.budget import Budget, BudgetError, allowance, counted, encode_starts, parse_budget
 from webhook.core.current import WorkloadEntry, WorkloadRef
 from webhook.core.durations import format_duration
@@ -40,7 +42,8 @@ from webhook.process.config import Settings
 # Texts whose meaning is kept, and pairs of them whose verdict is: more than a cluster holds
 # workloads with lists of their own (at 4,096 a pass over 10,000 distinct texts forgot them as
 # it went and asked every schedule again, 6 s a pass: bench.windows distinct-all). The texts
-# are the index entries' own strings; a parsed list or a verdict is a few hundred bytes.
+# are the index entries' own strings; a parsed list or a verdict is a few hundred bytes. Past
+# that, the least recently asked are forgotten, one at a time (never all at once).
 _KEPT_MAX: Final = 65_536
 T = TypeVar("T")
 _CLUSTER: Final = "the cluster's --rollout-windows"
@@ -84,13 +87,16 @@ class RolloutLimits:
         self.written = settings.rollout_budget.strip()
         self.namespace_windows = namespace_windows
         self.wall = wall
-        self._lock = threading.Lock()
-        self._lists: dict[str, Windows | str] = {}  # text -> list, or why it cannot be read
-        self._budgets: dict[str, Budget | str] = {}
-        self._verdicts: dict[tuple[str | None, str | None], _Verdict] = {}
+        self._lock = threading.Lock()  # (the three caches: the workers and the housekeeping)
+        # text -> list, or why it cannot be read
+        self._lists: LRUCache[str, Windows | str] = LRUCache(maxsize=_KEPT_MAX)
+        self._budgets: LRUCache[str, Budget | str] = LRUCache(maxsize=_KEPT_MAX)
+        self._verdicts: LRUCache[tuple[str | None, str | None], _Verdict] = LRUCache(
+            maxsize=_KEPT_MAX
+        )
 
     # --- what texts mean (kept, bounded)
-    def _read(self, kept: dict[str, T | str], text: str, parse: Callable[[str], T]) -> T | str:
+    def _read(self, kept: LRUCache[str, T | str], text: str, parse: Callable[[str], T]) -> T | str:
         """What `text` means as `parse` reads it, or why it cannot be read (kept in `kept`)."""
         with self._lock:
             found = kept.get(text)
@@ -100,8 +106,6 @@ class RolloutLimits:
             except (WindowError, BudgetError) as e:
                 found = str(e)
             with self._lock:
-                if len(kept) >= _KEPT_MAX:
-                    kept.clear()
                 kept[text] = found
         return found
 
@@ -176,8 +180,6 @@ class RolloutLimits:
                     until,
                 )
         with self._lock:
-            if len(self._verdicts) >= _KEPT_MAX:
-                self._verdicts.clear()
             self._verdicts[key] = verdict
         return verdict
 
@@ -226,22 +228,6 @@ class RolloutLimits:
         if own is not None and budget is not self.budget:
             return own.strip()
         return self.written
-
-    def hold(
-        self,
-        entry: WorkloadEntry,
-        changes: Sequence[Change],
-        *,
-        approved: Callable[[Change], bool],
-        approved_now: Callable[[Change], bool],
-    ) -> Wait | None:
-        """Why configpin may not start the rollout of `entry` to `changes` now: its windows,
-        then its budget (None: it may). `approve --now` of every change lifts both; an
-        approval of every change (a person's) lifts the budget."""
-        wait = self.window_hold(entry, changes, approved_now=approved_now)
-        if wait is not None:
-            return wait
-        return self.budget_hold(entry, changes, approved=approved, approved_now=approved_now)
 
     def window_hold(
         self,

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
+
+from cachetools import LRUCache
 
 from webhook.controller.limits import RolloutLimits
 from webhook.controller.wavecut import Elsewhere, WaveCut, carried, member_of, vouches
@@ -86,7 +87,9 @@ class Previewer:
         self._lock = threading.Lock()
         # (namespace, source) -> (the index's version, its consumers in wave order, whether
         # any of them has a rollout record)
-        self._lists: OrderedDict[tuple[str, str], tuple[int, list[_Consumer], bool]] = OrderedDict()
+        self._lists: LRUCache[tuple[str, str], tuple[int, list[_Consumer], bool]] = LRUCache(
+            maxsize=_LISTS_MAX
+        )
 
     def _consumed(self, entry: WorkloadEntry, namespace: str, sid: SourceId) -> Consumed | None:
         """What `entry` consumes of `sid`: by its name, or through a copy of it."""
@@ -128,7 +131,6 @@ class Previewer:
         with self._lock:
             found = self._lists.get(key)
             if found is not None and found[0] == version:
-                self._lists.move_to_end(key)
                 return found[1], found[2]
         by_member: dict[Member, _Consumer] = {}
         for entry in self.index.consumers(namespace, sid):
@@ -140,9 +142,6 @@ class Previewer:
         briefs = any(c.brief is not None for c in ordered)
         with self._lock:
             self._lists[key] = (version, ordered, briefs)
-            self._lists.move_to_end(key)
-            while len(self._lists) > _LISTS_MAX:
-                self._lists.popitem(last=False)
         return ordered, briefs
 
     def rows(

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from webhook.controller.editors import Rolled as RolledTo
 from webhook.controller.index import WorkloadIndex
+from webhook.controller.needs import Held, Inputs, Need, pods_key, reads_of
 from webhook.controller.outcome import (
     Outcome,
     Poll,
@@ -25,18 +26,8 @@ from webhook.controller.outcome import (
     Skipped,
 )
 from webhook.controller.report import Reporter
-from webhook.controller.restamp import (
-    Decision,
-    Held,
-    IndexRestamp,
-    Inputs,
-    Need,
-    Restamper,
-    pods_key,
-    reads_of,
-    touches_template,
-)
-from webhook.core.constants import ANN_SOURCES
+from webhook.controller.restamp import Decision, IndexRestamp, Restamper, touches_template
+from webhook.core.constants import ANN_HELD, ANN_SOURCES
 from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef
 from webhook.core.kept import dumps_mapping, parse_mapping
 from webhook.core.kinds import WorkloadKind, template_paths
@@ -48,12 +39,14 @@ from webhook.core.model import (
     SourceUnavailable,
 )
 from webhook.core.reasons import Fallback, SkipReason
-from webhook.core.record import Action, State
+from webhook.core.record import Action, State, annotations_of
 from webhook.core.refresh import RollInstead
 from webhook.core.refs import get_path
+from webhook.core.rollouts import held_text
+from webhook.core.waves import Wait
 from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
-from webhook.kube.errors import Conflict, Forbidden, NotFound
+from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.ratelimit import LimitedKube
 from webhook.kube.raw import MERGE_PATCH
 from webhook.kube.workloads import Served, update_workload
@@ -224,6 +217,8 @@ class Reconciler:
         if written is None:
             if decision.poll is not None:  # the rollout it follows goes on
                 return Poll(decision.poll)
+            if result.read is not None and not follow_only:
+                self._held(ref, kind, result.read, decision.waiting)
             if decision.waiting is not None and result.read is not None:
                 self.report.waiting(ref, result.read, decision.waiting)
             skipped = self._skipped(decision.skip or SkipReason.UNCHANGED)
@@ -244,6 +239,33 @@ class Reconciler:
             dict(decision.intended),
         )
         return self._landed(ref, landed, changed, first_seen, decision)
+
+    def _held(self, ref: WorkloadRef, kind: Served, read: JSONObject, wait: Wait | None) -> None:
+        """`configpin.io/held` on the workload says the hold the gate answered, when it is one
+        a person or a clock ends (webhook.core.rollouts.held_text), and is taken off when it
+        is not (a re-stamp takes it off in its own write): one merge patch of that annotation
+        where it differs, nothing otherwise. What Argo CD's and Flux's health checks read; no
+        decision of configpin's reads it. The index learns at once that the workload carries
+        it (where nothing else of it moved since it was indexed), so that the next resync
+        takes the hold as known (RolloutController.check) without waiting for the watch."""
+        have = annotations_of(read).get(ANN_HELD)
+        want = held_text(wait)
+        if have == want:
+            return
+        patch = {"metadata": {"annotations": {ANN_HELD: want}}}
+        try:
+            written = self.limited.patch(
+                kind.path(ref.namespace, ref.name), patch, content_type=MERGE_PATCH
+            )
+        except (NotFound, Conflict):
+            return  # (gone, or moved on: looked at again)
+        except KubeError as e:
+            log.warning("%s: could not say it is held (%s): %s", ref, ANN_HELD, e)
+            return
+        written.setdefault("kind", ref.kind)
+        entry = self.restamper.entry(written)
+        if isinstance(entry, WorkloadEntry) and self.index.get(ref) == entry:
+            self.index.put(entry)  # (anything else moved: the watch's event says it)
 
     def _ended(self, ref: WorkloadRef, written: JSONObject, decision: Decision) -> Outcome:
         """A followed rollout came to an end (complete, or failed and acted upon): index what

@@ -5,9 +5,11 @@ recorder queues them without waiting (webhook.kube.events)."""
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
+
+from cachetools import FIFOCache
 
 from webhook.controller.follow import Ended
 from webhook.core.current import WorkloadRef
@@ -36,8 +38,11 @@ class Reporter:
         self.metrics = metrics
         self.events = events
         self.clock = clock
-        self._owned: OrderedDict[str, None] = OrderedDict()  # uids said (bounded)
-        self._waiting: OrderedDict[str, None] = OrderedDict()  # (workload, why) said (bounded)
+        # What was said once, the oldest forgotten first: uids, and (workload, why). (Under
+        # the lock: the workers and the watch thread say them.)
+        self._owned: FIFOCache[str, None] = FIFOCache(maxsize=_REPORTED_MAX)
+        self._waiting: FIFOCache[str, None] = FIFOCache(maxsize=_REPORTED_MAX)
+        self._said_lock = threading.Lock()
 
     def _since(self, first_seen: float | None) -> float | None:
         return None if first_seen is None else max(0.0, self.clock() - first_seen)
@@ -153,11 +158,10 @@ class Reporter:
         """ConfigRolloutWaiting (ConfigRolloutAwaitingApproval, ConfigRolloutAwaitingWindow,
         ConfigRolloutFlapping), once per workload and reason."""
         key = f"{ref} {wait.why}"
-        if key in self._waiting:
-            return
-        self._waiting[key] = None
-        while len(self._waiting) > _REPORTED_MAX:
-            self._waiting.popitem(last=False)
+        with self._said_lock:
+            if key in self._waiting:
+                return
+            self._waiting[key] = None
         log.info("%s: not rolled yet: %s", ref, wait.why)
         note = f"not rolled yet: {wait.why}"
         if self.events is None:
@@ -234,11 +238,12 @@ class Reporter:
         chart's matchConditions apply)."""
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid") or "")
-        if self.events is None or not uid or uid in self._owned:
+        if self.events is None or not uid:
             return
-        self._owned[uid] = None
-        while len(self._owned) > _REPORTED_MAX:
-            self._owned.popitem(last=False)
+        with self._said_lock:
+            if uid in self._owned:
+                return
+            self._owned[uid] = None
         owner = controller_of(obj) or {}
         self.metrics.owned_skipped.inc()
         self.events.say(obj, EventReason.SKIPPED_OWNED, f"not pinned: {owned_reason(owner)}")

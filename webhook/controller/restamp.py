@@ -28,7 +28,6 @@ case.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -36,9 +35,11 @@ from dataclasses import dataclass, field, replace
 
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Ended, Follower
+from webhook.controller.needs import Held, Inputs, Need, Reads
 from webhook.controller.wavecut import carried_on
 from webhook.controller.waves import Gate
 from webhook.core.constants import (
+    ANN_HELD,
     ANN_ON_CHANGE,
     ANN_ROLLOUT,
     ANN_ROLLOUT_STARTS,
@@ -62,8 +63,6 @@ from webhook.core.model import (
     Plan,
     SnapshotRequest,
     SourceId,
-    SourceRecord,
-    SourceUnavailable,
 )
 from webhook.core.modes import effective_mode
 from webhook.core.names import pointer
@@ -75,7 +74,6 @@ from webhook.core.record import (
     Change,
     RolloutRecord,
     State,
-    annotation_ops_after,
     generation_of,
     identity,
     readmitted,
@@ -89,96 +87,9 @@ from webhook.core.refresh import RollInstead, roll_instead
 from webhook.core.refs import Consumption
 from webhook.core.times import format_time, parse_time
 from webhook.core.waves import Wait
-from webhook.inputs.sources import Miss
 from webhook.process.config import Settings
 
 log = logging.getLogger(__name__)
-
-Held = Callable[[SourceId], SourceRecord | Miss | None]
-"""The sources of the workload's namespace as this replica holds them in memory (MISS where
-only a read would tell)."""
-
-
-@dataclass(frozen=True)
-class Need:
-    """What a decision needs read from the API server before it can be made: the Prelude
-    (webhook.controller.reconcile) reads it into the `Inputs` and asks again."""
-
-    sources: frozenset[SourceId] = frozenset()  # sources memory does not hold
-    pods: bool = False  # the live pods of the workload as read (a rollout it follows)
-    editors: tuple[Rolled, ...] = ()  # who made what it rolls to (a rollout it starts)
-
-
-def pods_key(obj: JSONObject) -> tuple[str, str]:
-    """What a workload's pods are listed by: its uid and its selector (a workload read again
-    after a conflict with the same two has the same pods to look at)."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    return str(meta.get("uid") or ""), json.dumps(spec.get("selector"), sort_keys=True)
-
-
-@dataclass
-class Inputs:
-    """What the API server answered for the decisions on one workload, read once per
-    reconcile (however often a conflict makes it decide again)."""
-
-    # a source memory did not hold: its record, None (it does not exist), or why it could
-    # not be read
-    sources: dict[SourceId, SourceRecord | SourceUnavailable | None] = field(default_factory=dict)
-    pods: dict[tuple[str, str], list[JSONObject]] = field(default_factory=dict)  # by pods_key
-    # who made what a rollout rolls to, by the keys it reads of each source and their
-    # digest: a source that moves on in other keys while the reconcile goes on (a later
-    # round's, a conflict's) is not asked about again
-    editors: dict[tuple[_Read, ...], str] = field(default_factory=dict)
-
-    def editors_of(self, rolled: tuple[Rolled, ...]) -> str | None:
-        """Who made what a rollout rolls to ("" for nothing; None: not asked yet)."""
-        return self.editors.get(reads_of(rolled)) if rolled else ""
-
-    def source(self, sid: SourceId) -> SourceRecord | None:
-        """As read (raises SourceUnavailable as the read did); KeyError: not read."""
-        found = self.sources[sid]
-        if isinstance(found, SourceUnavailable):
-            raise SourceUnavailable(str(found))
-        return found
-
-    def pods_of(self, obj: JSONObject) -> list[JSONObject] | None:
-        """The live pods of the workload as read (None: not listed yet)."""
-        return self.pods.get(pods_key(obj))
-
-
-_Read = tuple[SourceId, frozenset[str] | None, str]
-
-
-def reads_of(rolled: tuple[Rolled, ...]) -> tuple[_Read, ...]:
-    """What a rollout reads of the sources it rolls to: source, keys, their digest."""
-    return tuple((r.change.source, r.keys, r.to) for r in rolled)
-
-
-class _Reads:
-    """The sources as a decision reads them: memory first, then what was read for it; what
-    neither holds is noted (the decision then asks for it, `Need`) and taken meanwhile as
-    absent. `peek`: memory alone (what staleness is judged by)."""
-
-    def __init__(self, held: Held, inputs: Inputs) -> None:
-        self.held = held
-        self.inputs = inputs
-        self.missed: set[SourceId] = set()
-
-    def peek(self, sid: SourceId) -> SourceRecord | None:
-        found = self.held(sid)
-        return None if isinstance(found, Miss) else found
-
-    def __call__(self, sid: SourceId) -> SourceRecord | None:
-        found = self.held(sid)
-        if not isinstance(found, Miss):
-            return found
-        if sid in self.inputs.sources:
-            return self.inputs.source(sid)
-        self.missed.add(sid)
-        return None
-
-    def need(self) -> Need | None:
-        return Need(sources=frozenset(self.missed)) if self.missed else None
 
 
 @dataclass(frozen=True)
@@ -208,6 +119,20 @@ class Decision:
     @classmethod
     def leave(cls, reason: SkipReason) -> Decision:
         return cls([], reason)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What starting a rollout writes on the workload's own metadata beside the re-stamp (an
+    annotation's value, None: removed), and its record (None: rollouts are not followed)."""
+
+    annotations: dict[str, str | None]
+    rollout: RolloutRecord | None
+
+
+def _warn(ref: WorkloadRef, warnings: Iterable[str]) -> None:
+    for warning in warnings:
+        log.warning("%s: %s", ref, warning)
 
 
 def touches_template(kind: str, ops: Iterable[PatchOp]) -> bool:
@@ -342,7 +267,7 @@ class Restamper:
         rollout configpin follows there; `refused`: its pods may not be refreshed (it rolls
         instead). A `Need`: what must be read into `inputs` before it can be decided."""
         settings = self.settings
-        read = _Reads(held, inputs)
+        read = Reads(held, inputs)
         peek = read.peek
         obj.setdefault("kind", ref.kind)
         entry = self.entry(obj)
@@ -409,10 +334,9 @@ class Restamper:
             if instead is None:
                 ops = refreshed_ops(obj, dumps_mapping(plan.observed))
                 return Decision(ops, intended=plan.observed, refresh=plan.observed)
-        changes, waiting = self._admit(entry, stale)
+        changes, waiting = self._admitted(entry, stale)
         if waiting is not None:
             return Decision([], SkipReason.WAITING, waiting=waiting)
-        changes += carried_on(entry, stale, changes)
         if plan.snapshots and not self.copies:
             log.error("%s: snapshot mode needs the snapshot writer; not rolled", ref)
             return Decision.leave(SkipReason.NO_SNAPSHOTS)
@@ -420,45 +344,100 @@ class Restamper:
             return Decision.leave(SkipReason.NOT_LEADER)
         ops = list(plan.patch)
         copies = tuple(plan.snapshots)
-        rolls = touches_template(ref.kind, ops)
-        rolled = self._rolled(entry, changes, plan.sources, peek) if rolls else ()
-        by = inputs.editors_of(rolled) if self.follower is not None else ""
-        if by is None:
-            return Need(editors=rolled)
-        for warning in plan.warnings:
-            log.warning("%s: %s", ref, warning)
-        if not rolls:
+        if not touches_template(ref.kind, ops):
+            _warn(ref, plan.warnings)
             return Decision(ops, intended=plan.observed, instead=instead, copies=copies)
         now = self.wall()
         ops += rolled_at_ops(obj, format_time(now))
-        if (starts := self._starts(entry, now)) is not None:
-            ops += annotation_ops_after(obj, ops, ANN_ROLLOUT_STARTS, starts)
-        rollout = None
-        if self.follower is not None:
-            # (imported at the first rollout: a replica that never rolls does not hold it)
-            import jsonpatch  # noqa: PLC0415
+        # (imported at the first rollout: a replica that never rolls does not hold it)
+        import jsonpatch  # noqa: PLC0415
 
-            after = jsonpatch.apply_patch(copy.deepcopy(obj), ops)
-            now_standing = standing(kind, obj)
-            rollout = started(
-                kind,
-                obj,
-                after,
-                to=plan.sources,
-                before=template_sources(kind, obj) or entry.recorded,
-                changes=changes,
-                now=now,
-                healthy=now_standing is Standing.HEALTHY,
-                made={req.snapshot_name: req.source.name for req in plan.snapshots},
-                previous=record,
-                by=by,
-                empty=now_standing is Standing.EMPTY,
-                generation=generation_of(obj),
-            )
-            ops += record_ops(after, {ANN_ROLLOUT: self.follower.record_text(obj, rollout)})
-        return Decision(
-            ops, intended=plan.observed, instead=instead, rollout=rollout, copies=copies
+        after = jsonpatch.apply_patch(copy.deepcopy(obj), ops)
+        start = self._start(
+            entry,
+            kind,
+            changes,
+            plan.sources,
+            read,
+            inputs,
+            now,
+            before=template_sources(kind, obj) or entry.recorded,
+            standing_now=standing(kind, obj),
+            generation=generation_of(obj),
+            rewrite=(obj, after),
+            made={req.snapshot_name: req.source.name for req in plan.snapshots},
+            previous=record,
         )
+        if isinstance(start, Need):
+            return start
+        _warn(ref, plan.warnings)
+        ops += record_ops(after, start.annotations)
+        return Decision(
+            ops, intended=plan.observed, instead=instead, rollout=start.rollout, copies=copies
+        )
+
+    def _admitted(
+        self, entry: WorkloadEntry, stale: Collection[SourceId]
+    ) -> tuple[tuple[Change, ...], Wait | None]:
+        """The gate's answer for a stale workload: the changes a rollout of it now belongs to
+        (those its last rollout carries on among them), or why it waits."""
+        changes, waiting = self._admit(entry, stale)
+        if waiting is not None:
+            return changes, waiting
+        return changes + carried_on(entry, stale, changes), None
+
+    def _start(
+        self,
+        entry: WorkloadEntry,
+        kind: WorkloadKind,
+        changes: tuple[Change, ...],
+        to: Mapping[str, str],
+        read: Reads,
+        inputs: Inputs,
+        now: float,
+        *,
+        before: Mapping[str, str],
+        standing_now: Standing,
+        generation: int,
+        rewrite: tuple[JSONObject, JSONObject] | None = None,
+        made: Mapping[str, str] | None = None,
+        previous: RolloutRecord | None = None,
+    ) -> _Start | Need:
+        """What a rollout configpin starts now to `to` writes beside its re-stamp, whether
+        planned from the object (`rewrite`: the workload as read and as the re-stamp leaves
+        it) or from the index alone: the one place both make its record and encode it. A
+        `Need`: who made the content must be read first."""
+        rolled = self._rolled(entry, changes, to, read.peek)
+        by = inputs.editors_of(rolled) if self.follower is not None else ""
+        if by is None:
+            return Need(editors=rolled)
+        annotations: dict[str, str | None] = {ANN_HELD: None}  # (it rolls: no longer held)
+        if (starts := self._starts(entry, now)) is not None:
+            annotations[ANN_ROLLOUT_STARTS] = starts
+        if self.follower is None:
+            return _Start(annotations, None)
+        ref = entry.ref
+        obj, after = rewrite if rewrite is not None else (None, None)
+        rollout = started(
+            kind,
+            obj,
+            after,
+            to=to,
+            before=before,
+            changes=changes,
+            now=now,
+            healthy=standing_now is Standing.HEALTHY,
+            made=made,
+            previous=previous,
+            by=by,
+            empty=standing_now is Standing.EMPTY,
+            generation=generation,
+            wave=self.gate.place(ref, changes) if self.gate is not None else None,
+        )
+        annotations[ANN_ROLLOUT] = rollout.encode(
+            self.hkey, identity(ref.kind, ref.namespace, ref.name)
+        )
+        return _Start(annotations, rollout)
 
     def _verdict(
         self, ref: WorkloadRef, obj: JSONObject, entry: WorkloadEntry, record: RolloutRecord
@@ -536,14 +515,13 @@ class Restamper:
         ref, rv = entry.ref, entry.restamp_rv
         if rv is None or not entry.stamped:
             return None
-        read = _Reads(held, inputs)
+        read = Reads(held, inputs)
         stale = stale_sources(entry, read.peek, self.hkey)
         if not stale or appeared(entry, stale):
             return None
-        changes, waiting = self._admit(entry, stale)
+        changes, waiting = self._admitted(entry, stale)
         if waiting is not None:
             return None
-        changes += carried_on(entry, stale, changes)
         restamp = restamp_from_consumption(
             ref.kind,
             [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],
@@ -558,33 +536,24 @@ class Restamper:
             return need
         if restamp is None or not self.is_leader():
             return None
-        rolled = self._rolled(entry, changes, restamp.observed, read.peek)
-        who = inputs.editors_of(rolled) if self.follower is not None else ""
-        if who is None:
-            return Need(editors=rolled)
-        for warning in restamp.warnings:
-            log.warning("%s: %s", ref, warning)
+        start = self._start(
+            entry,
+            kind,
+            changes,
+            restamp.observed,
+            read,
+            inputs,
+            now,
+            before=entry.recorded,
+            standing_now=entry.standing,
+            generation=entry.generation,
+        )
+        if isinstance(start, Need):
+            return start
+        _warn(ref, restamp.warnings)
         patch = restamp.merge_patch
-        if (starts := self._starts(entry, now)) is not None:
-            meta = patch.setdefault("metadata", {})
-            meta.setdefault("annotations", {})[ANN_ROLLOUT_STARTS] = starts
-        by, left = "", False
-        if self.follower is not None:
-            rollout = started(
-                kind,
-                None,
-                None,
-                to=restamp.observed,
-                before=entry.recorded,
-                changes=changes,
-                now=now,
-                healthy=entry.standing is Standing.HEALTHY,
-                by=who,
-                empty=entry.standing is Standing.EMPTY,
-                generation=entry.generation,
-            )
-            by, left = rollout.by, rollout.state is State.LEFT
-            text = rollout.encode(self.hkey, identity(ref.kind, ref.namespace, ref.name))
-            meta = patch.setdefault("metadata", {})
-            meta.setdefault("annotations", {})[ANN_ROLLOUT] = text
-        return IndexRestamp(patch, restamp.observed, by, left)
+        patch.setdefault("metadata", {}).setdefault("annotations", {}).update(start.annotations)
+        rollout = start.rollout
+        if rollout is None:
+            return IndexRestamp(patch, restamp.observed)
+        return IndexRestamp(patch, restamp.observed, rollout.by, rollout.state is State.LEFT)

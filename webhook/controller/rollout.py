@@ -36,6 +36,7 @@ from webhook.controller.leader import Elector, elector, new_identity
 from webhook.controller.limits import HELD, Holds, RolloutLimits
 from webhook.controller.outcome import Outcome, Skipped
 from webhook.controller.preview import Previewer
+from webhook.controller.publish import Publisher
 from webhook.controller.queue import Pending, RolloutQueue
 from webhook.controller.reconcile import Reconciler, peek_in
 from webhook.controller.refresh import Pods
@@ -60,6 +61,9 @@ from webhook.process.metrics import Metrics
 log = logging.getLogger(__name__)
 
 __all__ = ["RolloutController", "Tuning"]
+
+PUBLISH_QPS = 20.0  # ConfigRollout writes a second, at most (their own bucket)
+PUBLISH_BURST = 40
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,23 @@ class RolloutController:
         self.apply = self.reconciler  # one workload brought up to date, now: an Outcome
         # What a write of a source will do (admission's preview, on every replica)
         self.preview = Previewer(self.gate.cut, ready=self.synced, limits=self.limits)
+        # Each change as an object (the leader's)
+        self.publisher = Publisher(
+            # its own bucket: publishing (a first start writes every consumed source's) never
+            # delays a rollout, and a rollout never waits behind it
+            LimitedKube(kube, RateLimiter(PUBLISH_QPS, PUBLISH_BURST)),
+            kube,
+            hkey,
+            self.index,
+            self.gate.cut,
+            cache,
+            metrics,
+            in_scope=self.namespaces.__contains__,
+            acting=self.acting,
+            resync_period=settings.resync_period,
+            wall=self.wall,
+            watch_timeout=self.tuning.watch_timeout,
+        )
 
     def _runners(self) -> None:
         """The rollouts' runner (coalescing window, --min-rollout-interval) and the follows'."""
@@ -281,6 +302,7 @@ class RolloutController:
                 log.exception("starting %s after the controller's sync failed", then)
         self.runner.start()
         self.follows.start()
+        self.publisher.start()
         self.elector = elector(
             self.kube, self.settings, self.identity, self.metrics, self.runner.poke
         )
@@ -300,6 +322,7 @@ class RolloutController:
         deadline = time.monotonic() + timeout
         self.runner.stop(timeout)
         self.follows.stop(timeout)
+        self.publisher.stop(timeout)
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         self.pods.close()
@@ -388,6 +411,8 @@ class RolloutController:
         if not self.acting() or entry.ref.namespace not in self.namespaces:
             return False
         stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
+        for sid in stale:  # (its ConfigRollouts: what they say of it may move)
+            self.publisher.mark(entry.ref.namespace, sid)
         brief = entry.rollout
         if brief is not None and entry.rolling:
             # A rollout it started: how is it going? Stale only for the content it rolls to
@@ -404,13 +429,16 @@ class RolloutController:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
-        held = None if change else self.holds.of(entry.ref)
+        held = None if change or not entry.held else self.holds.of(entry.ref)
         if held is not None and held == self.gate.window_wait(entry, stale):
             # Its windows held it when a worker last decided, and hold it still, as memory
-            # says (its index entry, its namespace's list, the clock): handing it to a worker
-            # again would read it for the same answer, at every resync. A change of its
-            # sources is decided again; its hold ends by the clock (Holds.due), or by its
-            # own or its namespace's list, whose edits come here with the new list.
+            # says (its index entry, its namespace's list, the clock), and it carries
+            # configpin.io/held, which that worker wrote: handing it to a worker again would
+            # read it for the same answer, at every resync. A change of its sources is
+            # decided again, and so is a workload whose marker a client took away (a GitOps
+            # tool's re-apply as Git says: the worker writes it back); its hold ends by the
+            # clock (Holds.due), or by its own or its namespace's list, whose edits come
+            # here with the new list.
             return True
         last = None
         if entry.rolled_at is not None:  # the workload's own record: on this clock
@@ -453,6 +481,7 @@ class RolloutController:
         consumers = self.index.consumers(namespace, sid)
         if not consumers or namespace not in self.namespaces:
             return
+        self.publisher.mark(namespace, sid)
         self.metrics.changes_seen.inc()
         now = self.clock()
         for entry in consumers:
@@ -464,10 +493,12 @@ class RolloutController:
     def rollout_moved(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> None:
         """A workload's rollout ended (completed, failed): the workloads waiting for one (a
         later wave, the cap on rollouts in flight) are looked at again."""
+        self.publisher.moved(entry, before)
         self._look_again(self.waiting.ended(entry, before))
 
     def workload_removed(self, entry: WorkloadEntry) -> None:
         """A workload was deleted: whatever waited for its rollout looks again."""
+        self.publisher.forget(entry)
         self._look_again(self.waiting.ended(None, entry))
 
     def _look_again(self, refs: list[WorkloadRef]) -> None:
@@ -500,6 +531,7 @@ class RolloutController:
         outcome = self.apply(ref, pending.sources, first_seen=pending.first_seen)
         waits = isinstance(outcome, Skipped) and outcome.reason is SkipReason.WAITING
         wait = outcome.wait if isinstance(outcome, Skipped) else None
+        self.publisher.decided(ref, wait, pending.sources)
         if self.holds.looked_at(ref, wait) and wait is not None:
             self.metrics.rollout_holds.labels(wait.reason.value).inc()
         if self.waiting.looked_at(ref, waits=waits, moves_before=moves) and (

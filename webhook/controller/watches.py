@@ -99,6 +99,8 @@ class KindHandler:
                 log.exception("checking %s failed", entry.ref)
         elif entry.rolling:
             c.check(entry)  # its status moved: how is the rollout going?
+        elif old is not None and old.held and not entry.held:
+            c.check(entry)  # its configpin.io/held taken away (a re-apply): said again
 
 
 class WorkloadWatches:

@@ -13,7 +13,7 @@ They are ordered the same way on every replica, from what the workloads say (the
 their `configpin.io/wave`), those that rolled already first, the others in one order that every
 change shares (webhook.core.waves.wave_place: no two changes wait for each other), and cut
 into waves over those that can vouch for the change (healthy with pods before it); the others
-join the last wave.
+join the last wave, never one before an approval that a canary waits for.
 So a new leader carries on where the last one was: a wave may start when every member of the
 waves before it that vouches has completed its rollout, never after one failed or was rolled
 back by a person. A member scaled to zero, deleted or broken before the change proves nothing
@@ -31,10 +31,11 @@ are kept per version of the index there, for the preview of the next write.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
+
+from cachetools import LRUCache
 
 from webhook.controller.index import WorkloadIndex
 from webhook.core import digest
@@ -60,7 +61,7 @@ from webhook.inputs.sources import Miss
 from webhook.kube.cache import SourceCache
 from webhook.process.config import Settings
 
-_ORDERS_MAX: Final = 4096
+_ORDERS_MAX: Final = 4096  # changes kept by each cache of a WaveCut, the most recently asked
 _MEMBERS_MAX: Final = 256  # (namespace, change) member lists kept, the most recently asked
 
 _T = TypeVar("_T")
@@ -154,17 +155,21 @@ class WaveCut:
         self.steps = settings.waves()
         self.approval = approval_from(self.steps)  # the first wave (from 0) that waits for it
         self.refresh_pods = settings.refresh_pods
-        self._lock = threading.Lock()
-        self._orders: dict[Change, list[WorkloadRef]] = {}
-        self._cuts: dict[Change, _Cut] = {}
+        self._lock = threading.Lock()  # (the caches below: the gate's workers, the preview)
+        self._orders: LRUCache[Change, list[WorkloadRef]] = LRUCache(maxsize=_ORDERS_MAX)
+        self._cuts: LRUCache[Change, _Cut] = LRUCache(maxsize=_ORDERS_MAX)
         # (namespace, change) -> (the index's version there, whether its source is at the
         # change, the members there)
-        self._members: OrderedDict[tuple[str, Change], tuple[int, bool, list[WorkloadEntry]]] = (
-            OrderedDict()
+        self._members: LRUCache[tuple[str, Change], tuple[int, bool, list[WorkloadEntry]]] = (
+            LRUCache(maxsize=_MEMBERS_MAX)
         )
-        self._failures: dict[Change, tuple[int, bool]] = {}  # (index generation, failed)
+        # change -> (index generation, failed)
+        self._failures: LRUCache[Change, tuple[int, bool]] = LRUCache(maxsize=_ORDERS_MAX)
         self._local = threading.local()  # (working out a hold: no hold within it)
-        self._held_cuts: dict[Change, tuple[int, dict[WorkloadRef, int]]] = {}  # (ditto)
+        # change -> (index generation, the wave of each member, as `held` works it out)
+        self._held_cuts: LRUCache[Change, tuple[int, dict[WorkloadRef, int]]] = LRUCache(
+            maxsize=_ORDERS_MAX
+        )
 
     def forget(self) -> None:
         """Work every change's membership out again (a resync, a new leadership)."""
@@ -315,8 +320,6 @@ class WaveCut:
             for r in self.order(change)
         )
         with self._lock:
-            if len(self._failures) >= _ORDERS_MAX:
-                self._failures.clear()
             self._failures[change] = (generation, failed)
         return failed
 
@@ -334,8 +337,6 @@ class WaveCut:
             plan = self.plan(change)
             found = (generation, {ref: i for i, wave in enumerate(plan) for ref in wave})
             with self._lock:
-                if len(self._held_cuts) >= _ORDERS_MAX:
-                    self._held_cuts.clear()
                 self._held_cuts[change] = found
         return self.after_approve(found[1].get(entry.ref, self.approval))
 
@@ -355,14 +356,10 @@ class WaveCut:
         with self._lock:
             found = self._members.get(key)
             if found is not None and found[0] == version and found[1] == at:
-                self._members.move_to_end(key)
                 return found[2]
         members = [e for e in self.index.consumers(namespace, sid) if self.member(e, change, at)]
         with self._lock:
             self._members[key] = (version, at, members)
-            self._members.move_to_end(key)
-            while len(self._members) > _MEMBERS_MAX:
-                self._members.popitem(last=False)
         return members
 
     def elsewhere(self, change: Change, namespace: str) -> list[Elsewhere]:
@@ -402,8 +399,6 @@ class WaveCut:
             for m in rolled_first(wave_order(entries), rolled.__contains__)
         ]
         with self._lock:
-            if len(self._orders) >= _ORDERS_MAX:
-                self._orders.clear()
             self._orders[change] = ordered
         return ordered
 
@@ -450,8 +445,6 @@ class WaveCut:
             [[r for r in wave if self.vouches(r, change)] for wave in plan],
         )
         with self._lock:
-            if len(self._cuts) >= _ORDERS_MAX:
-                self._cuts.clear()
             self._cuts[change] = cut
         return cut
 

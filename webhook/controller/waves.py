@@ -145,6 +145,16 @@ class Gate:
                 self._reserved[ref] = time.monotonic()
         return None
 
+    def place(self, ref: WorkloadRef, changes: Sequence[Change]) -> tuple[int, int] | None:
+        """(under --rollout-waves) The wave, from 1, of how many, that `ref` rolls in for the
+        first of `changes` (what its rollout record keeps); None: no waves, or it is no member
+        of that change's waves."""
+        if self.steps is None or not changes:
+            return None
+        cut = self.cut.current(changes[0])
+        at = cut.at.get(ref)
+        return None if at is None else (at + 1, len(cut.plan))
+
     def window_wait(self, entry: WorkloadEntry, stale: Iterable[SourceId]) -> Wait | None:
         """Why its rollout windows hold `entry`'s rollout to `stale` now (None: they do not):
         the gate's first question, asked of memory alone."""
@@ -161,31 +171,38 @@ class Gate:
     def approved(self, namespace: str, change: Change) -> bool:
         return self.cut.approved(namespace, change)
 
-    def _unapproved(self, ref: WorkloadRef, change: Change, wave: str) -> Wait:
+    def _unapproved(
+        self, ref: WorkloadRef, change: Change, wave: str, at: tuple[int, int] | None
+    ) -> Wait:
         sid = change.source
         return Wait(
             WaitReason.APPROVAL,
             f"{change} waits for an approval ({wave}): kubectl configpin approve "
             f"{sid.kind.value}/{sid.name} -n {ref.namespace}",
+            wave=at[0] if at else None,
+            waves=at[1] if at else None,
         )
 
     def _waves(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
         entry = self.index.get(ref)
         own = entry is not None and entry.delivery is not None and entry.delivery.approve
         for change in changes:
-            after_approve = ""
+            after_approve, at = "", None
             if self.steps is not None:
-                waiting, after_approve = self._in_waves(ref, change)
+                waiting, after_approve, at = self._in_waves(ref, change)
                 if waiting is not None:
                     return waiting
             if (after_approve or own) and not self.approved(ref.namespace, change):
                 where = after_approve or "its configpin.io/rollout-waves"
-                return self._unapproved(ref, change, where)
+                return self._unapproved(ref, change, where, at if after_approve else None)
         return None
 
-    def _in_waves(self, ref: WorkloadRef, change: Change) -> tuple[Wait | None, str]:
+    def _in_waves(
+        self, ref: WorkloadRef, change: Change
+    ) -> tuple[Wait | None, str, tuple[int, int]]:
         """Why `ref` waits for the earlier waves of `change` (None: it does not), and, when
-        its wave comes after an `approve` step, which wave that is ("": it does not)."""
+        its wave comes after an `approve` step, which wave that is ("": it does not); and its
+        wave (from 1) of how many."""
         cut = self.cut.current(change)
         at = cut.at.get(ref)
         if at is None:
@@ -196,23 +213,36 @@ class Gate:
             states = [self._state(r, change) for r in vouching]
             if State.FAILED in states:
                 failed = vouching[states.index(State.FAILED)]
-                return Wait(
-                    WaitReason.STOPPED,
-                    f"the rollout of {failed} to {change} failed (wave {i + 1} of "
-                    f"{waves}): the waves after it are not rolled",
-                ), ""
+                return (
+                    Wait(
+                        WaitReason.STOPPED,
+                        f"the rollout of {failed} to {change} failed (wave {i + 1} of "
+                        f"{waves}): the waves after it are not rolled",
+                        wave=min(at, waves - 1) + 1,
+                        waves=waves,
+                    ),
+                    "",
+                    (min(at, waves - 1) + 1, waves),
+                )
             if i >= at:
                 break
             done = states.count(State.COMPLETE)
             if done < len(vouching):
-                return Wait(
-                    WaitReason.WAVE,
-                    f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
-                    f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
-                ), ""
+                return (
+                    Wait(
+                        WaitReason.WAVE,
+                        f"{change} rolls in waves: wave {at + 1} of {waves} starts when "
+                        f"wave {i + 1} is complete ({done} of {len(vouching)} rollouts)",
+                        wave=at + 1,
+                        waves=waves,
+                    ),
+                    "",
+                    (at + 1, waves),
+                )
+        place = (min(at, max(0, waves - 1)) + 1, max(waves, 1))
         if self.cut.after_approve(at):
-            return None, f"wave {at + 1} of {waves} comes after approve"
-        return None, ""
+            return None, f"wave {at + 1} of {waves} comes after approve", place
+        return None, "", place
 
 
 class Waiting:

@@ -11,16 +11,21 @@ it and a tenant cannot reset it either (a record configpin did not write there c
 none: the budget is spent by rollouts, never granted by a record). It is written in the same
 patch as the rollout record that starts the rollout, so a rollout is never started uncounted.
 
+`Limits`: what a workload says of its windows, its budget and configpin's starts there, as
+the controller's index keeps it (`limits_of`).
+
 Pure: the time is given; instants are seconds since the epoch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from webhook.core.constants import ANN_ROLLOUT_BUDGET, ANN_ROLLOUT_STARTS, ANN_ROLLOUT_WINDOWS
 from webhook.core.durations import SECOND, DurationError, format_duration, parse_duration
+from webhook.core.record import annotations_of, workload_identity
 from webhook.core.signed import opened, signed
 
 DEFAULT_BUDGET: Final = "6/1h"
@@ -144,6 +149,43 @@ def decode_starts(hkey: bytes, identity: str, text: Any) -> tuple[float, ...]:
         return ()
     out = [float(s) for s in starts if isinstance(s, (int, float)) and not isinstance(s, bool)]
     return tuple(sorted(out)[-MAX_COUNT:])
+
+
+# -- what a workload says of its windows, its budget and its starts (the index keeps it)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a workload says of when and how often configpin may roll it: its own
+    `configpin.io/rollout-windows` and `configpin.io/rollout-budget` as written (None: not
+    set; read by webhook.controller.limits, which keeps what each text means), and when
+    configpin started its last rollouts (`configpin.io/rollout-starts`, as believed)."""
+
+    windows: str | None
+    budget: str | None
+    starts: tuple[float, ...] = ()
+
+
+NO_LIMITS: Final = Limits(None, None)
+
+
+def limits_of(obj: Mapping[str, Any], hkey: bytes | None) -> Limits | None:
+    """The workload's `Limits`; None when it says nothing of them."""
+    own = annotations_of(obj)
+    windows, budget = own.get(ANN_ROLLOUT_WINDOWS), own.get(ANN_ROLLOUT_BUDGET)
+    text = own.get(ANN_ROLLOUT_STARTS)
+    starts = (
+        decode_starts(hkey, workload_identity(obj), text)
+        if text is not None and hkey is not None
+        else ()
+    )
+    if windows is None and budget is None and not starts:
+        return None
+    return Limits(_text(windows), _text(budget), starts)
+
+
+def _text(value: Any) -> str | None:
+    return value if value is None or isinstance(value, str) else str(value)
 
 
 def _short(value: str) -> str:

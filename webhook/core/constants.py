@@ -110,3 +110,6 @@ ANN_ROLLOUT_BUDGET: Final = "configpin.io/rollout-budget"
 # configpin's own signed record on a workload's metadata of when it started its last rollouts
 # (webhook.core.budget), read by the rollout budget; a person's edit of it is not believed.
 ANN_ROLLOUT_STARTS: Final = "configpin.io/rollout-starts"
+# (workload metadata) while configpin holds its change for a person or a clock: "REASON: words",
+# what Argo CD's and Flux's health checks read (charts/configpin/files/argocd)
+ANN_HELD: Final = "configpin.io/held"

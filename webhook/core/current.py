@@ -22,17 +22,15 @@ from typing import Any, Final
 import orjson
 
 from webhook.core import digest
-from webhook.core.budget import decode_starts
+from webhook.core.budget import NO_LIMITS, Limits, limits_of
 from webhook.core.constants import (
+    ANN_HELD,
     ANN_OBSERVED,
     ANN_REFRESHED,
     ANN_REJECTED,
     ANN_ROLLED_AT,
     ANN_ROLLOUT,
-    ANN_ROLLOUT_BUDGET,
-    ANN_ROLLOUT_STARTS,
     ANN_ROLLOUT_WAVES,
-    ANN_ROLLOUT_WINDOWS,
     ANN_SOURCES,
     ANN_WAVE,
     LABEL_SNAPSHOT,
@@ -49,15 +47,14 @@ from webhook.core.plan import MAX_SOURCES
 from webhook.core.progress import Standing, standing
 from webhook.core.reasons import SkipReason
 from webhook.core.record import (
+    Action,
     Change,
     RolloutRecord,
     State,
-    annotations_of,
     generation_of,
     readmitted,
     rejected,
     rollout_record,
-    workload_identity,
 )
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
 from webhook.core.times import parse_time
@@ -94,6 +91,7 @@ class RolloutBrief:
     # the same source whose content there is the same (a write of keys it does not read) is
     # carried by this rollout, not rolled again (webhook.controller.wavecut.WaveCut.rollout_for)
     to: tuple[tuple[str, str], ...] = ()
+    action: Action | None = None  # (failed) what came of it: undone, held, left, a person's
 
     def rolled_to(self, source: str) -> str | None:
         """The digest it rolled `source` (`configmap/<name>`) to, if it changed it."""
@@ -121,61 +119,27 @@ class Delivery:
     limits: Limits | None = None  # its own rollout windows and budget, and its starts
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What a workload says of when and how often configpin may roll it: its own
-    `configpin.io/rollout-windows` and `configpin.io/rollout-budget` as written (None: not
-    set; read by webhook.controller.limits, which keeps what each text means), and when
-    configpin started its last rollouts (`configpin.io/rollout-starts`, as believed)."""
-
-    windows: str | None
-    budget: str | None
-    starts: tuple[float, ...] = ()
-
-
-_NO_LIMITS: Final = Limits(None, None)
-
-
-def limits_of(obj: Mapping[str, Any], hkey: bytes | None) -> Limits | None:
-    """The workload's `Limits`; None when it says nothing of them."""
-    own = annotations_of(obj)
-    windows, budget = own.get(ANN_ROLLOUT_WINDOWS), own.get(ANN_ROLLOUT_BUDGET)
-    text = own.get(ANN_ROLLOUT_STARTS)
-    starts = (
-        decode_starts(hkey, workload_identity(obj), text)
-        if text is not None and hkey is not None
-        else ()
-    )
-    if windows is None and budget is None and not starts:
-        return None
-    return Limits(_text(windows), _text(budget), starts)
-
-
-def _text(value: Any) -> str | None:
-    return value if value is None or isinstance(value, str) else str(value)
-
-
 # A workload with nothing else to say than how it stands (scaled to zero, unavailable): one
 # shared Delivery each, not one per workload.
 _STANDING_ONLY: Final = {s: Delivery(None, None, 0, s) for s in Standing}
 
-_BRIEFS_MAX: Final = 4096
+_BRIEFS_MAX: Final = 4096  # (plain dicts, as digest._memo says why)
 _Rolled = tuple[tuple[str, str], ...]  # (source, digest) rolled to
-_briefs: dict[tuple[State, tuple[Change, ...], bool, _Rolled], RolloutBrief] = {}
+_briefs: dict[tuple[State, tuple[Change, ...], bool, _Rolled, Action | None], RolloutBrief] = {}
 
 
 def _brief(record: RolloutRecord | None) -> RolloutBrief | None:
-    """One RolloutBrief per (state, changes, healthy, content rolled to), bounded like
-    `_how`."""
+    """One RolloutBrief per (state, changes, healthy, content rolled to, action), bounded
+    like `_how`."""
     if record is None:
         return None
     to = tuple((k, record.to[k]) for k in record.changed_sources())
-    key = (record.state, record.changes, record.healthy, to)
+    key = (record.state, record.changes, record.healthy, to, record.action)
     found = _briefs.get(key)
     if found is None:
         if len(_briefs) >= _BRIEFS_MAX:
             _briefs.clear()
-        brief = RolloutBrief(record.state, record.changes, record.healthy, to)
+        brief = RolloutBrief(record.state, record.changes, record.healthy, to, record.action)
         found = _briefs.setdefault(key, brief)
     return found
 
@@ -234,6 +198,7 @@ class WorkloadEntry:
         "digests",
         "extra",
         "generation",
+        "held",
         "pods",
         "ref",
         "refreshed",
@@ -269,6 +234,10 @@ class WorkloadEntry:
         # a re-stamp planned from the entry alone says its write made (+1). Not part of what
         # the entry says either.
         generation: int = 0,
+        # It carries `configpin.io/held` (what the controller says of a hold there, for GitOps
+        # tools' health checks; a hold is decided again where a client took it away). Not part
+        # of what the entry says either: writing it moves nothing configpin decides by.
+        held: bool = False,
     ) -> None:
         uses: list[object] = []
         packed: list[bytes] = []
@@ -291,6 +260,7 @@ class WorkloadEntry:
         self.restamp_rv = restamp_rv
         self.delivery = delivery
         self.generation = generation
+        self.held = held
 
     def _fields(self) -> tuple[object, ...]:
         return (
@@ -317,7 +287,7 @@ class WorkloadEntry:
             f"WorkloadEntry({self.ref!r}, consumes={self.consumes!r}, "
             f"recorded={self.recorded!r}, rolled_at={self.rolled_at!r}, "
             f"stamped={self.stamped!r}, refreshed={self.refreshed!r}, pods={self.pods!r}, "
-            f"restamp_rv={self.restamp_rv!r}, delivery={self.delivery!r})"
+            f"restamp_rv={self.restamp_rv!r}, delivery={self.delivery!r}, held={self.held!r})"
         )
 
     @property
@@ -350,7 +320,7 @@ class WorkloadEntry:
     @property
     def limits(self) -> Limits:
         found = self.delivery.limits if self.delivery is not None else None
-        return found if found is not None else _NO_LIMITS
+        return found if found is not None else NO_LIMITS
 
     @property
     def consumes(self) -> tuple[Consumed, ...]:
@@ -492,6 +462,7 @@ def entry_from_object(
         restamp_rv,
         delivery,
         generation,
+        ANN_HELD in own,
     )
 
 

@@ -106,8 +106,25 @@ class Status(StrEnum):
 
     @property
     def failing(self) -> bool:
-        """Shown in capitals, and `configpin status` exits 1."""
+        """Shown in capitals: a person must look at it."""
         return self in (Status.STALE, Status.MISSING, Status.FAILED, Status.FLAPPING)
+
+    @property
+    def exit_code(self) -> int:
+        """What `configpin status` exits with for a workload in this state (the highest of its
+        rows): 0 only where it is known to run what its sources hold now, or configpin has
+        nothing to deliver to it; 2 where status could not judge."""
+        return STATUS_EXIT[self]
+
+
+# `configpin status`'s exit code per state (docs/status.md lists them; a CI gate reads it):
+# every state but these two is a change not yet delivered, or one that failed.
+STATUS_EXIT: Final[Mapping[Status, int]] = {
+    **dict.fromkeys(Status, 1),
+    Status.CURRENT: 0,
+    Status.NOT_PINNED: 0,  # nothing of configpin's to deliver (mode off, no sources, ...)
+    Status.UNKNOWN: 2,  # not known to be current: the dry run was refused or failed
+}
 
 
 class SourceState(StrEnum):

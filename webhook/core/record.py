@@ -20,7 +20,7 @@ Pure: every value is made from objects as read and the time given.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
@@ -30,7 +30,7 @@ import orjson
 from webhook.core import digest
 from webhook.core.constants import ANN_ON_FAILURE, ANN_REJECTED, ANN_ROLLOUT, ANN_SOURCES
 from webhook.core.kinds import WorkloadKind
-from webhook.core.model import JSONObject, PatchOp, SourceId, SourceKind
+from webhook.core.model import PatchOp, SourceId, SourceKind
 from webhook.core.names import pointer
 from webhook.core.refs import find_sites, get_path
 from webhook.core.signed import opened, signed
@@ -173,9 +173,12 @@ class RolloutRecord:
     # the workload's metadata.generation as configpin's re-stamp stored it (0: not known):
     # while it stands, nothing but that write changed its spec (`readmitted`)
     generation: int = 0
+    # (under --rollout-waves) the wave it started in, from 1, and how many its first change
+    # (`changes[0]`) had
+    wave: tuple[int, int] | None = None
 
     def _body(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "state": self.state.value,
             "to": dict(self.to),
             "before": dict(self.before),
@@ -190,6 +193,8 @@ class RolloutRecord:
         }
         if self.generation:  # (a record without one reads as before it)
             body["generation"] = self.generation
+        if self.wave is not None:
+            body["wave"] = list(self.wave)
         return body
 
     def encode(self, hkey: bytes, identity: str) -> str:
@@ -218,6 +223,7 @@ class RolloutRecord:
                 healthy=body.get("healthy", True) is not False,  # (records before it: healthy)
                 by=str(body.get("by", "")),
                 generation=_count(body.get("generation", 0)),  # (records before it: 0)
+                wave=_wave(body.get("wave")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -238,6 +244,7 @@ class RolloutRecord:
             self.healthy,
             self.by,
             self.generation,
+            self.wave,
         )
 
     def changed_sources(self) -> list[str]:
@@ -257,6 +264,18 @@ def _count(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise TypeError("not a count")
     return value
+
+
+def _wave(value: Any) -> tuple[int, int] | None:
+    """A record's wave n of m ([n, m]; None: none, as records before it)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise TypeError("not a wave")
+    n, m = _count(value[0]), _count(value[1])
+    if not 1 <= n <= m:
+        raise ValueError("not a wave")
+    return n, m
 
 
 def generation_of(obj: Mapping[str, Any]) -> int:
@@ -350,6 +369,7 @@ def started(
     by: str = "",
     empty: bool = False,
     generation: int = 0,
+    wave: tuple[int, int] | None = None,
 ) -> RolloutRecord:
     """The record of a rollout configpin is about to write: the one place one is made.
 
@@ -366,7 +386,7 @@ def started(
     record is written `left` at once, as a look at it would end it (`without_pods`), without
     that second write. `generation`: the workload's metadata.generation as read for a write
     that changes its pod template (0: not known); the record keeps the one that write
-    stores (`readmitted`)."""
+    stores (`readmitted`). `wave`: (under waves) the wave it starts in, of how many."""
     start = dict(before)
     inherited: Mapping[str, str] = {}
     # (a person's rollback of it leaves the template on good content: nothing to pass on)
@@ -412,6 +432,7 @@ def started(
         healthy=healthy,
         by=by,
         generation=generation + 1 if generation else 0,
+        wave=wave,
     )
 
 
@@ -458,17 +479,6 @@ def record_ops(obj: Mapping[str, Any], values: Mapping[str, str | None]) -> list
                 {"op": "replace" if key in annotations else "add", "path": path, "value": value}
             )
     return ops
-
-
-def annotation_ops_after(
-    obj: JSONObject, ops: Sequence[PatchOp], key: str, value: str
-) -> list[PatchOp]:
-    """Ops that set one annotation on the workload's own metadata after `ops` (which may have
-    added its annotations)."""
-    made = any(op.get("path") == "/metadata/annotations" for op in ops)
-    if made:
-        return [{"op": "add", "path": pointer(("metadata", "annotations", key)), "value": value}]
-    return record_ops(obj, {key: value})
 
 
 def rejected_text(obj: Mapping[str, Any], record: RolloutRecord) -> str:

@@ -124,7 +124,8 @@ _new = tuple.__new__  # builds a named tuple in C, without the Python-level __ne
 
 # The SourceId of each (kind, name) seen lately, made once: finding it (by the name, in its
 # kind's table: a string key) costs a fraction of building a named tuple, once per reference
-# of every admission. Names come from requests: bounded, and emptied whole when full.
+# of every admission. Names come from requests: bounded, and emptied whole when full (plain
+# dicts, as webhook.core.digest._memo says why).
 _SOURCE_IDS: Final[dict[SourceKind, dict[str, SourceId]]] = {k: {} for k in SourceKind}
 _SOURCE_IDS_MAX: Final = 4096
 

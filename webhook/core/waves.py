@@ -10,8 +10,9 @@ by webhook.controller.wavecut.WaveCut, which the wave gate and the preview both 
   (`wave_place`), the same in every change, so that no two changes order two workloads apart;
   `rolled_first`: the members that rolled for the change already before the others.
 - `cut_waves` cuts the members in order into waves over those that can vouch for the change
-  (healthy before, with pods): the others join the last wave. `approval_from`: the first
-  wave that waits for the change's approval.
+  (healthy before, with pods): the others join the last wave, never one before an approval
+  that a canary waits for. `approval_from`: the first wave that waits for the change's
+  approval.
 - `Wait`: why a stale workload does not roll yet (the gate's answer).
 """
 
@@ -43,10 +44,15 @@ class WaitReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Wait:
+    """The gate's answer for one stale workload, as every face of configpin reads it: the
+    ConfigRollout's member, its Event, `configpin status`, the dashboard."""
+
     reason: WaitReason
     why: str  # in a person's words
     # (windows, budget) when, in seconds since the epoch, it may roll: looked at again then
     until: float | None = None
+    wave: int | None = None  # (waves) its wave, from 1
+    waves: int | None = None  # (waves) how many the change has
 
 
 def wave_of(obj: Mapping[str, Any]) -> int:
@@ -190,7 +196,11 @@ def cut_waves(
 ) -> list[list[_M]]:
     """The waves of a change, its members in order: cut over those that can vouch for it
     (healthy with pods before it), the others joining the last wave (never a canary, and what
-    comes of them holds no one up)."""
+    comes of them holds no one up). Where the steps hold `approve` and the waves of those that
+    vouch all come before it (the canary alone vouches), the others' wave is the first after
+    it: a member that cannot vouch never takes the content before it is approved behind a
+    canary (one scaled to zero while it waited would start with it when scaled up again).
+    Where none vouches (a broken app's config fix), they all roll at once, as without waves."""
     if steps is None:
         return [list(ordered)] if ordered else []
     counted = [m for m in ordered if vouches(m)]
@@ -201,7 +211,11 @@ def cut_waves(
         plan.append(counted[at : at + size])
         at += size
     if others:
-        if plan:
+        approval = approval_from(steps)
+        if approval is not None and plan and len(plan) <= approval:
+            plan += [[] for _ in range(approval - len(plan))]
+            plan.append(others)
+        elif plan:
             plan[-1] = plan[-1] + others
         else:
             plan.append(others)

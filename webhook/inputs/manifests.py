@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import yaml
+from cachetools import LRUCache
 
 # The C (libyaml) parser and emitter where PyYAML was built with them; the Python ones else.
 try:
@@ -289,6 +290,8 @@ def _literal(text: str, indent: str) -> str | None:
     lines = body.split("\n")
     if any(line.startswith(" ") for line in lines[:1]):
         return None
+    if any(line and not line.strip(" \t") for line in lines):
+        return None  # (a line of blanks and tabs alone reads back as an empty one)
     out = "|" + chomp + "\n" + "".join(f"{indent}{line}\n" if line else "\n" for line in lines)
     if trailing > 1:
         out += "\n" * (trailing - 1)
@@ -319,8 +322,9 @@ def _value(value: Any, indent: str, out: list[str]) -> None:
         out.append(" " + _scalar(value) + "\n")
 
 
-# Written keys by key: the same few dozen field names make up most of every manifest.
-_KEYS: dict[Any, str] = {}
+# Written keys by key: the same few dozen field names make up most of every manifest. (One
+# thread: `render` writes its documents one after another.)
+_KEYS: LRUCache[str, str] = LRUCache(maxsize=4096)
 
 
 def _key(key: Any) -> str:
@@ -329,7 +333,7 @@ def _key(key: Any) -> str:
         text = _scalar(key)
         if len(text) > _MAX_KEY:
             raise _Fallback
-        if key.__class__ is str and len(_KEYS) < 4096:
+        if key.__class__ is str:
             _KEYS[key] = text
     return text
 

@@ -29,10 +29,11 @@ import queue
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from cachetools import FIFOCache, LRUCache
 
 from webhook.core import digest
 from webhook.core.reasons import EVENTS, WARNING, EventReason
@@ -178,15 +179,18 @@ class EventRecorder:
     on_drop: Callable[[str], None] = lambda why: None
     clock: Callable[[], float] = time.time
     _queue: queue.Queue[_Item | None] = field(init=False)
-    _series: OrderedDict[tuple[Any, ...], _Series] = field(init=False)
-    _buckets: OrderedDict[tuple[str, str, str], _Bucket] = field(init=False)
+    # (the sender's thread alone uses these two)
+    _series: FIFOCache[tuple[Any, ...], _Series] = field(init=False)
+    _buckets: LRUCache[tuple[str, str, str], _Bucket] = field(init=False)
     _thread: threading.Thread | None = field(init=False, default=None)
     _creating: list[_Item] = field(init=False)
 
     def __post_init__(self) -> None:
         self._queue = queue.Queue(QUEUE_SIZE)
-        self._series = OrderedDict()
-        self._buckets = OrderedDict()
+        # The series by event, the one repeated last kept longest: a repeat puts it back
+        # (FIFO, so that reading them, as a flush does, moves none)
+        self._series = FIFOCache(maxsize=CACHE_SIZE)
+        self._buckets = LRUCache(maxsize=CACHE_SIZE)  # by regarding object, the last used kept
         self._creating = []
         self.controller = _clip(self.controller, FIELD_MAX)
         self.instance = _clip(self.instance or "configpin", FIELD_MAX)
@@ -332,12 +336,10 @@ class EventRecorder:
 
     def _allowed(self, reg: Regarding, now: float) -> bool:
         key = (reg.namespace, reg.kind, reg.name)
-        bucket = self._buckets.pop(key, None) or _Bucket(float(BURST), now)
+        bucket = self._buckets.get(key) or _Bucket(float(BURST), now)
         bucket.tokens = min(float(BURST), bucket.tokens + (now - bucket.at) / REFILL)
         bucket.at = now
         self._buckets[key] = bucket
-        while len(self._buckets) > CACHE_SIZE:
-            self._buckets.popitem(last=False)
         if bucket.tokens < 1:
             return False
         bucket.tokens -= 1
@@ -348,7 +350,7 @@ class EventRecorder:
         if series is not None and item.at - series.last <= SERIES_WINDOW:
             series.count += 1
             series.last = item.at
-            self._series.move_to_end(item.key)
+            self._series[item.key] = series  # (the last repeated: kept longest)
             if item.at - series.flushed_at >= SERIES_FLUSH:
                 self._patch_series(series)
             return
@@ -388,8 +390,6 @@ class EventRecorder:
         self._series[item.key] = _Series(
             name, item.regarding.namespace, last=item.at, flushed_at=item.at
         )
-        while len(self._series) > CACHE_SIZE:
-            self._series.popitem(last=False)
 
     def _patch_series(self, series: _Series) -> None:
         patch = {"series": {"count": series.count, "lastObservedTime": _micro_time(series.last)}}

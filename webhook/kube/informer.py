@@ -7,7 +7,7 @@ import logging
 import queue
 import random
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Final, Protocol, TypeVar
 
 from webhook.core.model import JSONObject
@@ -75,6 +75,17 @@ class InformerHandler(Protocol):
 
 
 class Informer:
+    """`handler` kept up to date with one resource type (all namespaces, or `namespace`).
+
+    The controller runs it as it is. A reader with a person's rights (the dashboard) needs to
+    say how each feed stands, and may be allowed to list but not to watch; for it:
+    `on_error(doing, error)` is called for every failure of a list or a watch (`doing`:
+    "list" or "watch") and returns how long to wait before trying again (None: the
+    informer's backoff, doubled up to `backoff_max`), and the informer then logs the
+    failure at debug only, the caller saying it; `on_watch()` is called when a watch is
+    open (the cluster answers again); `poll` set (seconds), it lists again every `poll` s
+    instead of watching."""
+
     def __init__(
         self,
         kube: Kube,
@@ -83,6 +94,7 @@ class Informer:
         metrics: Metrics,
         *,
         prefix: str | None = None,
+        namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
         watch_timeout: int = 300,
@@ -91,17 +103,25 @@ class Informer:
         # trips. PAGE_BYTES is measured in bench/README.md (cache_memory.py).
         page_size: int = FIRST_PAGE,
         page_bytes: int = PAGE_BYTES,
+        on_error: Callable[[str, Exception], float | None] | None = None,
+        on_watch: Callable[[], None] | None = None,
+        poll: float | None = None,
+        backoff_max: float = 30.0,
     ) -> None:
         self.kube = kube
         self.resource = resource
         self.handler = handler
         self.metrics = metrics
-        self.api_path = path(resource, prefix=prefix)
+        self.api_path = path(resource, namespace, prefix=prefix)
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self.page_size = page_size
         self.page_bytes = page_bytes
+        self.on_error = on_error
+        self.on_watch = on_watch
+        self.poll = poll
+        self.backoff_max = backoff_max
         self.synced = threading.Event()
         self.relists = 0
         self._stop = threading.Event()
@@ -156,6 +176,8 @@ class Informer:
             labelSelector=self.label_selector,
             fieldSelector=self.field_selector,
         ) as events:
+            if self.on_watch is not None:
+                self.on_watch()
             for event in events:
                 if self._stop.is_set():
                     return
@@ -178,10 +200,16 @@ class Informer:
         backoff = 0.5
         need_list = True
         while not self._stop.is_set():
+            doing = "list"
             try:
-                if need_list:
+                if need_list or self.poll is not None:
                     self._list()
                     need_list = False
+                if self.poll is not None:  # (listed: the next list after `poll` s)
+                    backoff = 0.5
+                    self._stop.wait(self.poll)
+                    continue
+                doing = "watch"
                 self._watch()
                 backoff = 0.5  # the server ended the stream normally: watch again from where we are
                 self.metrics.watch_restarts.labels(self.resource, "ended").inc()
@@ -190,7 +218,17 @@ class Informer:
                 self.metrics.watch_restarts.labels(self.resource, "gone").inc()
                 need_list = True
             except Exception as e:
-                log.warning("watch of %s failed (%s); retrying in %.1fs", self.resource, e, backoff)
                 self.metrics.watch_restarts.labels(self.resource, "error").inc()
+                wait = None
+                if self.on_error is None:
+                    log.warning(
+                        "watch of %s failed (%s); retrying in %.1fs", self.resource, e, backoff
+                    )
+                else:
+                    log.debug("%s of %s failed: %s", doing, self.api_path, e)
+                    wait = self.on_error(doing, e)
+                if wait is not None:
+                    self._stop.wait(wait)
+                    continue
                 self._stop.wait(backoff * (1 + random.random() / 2))  # noqa: S311 (jitter)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, self.backoff_max)

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
+from cachetools import TTLCache
+
 from webhook.core.constants import ANN_ROLLOUT_WINDOWS
 from webhook.core.model import JSONObject
 from webhook.kube.errors import KubeError
@@ -52,7 +54,10 @@ class NamespaceSet:
         self.excluded = frozenset(excluded)
         self.kube = kube
         self.label_selector = label_selector
-        self._confirmed: dict[str, tuple[float, bool]] = {}
+        # the API server's answers to `confirm`, each kept _CONFIRMED_TTL seconds (under the lock)
+        self._confirmed: TTLCache[str, bool] = TTLCache(
+            maxsize=_CONFIRMED_MAX, ttl=_CONFIRMED_TTL, timer=time.monotonic
+        )
         self.listeners: list[NamespaceListener] = []
         self._names: frozenset[str] = frozenset()
         # configpin.io/rollout-windows of the selected namespaces that set it, as written
@@ -100,16 +105,17 @@ class NamespaceSet:
         """Whether `namespace` is selected, asked of the API server (the selector evaluated
         there). For a namespace the watch has not shown as selected: one labelled a moment
         ago, whose workloads the API server already sends. Answers are kept a few seconds, at
-        most a thousand, the oldest evicted first, so a stream of reviews naming namespaces
-        that are not selected costs at most one read per name and period. Blocks."""
+        most a thousand, the expired ones evicted first, then the least recently asked, so a
+        stream of reviews naming namespaces that are not selected costs at most one read per
+        name and period. Blocks."""
         if not namespace or namespace in self.excluded:
             return False
         if namespace in self._names:
             return True
-        now = time.monotonic()
-        known = self._confirmed.get(namespace)
-        if known is not None and known[0] > now:
-            return known[1]
+        with self._lock:
+            known = self._confirmed.get(namespace)
+        if known is not None:
+            return known
         try:
             listed = self.kube.get(
                 path("namespaces"),
@@ -122,10 +128,7 @@ class NamespaceSet:
             log.debug("cannot confirm namespace %s: %s", namespace, e)
             return False  # not kept: the next review asks again
         with self._lock:
-            self._confirmed.pop(namespace, None)
-            while len(self._confirmed) >= _CONFIRMED_MAX:
-                del self._confirmed[next(iter(self._confirmed))]
-            self._confirmed[namespace] = (now + _CONFIRMED_TTL, selected)
+            self._confirmed[namespace] = selected
         return selected
 
     def _keep(self, obj: JSONObject) -> str | None:

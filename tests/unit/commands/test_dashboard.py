@@ -1,7 +1,8 @@
 """webhook/commands/dashboard: the fence of the local server (its own Host only, a token for every
 change, same-origin only, the headers of every answer), on its own and through a real server
-on loopback; and the pages' data from what the feeds hold (waves in the controller's order,
-who uses which key, names and never values).
+on loopback; and the pages' data from what the feeds hold (a change's waves and waits as its
+ConfigRollout says them, each written out here as configpin publishes it; who uses which key,
+names and never values).
 
 The browser tests (tests/browser) drive the same against the API server in chromium."""
 
@@ -27,10 +28,9 @@ from webhook.core.constants import (
     ANN_CHANGED_BY,
     ANN_ROLLOUT,
     ANN_SOURCES,
-    ANN_WAVE,
 )
 from webhook.core.model import SourceKind
-from webhook.core.waves import Member, parse_waves, wave_plan
+from webhook.core.rollouts import REASONS, RolloutReason
 
 PORT = 3100
 TOKEN = "t" * 43
@@ -160,9 +160,19 @@ def _snapshot(
     workloads: list[dict[str, Any]] | None = None,
     sources: list[Source] | None = None,
     notes: list[Note] | None = None,
+    rollouts: list[dict[str, Any]] | None = None,
+    rollouts_feed: FeedState | None = None,
 ) -> Snapshot:
     return Snapshot(
-        7, 1_800_000_100.0, workloads or [], sources or [], notes or [], [FeedState("x")]
+        7,
+        1_800_000_100.0,
+        workloads or [],
+        sources or [],
+        notes or [],
+        [FeedState("x")],
+        {},
+        rollouts or [],
+        rollouts_feed or FeedState("ConfigRollouts in shop", listed=True),
     )
 
 
@@ -172,7 +182,6 @@ def _app(snapshot: Snapshot | None = None) -> App:
         _Store(snapshot or _snapshot()),  # type: ignore[arg-type]
         _Book(),  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
-        steps=parse_waves("1,approve,100%"),
         scope="namespace shop",
         context="",
     )
@@ -280,10 +289,8 @@ CHANGE = f"{NS}/configmap/cfg@{CONTENT}"
 T0 = 1_800_000_000.0
 
 
-def _reader(
-    name: str, *, wave: int | None = None, record: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    annotations = {} if wave is None else {ANN_WAVE: str(wave)}
+def _reader(name: str, *, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    annotations = {}
     if record is not None:
         annotations[ANN_ROLLOUT] = json.dumps(record)
     dep = deployment(
@@ -300,103 +307,323 @@ def _reader(
     return dep
 
 
-def _record(state: str, since: float) -> dict[str, Any]:
-    return {
+def _record(state: str, since: float, wave: list[int] | None = None) -> dict[str, Any]:
+    """A rollout record as configpin writes it (`wave`: the wave it started in, of how many;
+    None: a record made before that field, or outside waves)."""
+    record: dict[str, Any] = {
         "state": state,
         "since": since,
         "changes": [CHANGE],
         "healthy": True,
         "by": "alice at x",
     }
+    if wave is not None:
+        record["wave"] = wave
+    return record
 
 
 def _cfg(**annotations: str) -> Source:
     return Source("configmap", NS, "cfg", "9", annotations, ("a", "b"))
 
 
-def _in_order(names: list[str]) -> list[str]:
-    return [m.name for m in wave_plan([Member(0, NS, "Deployment", n) for n in names], None)[0]]
+WHO = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
 
 
-def _change_page(
-    names: list[str], records: Mapping[str, Any], notes: list[Note], waves: str
-) -> tuple[Snapshot, dict[str, Any]]:
+def _rollout(
+    waves: list[dict[str, Any]],
+    members: list[dict[str, Any]],
+    *,
+    reason: str = "Rolling",
+    condition: str = "Reconciling",
+    content: str = CONTENT,
+    resource_version: str = "9",
+    **more: Any,
+) -> dict[str, Any]:
+    """cfg's ConfigRollout as configpin publishes it (webhook/core/rollouts.py's shape): its
+    change, its waves' counts, its members not done yet, `condition` True with `reason`."""
+    said = {"observedGeneration": 1, "lastTransitionTime": "2027-01-15T08:00:01Z"}
+    return {
+        "apiVersion": "configpin.io/v1alpha1",
+        "kind": "ConfigRollout",
+        "metadata": {"name": "configmap-cfg", "namespace": NS, "generation": 1},
+        "spec": {"source": {"kind": "ConfigMap", "name": "cfg"}},
+        "status": {
+            "observedGeneration": 1,
+            "source": {"ref": "configmap/cfg", "uid": "u1", "resourceVersion": resource_version},
+            "change": {
+                "content": content,
+                "keys": ["a"],
+                "changedBy": "alice",
+                "changedAt": "2027-01-15T08:00:00Z",
+            },
+            "waves": waves,
+            "members": members,
+            "conditions": [
+                {
+                    **said,
+                    "type": ctype,
+                    "status": "True" if ctype == condition else "False",
+                    "reason": reason,
+                    "message": f"{reason}: as configpin says it" if ctype == condition else "",
+                }
+                for ctype in ("Ready", "Reconciling", "Stalled")
+            ],
+            "history": [],
+            **more,
+        },
+    }
+
+
+def _member(name: str, wave: int, state: str, reason: str | None = None, **more: str) -> dict:
+    out: dict[str, Any] = {"namespace": NS, "kind": "Deployment", "name": name, "wave": wave}
+    out["state"] = state
+    if reason is not None:
+        out["reason"] = reason
+    return {**out, **more}
+
+
+def _page(
+    names: list[str],
+    records: Mapping[str, Any],
+    rollouts: list[dict[str, Any]],
+    notes: list[Note] | None = None,
+    status_of: Any = lambda _o: None,
+    rollouts_feed: FeedState | None = None,
+) -> dict[str, Any]:
     """The page of CHANGE (alice's write of key a) over its readers `names`, their rollout
-    `records` and the controller's `notes`, cut as `waves` cuts them."""
+    `records`, cfg's ConfigRollouts `rollouts` and the controller's `notes`."""
     workloads = [_reader(n, record=records.get(n)) for n in names]
-    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
-    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], notes)
-    found = changes.change(snap, CHANGE, parse_waves(waves), lambda _o: None)
+    snap = _snapshot(
+        workloads, [_cfg(**{ANN_CHANGED_BY: WHO})], notes, rollouts, rollouts_feed=rollouts_feed
+    )
+    found = changes.change(snap, CHANGE, status_of)
     assert found is not None
-    return snap, found
+    return found
 
 
-def test_a_wait_for_an_earlier_wave_that_has_completed_since_is_not_shown_as_one() -> None:
-    """`1,1,approve,100%`: the last wave's workloads were said to wait for wave 2 while it
-    rolled; wave 2 has completed since, and the controller's Event for what comes next (an
-    approval) is not there yet. The page says they wait for an approval, not for an earlier
-    wave that is complete (it did, in the dashboard's own screenshot of this moment)."""
-    names = [f"w{i}" for i in range(4)]
-    order = _in_order(names)
-    records = {order[0]: _record("complete", T0 + 1), order[1]: _record("complete", T0 + 5)}
+def _rows(found: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
+    """The timeline: (name, wave, state, what it waits for), in the page's order."""
+    return [(r["name"], r["wave"], r["state"], r["waits_for"]) for r in found["rows"]]
+
+
+APPROVAL, WINDOW, WAITING = "AwaitingApproval", "AwaitingWindow", "Waiting"
+
+
+def test_waiting_members_are_shown_with_what_their_configrollout_says_they_wait_for() -> None:
+    """Waves 1,approve,100% as cfg's ConfigRollout says them: w0 completed wave 1 (its record:
+    wave 1 of 2); w3, w1 and w2 wait in wave 2 of 2, listed in that order: two for an approval,
+    w1 for a rollout window that opens at 09:00. The page shows them so, in the listed order,
+    with the words of the core's one table and the controller's message; the change's
+    verdict is the ConfigRollout's. A controller Event whose text says another wave (7 of 9)
+    changes nothing."""
+    names = ["w0", "w1", "w2", "w3"]
+    records = {"w0": _record("complete", T0 + 1, [1, 2])}
+    approve = "shop/configmap/cfg@c0ffee waits for an approval (wave 2 of 2 comes after approve)"
+    rollout = _rollout(
+        [{"wave": 1, "members": 1, "complete": 1}, {"wave": 2, "members": 3, "waiting": 3}],
+        [
+            _member("w3", 2, "waiting", APPROVAL, message=approve),
+            _member("w1", 2, "waiting", WINDOW, message="outside its rollout windows",
+                    until="2027-01-15T09:00:00Z"),
+            _member("w2", 2, "waiting", APPROVAL, message=approve),
+        ],
+        reason=APPROVAL,
+    )  # fmt: skip
     notes = [
-        Note(NS, "Deployment", order[0], "ConfigRolloutComplete", "done", "Normal", T0 + 4),
-        Note(NS, "Deployment", order[1], "ConfigRolloutComplete", "done", "Normal", T0 + 8),
+        Note(NS, "Deployment", "w0", "ConfigRolloutComplete", "done", "Normal", T0 + 6),
+        Note(NS, "Deployment", "w2", "ConfigRolloutWaiting",
+             f"not rolled yet: {CHANGE} rolls in waves: wave 7 of 9 starts when wave 6 is "
+             "complete (0 of 1 rollouts)", "Normal", T0 + 2),
+    ]  # fmt: skip
+    found = _page(names, records, [rollout], notes)
+    assert _rows(found) == [
+        ("w0", 1, "complete", ""),
+        ("w3", 2, "waiting", APPROVAL),
+        ("w1", 2, "waiting", WINDOW),
+        ("w2", 2, "waiting", APPROVAL),
     ]
-    for n in order[2:]:
-        notes.append(
-            Note(NS, "Deployment", n, "ConfigRolloutWaiting",
-                 f"not rolled yet: {CHANGE} rolls in waves: this workload rolls when wave 2 is "
-                 "complete (0 of 1 complete)", "Normal", T0 + 6)
-        )  # fmt: skip
-    _, found = _change_page(names, records, notes, "1,1,approve,100%")
     rows = {r["name"]: r for r in found["rows"]}
-    assert [rows[n]["wave"] for n in order] == [1, 2, 3, 3]
-    for n in order[2:]:
-        assert rows[n]["waits_for"] == "approval", rows[n]
-        assert "wave 2" not in rows[n]["detail"], rows[n]
-    assert found["approval"]["asked"] is True
-    # before wave 2 completed, the same Events are what the workloads wait for
-    records[order[1]] = _record("rolling", T0 + 5)
-    _, found = _change_page(names, records, notes[:1] + notes[2:], "1,1,approve,100%")
-    rows = {r["name"]: r for r in found["rows"]}
-    assert {rows[n]["waits_for"] for n in order[2:]} == {"wave"}
-    assert rows[order[2]]["detail"] == "wave 2: 0 of 1 complete"
-
-
-def test_a_change_is_shown_in_the_controllers_wave_order_with_what_each_waits_for() -> None:
-    """Ten readers of a change: three rolled (complete, complete, rolling), five said to wait
-    for an earlier wave, two for an approval. The rows come in wave_order, cut as
-    `1,approve,100%` cuts them; the page says who waits for what and when each ended."""
-    names = [f"w{i}" for i in range(10)]
-    order = _in_order(names)
-    records = {order[0]: _record("complete", T0 + 1), order[1]: _record("rolling", T0 + 9)}
-    notes = [Note(NS, "Deployment", order[0], "ConfigRolloutComplete", "done", "Normal", T0 + 6)]
-    for n in order[2:]:
-        notes.append(
-            Note(NS, "Deployment", n, "ConfigRolloutAwaitingApproval",
-                 f"not rolled yet: {CHANGE} waits for an approval (wave 2 of 2 comes after "
-                 "approve): kubectl configpin approve configmap/cfg -n shop", "Normal", T0 + 2)
-        )  # fmt: skip
-    snap, found = _change_page(names, records, notes, "1,approve,100%")
-    rows = found["rows"]
-    assert [r["name"] for r in rows] == order
-    assert [r["wave"] for r in rows] == [1] + [2] * 9
-    assert found["wave_sizes"] == [1, 9] and found["by"] == "alice" and found["keys"] == ["a"]
-    assert rows[0]["state"] == "complete" and rows[0]["end"] == T0 + 6
-    assert rows[0]["start"] == T0 + 1
-    assert rows[1]["state"] == "rolling" and rows[1]["end"] is None
-    assert {r["state"] for r in rows[2:]} == {"waiting"}
-    assert {r["waits_for"] for r in rows[2:]} == {"approval"}
+    assert rows["w3"]["waits"] == REASONS[RolloutReason.AWAITING_APPROVAL].words
+    assert rows["w1"]["waits"] == REASONS[RolloutReason.AWAITING_WINDOW].words
+    assert rows["w3"]["detail"] == approve and rows["w1"]["until"] == T0 + 3600
+    assert rows["w1"]["detail"] == "outside its rollout windows"
+    assert rows["w0"]["start"] == T0 + 1 and rows["w0"]["end"] == T0 + 6
+    assert rows["w3"]["start"] == T0  # (it has waited since the change)
+    assert found["waves"] == 2 and found["wave_sizes"] == [1, 3]
+    assert found["verdict"] == {
+        "condition": "Reconciling",
+        "reason": APPROVAL,
+        "message": f"{APPROVAL}: as configpin says it",
+    }
+    assert found["rollout"] == {"names": [f"{NS}/configmap-cfg"], "said": "", "not_shown": 0}
     assert found["approval"] == {
         "asked": True,
         "after_wave": 1,
         "approved": [],
         "namespaces": [NS],
     }
-    listed = changes.changes(snap)["changes"]
-    assert [c["id"] for c in listed] == [CHANGE]
-    assert listed[0]["counts"] == {"complete": 1, "rolling": 1, "waiting": 8}
+    assert found["by"] == "alice" and found["keys"] == ["a"]
+    listed = changes.changes(_snapshot([], [_cfg(**{ANN_CHANGED_BY: WHO})], [], [rollout]))
+    [summary] = listed["changes"]
+    assert summary["id"] == CHANGE and summary["counts"] == {"waiting": 3}
+    assert summary["waiting_approval"] == 2 and summary["verdict"]["reason"] == APPROVAL
+
+
+def test_a_rolled_members_wave_is_the_one_its_record_names() -> None:
+    """Waves 1, 3 as the ConfigRollout counts them. w0 and w1 completed (their records: wave 1
+    and wave 2 of 2); w2 rolls, its record made before records named a wave: the wave its
+    ConfigRollout lists it in; w3 completed with such a record, and the ConfigRollout lists
+    no member done: no wave is said for it (shown last, as "-")."""
+    names = ["w0", "w1", "w2", "w3"]
+    records = {
+        "w0": _record("complete", T0 + 1, [1, 2]),
+        "w1": _record("complete", T0 + 5, [2, 2]),
+        "w2": _record("rolling", T0 + 9),
+        "w3": _record("complete", T0 + 4),
+    }
+    rollout = _rollout(
+        [
+            {"wave": 1, "members": 1, "complete": 1},
+            {"wave": 2, "members": 3, "complete": 2, "rolling": 1},
+        ],
+        [_member("w2", 2, "rolling")],
+    )
+    found = _page(names, records, [rollout])
+    assert _rows(found) == [
+        ("w0", 1, "complete", ""),
+        ("w1", 2, "complete", ""),
+        ("w2", 2, "rolling", ""),
+        ("w3", 0, "complete", ""),
+    ]
+    assert found["waves"] == 2 and found["wave_sizes"] == [1, 3]
+
+
+FEED = "ConfigRollouts in shop"
+
+
+@pytest.mark.parametrize(
+    ("feed", "says"),
+    [
+        (FeedState(FEED, served=False), "this cluster serves no ConfigRollouts"),
+        (
+            FeedState(FEED, error="you may not list", forbidden="Forbidden: no"),
+            "you may not list ConfigRollouts here: Forbidden: no",
+        ),
+        (FeedState(FEED, listed=True), "there is no ConfigRollout configmap-cfg"),
+    ],
+)
+def test_without_a_configrollout_the_page_says_what_it_cannot_tell(
+    feed: FeedState, says: str
+) -> None:
+    """No ConfigRollout of cfg can be read (none served, none the user may list, none
+    published). The page says so and what it cannot tell; it shows w0's rollout with the wave
+    its record names, and the others as `configpin status` finds them, with no wave: w1's
+    Event says it waits for an approval in wave 2 of 2, which the page does not read; its
+    status says awaiting-approval."""
+    records = {"w0": _record("complete", T0 + 1, [1, 2])}
+    notes = [
+        Note(NS, "Deployment", "w1", "ConfigRolloutAwaitingApproval",
+             f"not rolled yet: {CHANGE} waits for an approval (wave 2 of 2 comes after "
+             "approve): kubectl configpin approve configmap/cfg -n shop", "Normal", T0 + 2),
+    ]  # fmt: skip
+    states = {
+        "w1": {"state": "awaiting-approval", "reason": "waits for an approval"},
+        "w2": {"state": "stale", "reason": "configmap/cfg stale"},
+    }
+    found = _page(
+        ["w0", "w1", "w2"],
+        records,
+        [],
+        notes,
+        status_of=lambda o: states.get(o["metadata"]["name"]),
+        rollouts_feed=feed,
+    )
+    assert _rows(found) == [
+        ("w0", 1, "complete", ""),
+        ("w1", 0, "waiting", APPROVAL),
+        ("w2", 0, "pending", ""),
+    ]
+    said = found["rollout"]["said"]
+    assert says in said and "cannot tell its waves" in said, said
+    assert found["verdict"] is None and found["waves"] == 2 and found["wave_sizes"] == []
+
+
+def test_a_configrollout_about_other_content_says_nothing_of_this_change() -> None:
+    """cfg's ConfigRollout still describes the content before (configpin has not published
+    this change yet): its members are not this change's, and the page says so."""
+    before = _rollout(
+        [{"wave": 1, "members": 1, "waiting": 1}],
+        [_member("w0", 1, "waiting", APPROVAL)],
+        content="0123456789abcdef0123",
+        resource_version="8",
+    )
+    found = _page(["w0"], {}, [before], status_of=lambda _o: {"state": "stale"})
+    assert _rows(found) == [("w0", 0, "pending", "")]
+    assert "describes content 0123456789abcdef0123 yet" in found["rollout"]["said"]
+    assert found["approval"]["asked"] is False
+
+
+def test_a_member_listed_by_neither_is_shown_as_its_status_says_with_no_wave() -> None:
+    """The ConfigRollout lists w1 (waiting for configpin, wave 2) and counts one member more
+    than it lists; w2 neither rolled nor is listed: `configpin status` finds it stale, and it
+    is shown pending with no wave said. Where the ConfigRollout lists every member not done,
+    a consumer listed by neither is done (no dry run is asked for it)."""
+    waves = [{"wave": 1, "members": 1, "complete": 1}, {"wave": 2, "members": 2, "waiting": 2}]
+    records = {"w0": _record("complete", T0 + 1, [1, 2])}
+    listed = [_member("w1", 2, "waiting", WAITING, message="wave 2 of 2 starts after wave 1")]
+    asked: list[str] = []
+
+    def status_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+        asked.append(obj["metadata"]["name"])
+        return {"state": "stale", "reason": "configmap/cfg stale"}
+
+    counted = _rollout(waves, listed, reason=WAITING, membersNotShown=1)
+    found = _page(["w0", "w1", "w2"], records, [counted], status_of=status_of)
+    assert _rows(found) == [
+        ("w0", 1, "complete", ""),
+        ("w1", 2, "waiting", WAITING),
+        ("w2", 0, "pending", ""),
+    ]
+    assert found["rows"][1]["waits"] == REASONS[RolloutReason.WAITING].words
+    assert found["rollout"]["not_shown"] == 1 and asked == ["w2"]
+    asked.clear()
+    every = _rollout(waves, listed, reason=WAITING)
+    found = _page(["w0", "w1", "w2"], records, [every], status_of=status_of)
+    assert [r["name"] for r in found["rows"]] == ["w0", "w1"] and asked == []
+
+
+def test_a_superseded_change_says_how_it_ended_as_the_configrollouts_history_says() -> None:
+    """cfg holds newer content now, which its ConfigRollout describes; the change before it
+    (CHANGE) is shown from its records, and its outcome from the ConfigRollout's history."""
+    newer = "feedfacefeedfacefeed"
+    who = json.dumps({"user": "bob", "at": T0 + 50, "content": newer, "keys": ["a"], "more": 0})
+    rollout = _rollout(
+        [{"wave": 1, "members": 1, "complete": 1}],
+        [],
+        reason="Delivered",
+        condition="Ready",
+        content=newer,
+        history=[{"content": CONTENT, "outcome": "Delivered", "at": "2027-01-15T08:00:30Z"}],
+    )
+    workloads = [_reader("w0", record=_record("complete", T0 + 1, [1, 1]))]
+    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})], [], [rollout])
+    found = changes.change(snap, CHANGE, lambda _o: None)
+    assert found is not None and found["current"] is False
+    assert _rows(found) == [("w0", 1, "complete", "")]
+    assert "ended Delivered" in found["rollout"]["said"], found["rollout"]
+    assert found["verdict"] is None
+
+
+def test_the_configrollout_of_a_source_never_changed_lists_no_change() -> None:
+    """cfg was made and never changed: its ConfigRollout describes its content (Ready, no
+    member, nobody who changed it) and its source has no record of who changed it. The list
+    of changes is empty; the change's own page reads as delivered."""
+    rollout = _rollout([], [], reason="Delivered", condition="Ready")
+    del rollout["status"]["change"]["changedBy"], rollout["status"]["change"]["changedAt"]
+    snap = _snapshot([_reader("w0")], [_cfg()], [], [rollout])
+    assert changes.changes(snap)["changes"] == []
+    found = changes.change(snap, CHANGE, lambda _o: {"state": "current"})
+    assert found is not None and found["rows"] == [] and found["verdict"]["reason"] == "Delivered"
 
 
 @pytest.mark.parametrize("now", [False, True])
@@ -407,10 +634,9 @@ def test_an_approval_is_shown_as_the_source_records_it_and_says_now_when_it_was(
     record = {"user": "oncall", "at": T0, "content": CONTENT, "sig": "x"}
     if now:
         record["now"] = True
-    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
-    source = _cfg(**{ANN_CHANGED_BY: who, ANN_APPROVED: json.dumps(record)})
+    source = _cfg(**{ANN_CHANGED_BY: WHO, ANN_APPROVED: json.dumps(record)})
     snap = _snapshot([_reader("w0", record=_record("complete", T0 + 1))], [source])
-    found = changes.change(snap, CHANGE, parse_waves("1,approve,100%"), lambda _o: None)
+    found = changes.change(snap, CHANGE, lambda _o: None)
     assert found is not None
     assert found["approval"]["approved"] == [
         {"namespace": NS, "user": "oncall", "at": T0, "now": now}
@@ -420,8 +646,8 @@ def test_an_approval_is_shown_as_the_source_records_it_and_says_now_when_it_was(
 def test_a_change_not_acted_on_yet_lists_its_stale_readers_as_the_dry_run_says() -> None:
     """The source's record says alice changed key `a`; nothing rolled or waited yet: the
     readers of `a` are listed as the status dry run finds them (stale: pending; not checked
-    yet: checking; current: not a member), a reader of `b` only is no member."""
-    who = json.dumps({"user": "alice", "at": T0, "content": CONTENT, "keys": ["a"], "more": 0})
+    yet: checking; current: not a member), a reader of `b` only is no member. No
+    ConfigRollout says a wave for them."""
     other = _reader("reads-b")
     other["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"][
         "key"
@@ -431,13 +657,11 @@ def test_a_change_not_acted_on_yet_lists_its_stale_readers_as_the_dry_run_says()
         "stale": {"state": "stale", "reason": "configmap/cfg stale"},
         "current": {"state": "current"},
     }
-    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: who})])
-    found = changes.change(
-        snap, CHANGE, parse_waves("1,10%,100%"), lambda o: states.get(o["metadata"]["name"])
-    )
+    snap = _snapshot(workloads, [_cfg(**{ANN_CHANGED_BY: WHO})])
+    found = changes.change(snap, CHANGE, lambda o: states.get(o["metadata"]["name"]))
     assert found is not None
-    shown = {r["name"]: r["state"] for r in found["rows"]}
-    assert shown == {"stale": "pending", "unchecked": "checking"}
+    shown = {r["name"]: (r["state"], r["wave"]) for r in found["rows"]}
+    assert shown == {"stale": ("pending", 0), "unchecked": ("checking", 0)}
 
 
 def test_used_by_lists_the_readers_of_each_key_and_how() -> None:
@@ -497,4 +721,15 @@ def test_the_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
         main(["dashboard", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert "--port" in out and "--address" in out and "1,10%,100%" in out
+    assert "--port" in out and "--address" in out
+    # (the waves are the ConfigRollouts' to say: the dashboard takes no --rollout-waves)
+    assert "--rollout-waves" not in out
+
+
+def test_a_records_wave_is_its_first_changes_and_not_another_ones() -> None:
+    """w0 rolled for db's change and cfg's together, db's first: its record's wave 1 of 2 is
+    db's wave; on cfg's page no wave is said for it (its ConfigRollout lists no member done)."""
+    record = {**_record("complete", T0 + 1, [1, 2]), "changes": [f"{NS}/secret/db@0a0b", CHANGE]}
+    rollout = _rollout([{"wave": 1, "members": 1, "complete": 1}], [])
+    found = _page(["w0"], {"w0": record}, [rollout])
+    assert _rows(found) == [("w0", 0, "complete", "")]

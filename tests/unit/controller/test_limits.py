@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from harness.builders import HKEY, WORKLOAD_NAMESPACE, Store, admitted, configmap, reading, workload
-from harness.controller import StoreCache
+from harness.controller import ApprovingCache
 from tests.unit.controller.test_reconcile_requests import FakeServer
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.leader import AlwaysLeader
@@ -20,10 +19,12 @@ from webhook.controller.limits import Holds, RolloutLimits
 from webhook.controller.outcome import Poll, Rolled, Settled, Skipped
 from webhook.controller.queue import Pending
 from webhook.controller.rollout import RolloutController
+from webhook.controller.watches import KindHandler
 from webhook.controller.waves import Gate
 from webhook.core import digest
 from webhook.core.budget import counted, decode_starts, encode_starts, parse_budget
 from webhook.core.constants import (
+    ANN_HELD,
     ANN_ROLLOUT_BUDGET,
     ANN_ROLLOUT_STARTS,
     ANN_ROLLOUT_WINDOWS,
@@ -33,7 +34,7 @@ from webhook.core.current import WorkloadEntry, WorkloadRef, entry_from_object
 from webhook.core.kinds import builtin
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.reasons import SkipReason
-from webhook.core.record import Change, identity, rollout_record
+from webhook.core.record import Change, annotations_of, identity, rollout_record
 from webhook.core.times import format_time
 from webhook.core.waves import Wait, WaitReason
 from webhook.kube.cache import SourceCache
@@ -262,7 +263,12 @@ def test_an_approval_lifts_the_budget_not_a_window_approve_now_lifts_both() -> N
     c1, c2 = _change("c1"), Change.of(NS, SourceId(SourceKind.SECRET, "s"), "c2", shared=False)
 
     def hold(approved: Collection[Change], now: Collection[Change] = ()) -> Wait | None:
-        return limits.hold(
+        """As the gate asks them (Gate.wait): the windows, then (the waves, off here) the
+        budget."""
+        window = limits.window_hold(web, [c1, c2], approved_now=now.__contains__)
+        if window is not None:
+            return window
+        return limits.budget_hold(
             web, [c1, c2], approved=approved.__contains__, approved_now=now.__contains__
         )
 
@@ -489,6 +495,13 @@ class _World:
     def patches(self, name: str) -> int:
         return self.server.count("PATCH", self.path(name))
 
+    def conflicts(self) -> float | None:
+        return self.metrics.registry.get_sample_value("configpin_patch_conflicts_total")
+
+    def held_note(self, name: str) -> Any:
+        """The workload's configpin.io/held, as stored."""
+        return annotations_of(self.server.objects[self.path(name)]).get(ANN_HELD)
+
     def held(self, reason: WaitReason = WaitReason.WINDOW) -> float | None:
         return self.metrics.registry.get_sample_value(
             "configpin_rollouts_held", {"reason": reason.value}
@@ -521,7 +534,8 @@ def test_a_window_that_closes_mid_change_lets_started_rollouts_finish_and_starts
     for ref in second:  # wave 1 is complete: wave 2 would start, but the window is closed
         wait = _wait_of(world.reconcile(ref.name))
         assert wait.reason is WaitReason.WINDOW and wait.until == at(TUE, 9, month=12)
-        assert world.patches(ref.name) == 0
+        assert world.patches(ref.name) == 1  # (configpin.io/held, nothing else)
+        assert world.held_note(ref.name).startswith("AwaitingWindow: ")
     assert world.held() == 2
     assert world.ctl.measure_staleness() == 2 and world.stale_gauge() == 0  # held: not overdue
 
@@ -531,6 +545,11 @@ def test_a_window_that_closes_mid_change_lets_started_rollouts_finish_and_starts
         assert isinstance(world.reconcile(ref.name), Rolled)
         record = rollout_record(HKEY, world.server.objects[world.path(ref.name)])
         assert record is not None and record.changes == (change,)
+        assert world.held_note(ref.name) is None  # (taken off by the re-stamp itself)
+        # the held note, then the re-stamp planned from the index, which no watch feeds here:
+        # the note's write indexed its version, so that plan lands (no 409, no read)
+        assert world.patches(ref.name) == 2
+    assert world.conflicts() == 0
     assert world.held() == 0
 
 
@@ -541,13 +560,17 @@ def test_changes_while_held_roll_once_to_the_latest_content_when_the_window_open
     assert _wait_of(world.reconcile("web")).reason is WaitReason.WINDOW
     latest = world.change("3")  # a second change while it waits
     assert _wait_of(world.reconcile("web")).reason is WaitReason.WINDOW
-    assert world.patches("web") == 0 and world.held() == 1
+    # (configpin.io/held, written once: the second look finds it says so already)
+    assert world.patches("web") == 1 and world.held() == 1
+    assert world.held_note("web").startswith("AwaitingWindow: ")
 
     world.clock.now = at(TUE, 9, month=12)
     world.ctl._housekeeping()  # its hold is due: looked at again, queued
     assert world.ctl.queue.pending(_ref("web")) is not None
     assert isinstance(world.reconcile("web"), Rolled)
-    assert world.patches("web") == 1  # one rollout, ...
+    assert world.patches("web") == 2  # the note, and one rollout (no 409: see above) ...
+    assert world.conflicts() == 0
+    assert world.held_note("web") is None
     stored = world.server.objects[world.path("web")]
     record = rollout_record(HKEY, stored)
     assert record is not None and record.changes == (latest,)  # ... to the latest content
@@ -566,22 +589,6 @@ def test_changes_while_held_roll_once_to_the_latest_content_when_the_window_open
 # --- the gate: after the waves, before the cap; approvals -----------------------------------
 
 
-class _Approving(StoreCache):
-    """The sources as the cache holds them, with the approvals `approve` (and `approve --now`)
-    record on them: the content each names."""
-
-    def __init__(self, store: Store) -> None:
-        super().__init__(store)
-        self.approved: str | None = None
-        self.approved_now: str | None = None
-
-    def peek(self, namespace: str, sid: SourceId) -> Any:
-        found = super().peek(namespace, sid)
-        if found is None:
-            return None
-        return replace(found, approved=self.approved, approved_now=self.approved_now)
-
-
 def test_the_gate_asks_the_windows_first_the_waves_then_the_budget_and_the_cap() -> None:
     store = Store([configmap("cfg", {"a": "1"})])
     index = WorkloadIndex()
@@ -593,7 +600,7 @@ def test_the_gate_asks_the_windows_first_the_waves_then_the_budget_and_the_cap()
         assert isinstance(found, WorkloadEntry)
         index.put(found)
     store.put(configmap("cfg", {"a": "2"}))
-    cache = _Approving(store)
+    cache = ApprovingCache(store)
     clock = Clock(at(MON, 12, 30))
     limits = _limits(clock, namespaces={NS: LUNCH}, budget="2/1h")
     settings = Settings(rollout_waves="1,100%", max_rolling=1)
@@ -647,3 +654,50 @@ def test_an_edit_of_the_namespaces_window_list_looks_at_what_it_holds_again() ->
     assert ctl.queue.pending(_ref("web")) is not None  # its list was removed: looked at again
     assert isinstance(world.reconcile("web"), Rolled)
     assert world.held() == 0
+
+
+def test_a_window_hold_whose_held_marker_a_reapply_took_away_is_marked_again() -> None:
+    """A change waits for its window; the worker marks the workload `configpin.io/held`, and
+    the resyncs take the hold as known from then on (no worker reads it again). A GitOps tool
+    re-applies the workload as Git says, without the marker, and nothing else of it moves:
+    its watch's event hands it to a worker, which marks it again (its template untouched);
+    a resync after a relist that missed that event does the same."""
+    world = _World(["web"], waves="off")
+    ctl, ref = world.ctl, _ref("web")
+    handler = KindHandler(ctl, "Deployment")
+    world.clock.now = at(MON, 12, 30)  # closed
+    world.change("2")
+    assert _wait_of(world.reconcile("web")).reason is WaitReason.WINDOW
+    assert world.held_note("web").startswith("AwaitingWindow: ")
+    entry = ctl.index.get(ref)
+    assert entry is not None and entry.held  # (indexed with its write, not after the watch)
+    ctl.check_all()
+    assert ctl.queue.pending(ref) is None  # a resync: held, as memory says, and marked
+    marked = copy.deepcopy(world.server.objects[world.path("web")])
+    handler.event("MODIFIED", copy.deepcopy(marked))  # (the marker's own event: nothing)
+    assert ctl.queue.pending(ref) is None
+
+    def reapplied() -> JSONObject:
+        obj = copy.deepcopy(marked)
+        del obj["metadata"]["annotations"][ANN_HELD]
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+        world.server.put(world.path("web"), obj)
+        return copy.deepcopy(obj)
+
+    handler.event("MODIFIED", reapplied())
+    assert ctl.queue.pending(ref) is not None
+    ctl.queue.forget(ref)
+    patched = world.patches("web")
+    assert _wait_of(world.reconcile("web")).reason is WaitReason.WINDOW
+    assert world.held_note("web").startswith("AwaitingWindow: ")
+    assert world.patches("web") == patched + 1  # (the marker, nothing else)
+    stored = world.server.objects[world.path("web")]
+    assert stored["spec"]["template"] == marked["spec"]["template"]
+
+    handler.relisted([reapplied()])  # (the event missed: a relist finds it unmarked)
+    assert ctl.queue.pending(ref) is not None
+    ctl.queue.forget(ref)
+    assert _wait_of(world.reconcile("web")).reason is WaitReason.WINDOW
+    assert world.held_note("web").startswith("AwaitingWindow: ")
+    ctl.check_all()
+    assert ctl.queue.pending(ref) is None

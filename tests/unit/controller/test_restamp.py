@@ -32,17 +32,12 @@ from tests.unit.conftest import (
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Follower
 from webhook.controller.limits import RolloutLimits
+from webhook.controller.needs import Inputs, Need
 from webhook.controller.reconcile import Prelude
-from webhook.controller.restamp import (
-    Decision,
-    IndexRestamp,
-    Inputs,
-    Need,
-    Restamper,
-    touches_template,
-)
+from webhook.controller.restamp import Decision, IndexRestamp, Restamper, touches_template
 from webhook.core.budget import decode_starts, encode_starts
 from webhook.core.constants import (
+    ANN_HELD,
     ANN_MODE,
     ANN_OBSERVED,
     ANN_ON_CHANGE,
@@ -441,11 +436,15 @@ def test_skip_reasons_are_a_small_set_of_metric_labels() -> None:
 class FakeGate:
     """The waves and the cap: `waiting` says why a workload may not roll (None: it may)."""
 
-    def __init__(self, waiting: str | None = None) -> None:
+    def __init__(self, waiting: str | None = None, place: tuple[int, int] | None = None) -> None:
         self.waiting = waiting
+        self.at = place  # the wave a member rolls in, of how many (None: no waves)
         self.asked: list[tuple[WorkloadRef, tuple[Change, ...]]] = []
 
     limits = None
+
+    def place(self, _ref: WorkloadRef, _changes: Any) -> tuple[int, int] | None:
+        return self.at
 
     def admit(
         self, ref: WorkloadRef, stale: Any, _entry: Any = None
@@ -939,3 +938,34 @@ def test_a_re_stamp_records_its_start_in_the_same_write(before: tuple[float, ...
     plain.store.put(configmap("cfg", {"a": "2", "b": "x"}))
     written = _written(unlimited, plain.decide(unlimited))
     assert ANN_ROLLOUT_STARTS not in written["metadata"].get("annotations", {})
+
+
+@pytest.mark.parametrize("place", [None, (2, 3)])
+def test_the_object_and_the_index_start_a_rollout_with_one_record(
+    place: tuple[int, int] | None,
+) -> None:
+    """A re-stamp decided on the object as read and one planned from the index alone write
+    the same record of the rollout (its wave among it, wave 2 of 3 here, as the gate placed
+    it) and take the same marker off: a workload held before it rolls is no longer held."""
+    store = _store()
+    case = _delivering(store, FakeGate(place=place))
+    obj = _admitted(ENV, store)
+    obj["metadata"]["resourceVersion"] = "41"
+    obj["metadata"].setdefault("annotations", {})[ANN_HELD] = "AwaitingApproval: waits"
+    store.put(configmap("cfg", {"a": "2", "b": "x"}))
+    decision = case.decide(obj)
+    assert decision.rollout is not None
+    from_object = _written(obj, decision)
+    indexed = case.restamper().entry(obj)
+    assert isinstance(indexed, WorkloadEntry)
+    restamp = case.prelude(_ref(obj)).from_index(indexed)
+    assert restamp is not None
+    from_index = merge_patch(obj, restamp.merge_patch)
+    for written in (from_object, from_index):
+        assert ANN_HELD not in written["metadata"]["annotations"]
+        record = _record_of(written)
+        assert record.wave == place and record.state == "rolling" and record.since == NOW
+        assert [str(c) for c in record.changes] == ["team-a/configmap/cfg@c"]
+        assert dict(record.to) == recorded_sources(from_object)
+    # (from the index nothing is known of the template as written: its fingerprint is not)
+    assert _record_of(from_object).template and not _record_of(from_index).template

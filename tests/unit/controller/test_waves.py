@@ -119,6 +119,19 @@ def test_the_first_wave_goes_alone_and_the_next_when_it_completed() -> None:
     assert "wave 2 is complete (0 of 2" in _why(gate.wait(third[0], [change]))
 
 
+def test_a_member_is_placed_in_the_wave_the_gate_lets_it_roll_in() -> None:
+    """The wave a rollout starts in, of how many (its record keeps it): 12 workloads under
+    `1,10%,100%` are 1, 2 and 9; with waves off, or for a workload that is no member, none."""
+    gate, _, _, objs = _setup({"team-a": [f"w{i}" for i in range(12)]})
+    [change] = gate.changes("team-a", [CFG])
+    places = [gate.place(ref, [change]) for ref in objs]
+    assert sorted(p for p in places if p is not None) == [(1, 3)] + [(2, 3)] * 2 + [(3, 3)] * 9
+    assert gate.place(WorkloadRef("Deployment", "team-a", "nobody"), [change]) is None
+    off, _, _, objs = _setup({"team-a": ["w0", "w1"]}, waves="off")
+    [change] = off.changes("team-a", [CFG])
+    assert all(off.place(ref, [change]) is None for ref in objs)
+
+
 def test_a_failure_stops_every_later_wave() -> None:
     gate, index, _, objs = _setup({"team-a": [f"w{i}" for i in range(5)]})
     [change] = gate.changes("team-a", [CFG])

@@ -587,3 +587,22 @@ def test_only_workloads_that_vouch_cut_the_waves_the_others_join_the_last() -> N
     assert set(plan_[-1]) >= broken
     # nobody vouches (a broken app's config fix): they all roll at once
     assert cut_waves(["a", "b"], lambda _n: False, parse_waves("1,10%,100%")) == [["a", "b"]]
+
+
+def test_the_others_never_join_a_wave_before_an_approval_behind_a_canary() -> None:
+    """Those that cannot vouch (not healthy before the change, scaled to zero) join the
+    last wave; where every wave of those that vouch comes before `approve` (the canary alone
+    vouches), the others' wave is the first after it: they wait for the approval too. Where
+    none vouches, they all roll at once, approve or not."""
+    steps = parse_waves("1,approve,100%")
+    vouch = {"canary", "w1"}.__contains__
+    assert cut_waves(["canary", "w1", "z1", "z2"], vouch, steps) == [
+        ["canary"],
+        ["w1", "z1", "z2"],
+    ]
+    alone = {"canary"}.__contains__  # (the others scaled to zero while they waited)
+    assert cut_waves(["canary", "z1", "z2"], alone, steps) == [["canary"], ["z1", "z2"]]
+    assert cut_waves(["z1", "z2"], lambda _n: False, steps) == [["z1", "z2"]]
+    late = parse_waves("1,1,approve,100%")
+    assert cut_waves(["canary", "z1"], alone, late) == [["canary"], [], ["z1"]]
+    assert cut_waves(["canary", "w1", "z1"], vouch, late) == [["canary"], ["w1"], ["z1"]]

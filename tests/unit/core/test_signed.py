@@ -5,6 +5,9 @@ open, and encoding the same record must give them again to the byte."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from webhook.core.audit import APPROVED, CHANGED, ChangedBy
@@ -80,6 +83,19 @@ def test_an_older_rollout_record_still_opens() -> None:
     assert record is not None
     assert record.state is State.ROLLING and record.healthy and record.by == ""
     assert record.changes == (Change("shop", DB, "f" * 20),)
+
+
+def test_a_rollout_records_wave_opens_as_written_and_a_forged_one_opens_nothing() -> None:
+    """The wave a rollout started in (wave 2 of 3) is signed with the rest; a record without
+    one (written before it) reads as outside the waves."""
+    placed = replace(_rollout(), wave=(2, 3))
+    text = placed.encode(HKEY, WEB)
+    assert RolloutRecord.decode(HKEY, WEB, text) == placed
+    before = RolloutRecord.decode(HKEY, WEB, ROLLOUT)
+    assert text != ROLLOUT and before is not None and before.wave is None
+    envelope = json.loads(text)
+    envelope["wave"] = [1, 3]  # (edited: no longer what configpin signed)
+    assert RolloutRecord.decode(HKEY, WEB, json.dumps(envelope)) is None
 
 
 def test_source_records_written_before_still_open_and_encode_the_same() -> None:

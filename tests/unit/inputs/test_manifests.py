@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from webhook.commands.cli import main
@@ -147,6 +147,8 @@ _values = st.recursive(
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.dictionaries(_keys, _values, min_size=1, max_size=5))
+@example({"": "\t\n"})  # (a literal block's line of a tab alone read back empty)
+@example({"k": "a\n \t\nb\n"})
 def test_dump_reads_back_the_same(obj: dict[str, Any]) -> None:
     text = dump(obj)
     (doc,) = list(read_text(text, "out.yaml"))

@@ -242,3 +242,39 @@ def test_the_docs_list_exactly_the_events_the_code_emits() -> None:
     table = {(reason.value, t) for reason, kind in EVENTS.items() for t in kind.types}
     assert len(table) >= 20, table
     assert _documented() == table
+
+
+class _PatchingKube(FakeKube):
+    """FakeKube that also keeps the series updates (merge patches of Events)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patched: list[tuple[str, dict[str, Any]]] = []
+
+    def patch(self, api_path: str, patch: dict[str, Any], **_: Any) -> dict[str, Any]:
+        with self.lock:
+            self.patched.append((api_path, patch))
+        return patch
+
+
+def test_repeats_fold_into_a_series_and_the_last_repeated_is_kept_longest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(events, "CACHE_SIZE", 2)  # (series kept, and rate buckets)
+    kube, dropped = _PatchingKube(), []
+    recorder = EventRecorder(
+        kube,  # type: ignore[arg-type]
+        "configpin.io/test",
+        "test-0",
+        on_drop=dropped.append,
+        clock=lambda: 1000.0,
+    ).start()
+    deployment = _deployment("uid-1", 990.0)
+    for note in ("a", "b", "a", "c", "a", "b"):  # c evicts b's series, a was repeated since
+        recorder.say(deployment, EventReason.OPTED_OUT, note)
+    recorder.stop()
+    assert dropped == []
+    assert [e["note"] for e in kube.created] == ["a", "b", "c", "b"]
+    [(path, patch)] = kube.patched  # (stop flushes what is not written yet)
+    assert path.endswith("/" + kube.created[0]["metadata"]["name"])
+    assert patch["series"]["count"] == 3

@@ -696,6 +696,7 @@ def test_read_through_answers_are_evicted_oldest_first_never_all_at_once(
     from webhook.kube import cache as cache_module
 
     monkeypatch.setattr(cache_module, "_RECENT_MAX", 3)
+    cluster.cache = SourceCache(cluster.api, HKEY, cluster.metrics)  # (built with that bound)
     for i in range(5):
         assert cluster.cache.get(NS, SourceId(SourceKind.CONFIGMAP, f"missing-{i}")) is None
     kept = [name for (_kind, _ns, name) in cluster.cache._recent]
@@ -703,3 +704,22 @@ def test_read_through_answers_are_evicted_oldest_first_never_all_at_once(
     calls = cluster.kube.calls
     assert cluster.cache.get(NS, SourceId(SourceKind.CONFIGMAP, "missing-4")) is None
     assert cluster.kube.calls == calls  # answered from what was kept
+
+
+def test_read_through_answers_are_kept_for_their_ttl_then_asked_again(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webhook.kube import cache as cache_module
+
+    now = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: now[0])
+    cluster.cache = SourceCache(cluster.api, HKEY, cluster.metrics)  # (on that clock)
+    sid = SourceId(SourceKind.CONFIGMAP, "missing")
+    assert cluster.cache.get(NS, sid) is None
+    calls = cluster.kube.calls
+    now[0] += cache_module._RECENT_TTL - 0.1
+    assert cluster.cache.get(NS, sid) is None
+    assert cluster.kube.calls == calls  # kept
+    now[0] += 0.1
+    assert cluster.cache.get(NS, sid) is None
+    assert cluster.kube.calls == calls + 1  # expired: read through again

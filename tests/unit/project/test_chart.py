@@ -254,6 +254,7 @@ def test_default_kinds(default: list[Manifest]) -> None:
     assert sorted(o["kind"] for o in default) == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # (the ConfigRollouts' view role)
             "ClusterRoleBinding",
             "Deployment",
             "MutatingWebhookConfiguration",
@@ -514,7 +515,8 @@ def test_pods_run_as_the_bound_service_account(objects: list[Manifest]) -> None:
         ]
         role_kind = "ClusterRole" if kind == "ClusterRoleBinding" else "Role"
         assert binding["roleRef"]["kind"] == role_kind
-        assert binding["roleRef"]["name"] == one(objects, role_kind)["metadata"]["name"]
+        role = cluster_role(objects) if role_kind == "ClusterRole" else one(objects, role_kind)
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 # --- RBAC ----------------------------------------------------------------------------------
@@ -522,7 +524,7 @@ def test_pods_run_as_the_bound_service_account(objects: list[Manifest]) -> None:
 
 def test_no_wildcards_in_rbac(objects: list[Manifest]) -> None:
     roles = select(objects, "ClusterRole") + select(objects, "Role")
-    assert len(roles) == 2
+    assert len(roles) == 3  # (configpin's two, and the ConfigRollouts' view role)
     for role in roles:
         for rule in role["rules"]:
             assert "nonResourceURLs" not in rule
@@ -532,6 +534,27 @@ def test_no_wildcards_in_rbac(objects: list[Manifest]) -> None:
 
 
 READ = ("get", "list", "watch")
+ROLLOUTS = ("configpin.io", "configrollouts")
+
+
+def cluster_role(objects: list[Manifest]) -> Manifest:
+    """configpin's own ClusterRole: the one its ClusterRoleBinding binds."""
+    return by_name(objects, "ClusterRole", one(objects, "ClusterRoleBinding")["roleRef"]["name"])
+
+
+def test_configrollouts_are_read_through_the_aggregated_view_role(objects: list[Manifest]) -> None:
+    """Whoever may view a namespace may read its ConfigRollouts (the built-in view, edit and
+    admin roles aggregate the chart's role), and nothing more: no write, no other resource."""
+    [view] = [r for r in select(objects, "ClusterRole") if r is not cluster_role(objects)]
+    labels = view["metadata"]["labels"]
+    for role in ("view", "edit", "admin"):
+        assert labels[f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
+    assert rbac_grants(view) == {(*ROLLOUTS, v, ()) for v in READ}
+    assert not [
+        b
+        for b in select(objects, "ClusterRoleBinding")
+        if b["roleRef"]["name"] == view["metadata"]["name"]
+    ]
 
 
 def expected_cluster_grants(
@@ -548,6 +571,9 @@ def expected_cluster_grants(
     }
     grants |= {(g, r, "patch", ()) for g, r in WORKLOAD_PATCHES}
     grants |= {("events.k8s.io", "events", v, ()) for v in ("create", "patch")}
+    # the ConfigRollouts it publishes (output only), their status through its subresource
+    grants |= {(*ROLLOUTS, v, ()) for v in (*READ, "create", "update", "delete")}
+    grants.add(("configpin.io", "configrollouts/status", "update", ()))
     if refresh_pods:  # on-change: refresh, one annotation on a workload's running pods
         grants.add(("", "pods", "patch", ()))
     if snapshots:
@@ -565,13 +591,13 @@ def test_cluster_role_is_exactly_least_privilege(
 ) -> None:
     webhook = one(default, "MutatingWebhookConfiguration")["metadata"]["name"]
     # Checksum mode (the default) never writes a ConfigMap or Secret: no such grant.
-    assert rbac_grants(one(default, "ClusterRole")) == expected_cluster_grants(
+    assert rbac_grants(cluster_role(default)) == expected_cluster_grants(
         snapshots=False, webhook=webhook
     )
     assert flags(default)["--no-snapshots"] is None
     # mode: snapshot implies the writes. With cert-manager, configpin never touches its
     # webhook configuration.
-    assert rbac_grants(one(custom, "ClusterRole")) == expected_cluster_grants(
+    assert rbac_grants(cluster_role(custom)) == expected_cluster_grants(
         snapshots=True, webhook=None, custom=[CLONESET]
     )
     assert flags(custom)["--workload-kinds"] == NON_DEFAULT["workloadKinds"][0]
@@ -579,14 +605,14 @@ def test_cluster_role_is_exactly_least_privilege(
     assert flags(default)["--argo-rollouts"] is None
     assert flags(custom)["--snapshots"] is None
     allowed = render({"snapshots": {"enabled": True}})
-    assert rbac_grants(one(allowed, "ClusterRole")) == expected_cluster_grants(
+    assert rbac_grants(cluster_role(allowed)) == expected_cluster_grants(
         snapshots=True, webhook=webhook
     )
     assert flags(allowed)["--snapshots"] is None
     # controller.refreshPods off: no pod write granted, and configpin told so (they roll).
     assert flags(default)["--refresh-pods"] is None
     no_refresh = render({"controller": {"refreshPods": False}})
-    assert rbac_grants(one(no_refresh, "ClusterRole")) == expected_cluster_grants(
+    assert rbac_grants(cluster_role(no_refresh)) == expected_cluster_grants(
         snapshots=False, webhook=webhook, refresh_pods=False
     )
     assert flags(no_refresh)["--no-refresh-pods"] is None
@@ -949,7 +975,7 @@ def test_custom_kinds_one_value_for_flag_rules_and_rbac() -> None:
     assert flags(objects)["--workload-kinds"] == ",".join(entries)
     assert flags(objects)["--pin-owned-by"] == "Foo.example.com"
     widget = ("example.com", "v1beta2", "widgets")
-    assert rbac_grants(one(objects, "ClusterRole")) == expected_cluster_grants(
+    assert rbac_grants(cluster_role(objects)) == expected_cluster_grants(
         snapshots=False,
         webhook=one(objects, "MutatingWebhookConfiguration")["metadata"]["name"],
         custom=[ARGO, CLONESET, widget],
@@ -1333,7 +1359,7 @@ def test_the_policy_confines_every_write_configpin_is_granted() -> None:
         }
         patched = {
             (g, r)
-            for g, r, verb, names in rbac_grants(one(objects, "ClusterRole"))
+            for g, r, verb, names in rbac_grants(cluster_role(objects))
             if verb == "patch" and not names and g != "events.k8s.io"
         }
         assert confined == patched | SOURCES

@@ -34,7 +34,6 @@ from webhook.commands.dashboard.feeds import FeedState, Store
 from webhook.commands.dashboard.guard import HEADERS, Fence
 from webhook.commands.dashboard.statuses import StatusBook
 from webhook.core.model import SourceKind, typed_source_kind
-from webhook.core.waves import WaveStep
 from webhook.inputs.manifests import InputError
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import Kube
@@ -115,7 +114,6 @@ class App:
         book: StatusBook,
         kube: Kube,
         *,
-        steps: Sequence[WaveStep] | None,
         scope: str,
         context: str,
     ) -> None:
@@ -123,7 +121,6 @@ class App:
         self.store = store
         self.book = book
         self.kube = kube
-        self.steps = steps
         self.scope = scope  # "namespace shop", "every namespace"
         self.context = context
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
@@ -191,7 +188,6 @@ class App:
                     "workloads": len(snapshot.workloads),
                     "sources": sum(1 for s in snapshot.sources if not s.copy),
                 },
-                "waves_setting": changes.steps_text(self.steps),
                 "said": workload.UNSIGNED,
             },
         )
@@ -201,9 +197,7 @@ class App:
 
     def change(self, request: Request) -> Response:
         status_of = self._status_of()
-        found = changes.change(
-            self.store.snapshot(), request.arg("id"), self.steps, status_of, request.page()
-        )
+        found = changes.change(self.store.snapshot(), request.arg("id"), status_of, request.page())
         if found is None:
             return error(404, "no such change is known here (any more)")
         return json_response(200, found)

@@ -1,8 +1,14 @@
-"""The changes pages as data: `changes`, each recent change of a consumed source (from who
-changed it, on the source; the rollout records that name it, on the workloads; the
-controller's Events that say a workload waits for it), and `change`, one change's members in
-wave order, each with its rollout as a bar (from its re-stamp to complete, failed, left, or
-waiting) and what it waits for.
+"""The changes pages as data: `changes`, each recent change of a consumed source, and
+`change`, one change's members wave by wave, each with its rollout as a bar (from its
+re-stamp to complete, failed, left, or waiting) and what it waits for.
+
+A change is what configpin published of it: the source's ConfigRollout (its waves, each member
+not done yet with its state and what it waits for, its verdict; webhook.core.rollouts), the
+rollout records of the workloads that rolled for it (a record names the wave it started in),
+who changed the source (its record), and the end of each rollout by the reason of the
+controller's Events. The words for a wait are the core's (`REASONS`); no Event's text is
+parsed and no wave is cut here. Where no ConfigRollout says the change (a configpin before
+them, rights that do not reach them), the page says what it cannot tell.
 
 Pure: no cluster call and no clock (the snapshot says when it was taken); a workload's status
 (`configpin status`'s dry run) is handed in by `status_of`. What configpin wrote is read as it
@@ -12,18 +18,17 @@ stands: this process holds no digest key, so a record's signature is not checked
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from webhook.commands.dashboard import rollouts as cr
 from webhook.commands.dashboard.feeds import Note, Snapshot, Source, epoch
 from webhook.commands.dashboard.workload import (
     UNSIGNED,
     StatusOf,
     Use,
     WorkloadRef,
-    healthy,
     mode_of,
     on_change,
     pinned,
@@ -32,45 +37,23 @@ from webhook.commands.dashboard.workload import (
     since_of,
     uses,
 )
-from webhook.core.constants import (
-    ANN_APPROVED,
-    ANN_CHANGED_BY,
-    ANN_ROLLOUT_WAVES,
-    ANN_SHARED,
-    APPROVE_STEP,
-    MODE_OFF,
-)
+from webhook.core.constants import ANN_APPROVED, ANN_CHANGED_BY, ANN_SHARED, MODE_OFF
 from webhook.core.model import JSONObject, SourceId, SourceKind
-from webhook.core.reasons import EventReason, Status
-from webhook.core.record import ACTION_WORDS, Action, Change, annotations_of, digest_mapping_any
-from webhook.core.waves import Member, WaveStep, approval_from, cut_waves, wave_of, wave_order
+from webhook.core.reasons import EventReason
+from webhook.core.record import ACTION_WORDS, Action, Change, digest_mapping_any
+from webhook.core.rollouts import REASONS, MemberState, RolloutReason, rollout_name
 
 TIMELINE_PAGE: Final = 100  # rows of a change's timeline page
 RECENT: Final = 100  # changes listed at most
-_CHANGE_IN_NOTE: Final = re.compile(r"((?:[a-z0-9.-]+/)?(?:configmap|secret)/[^\s@/]+@[0-9a-f]+)")
-_WAVE_IN_NOTE: Final = re.compile(r"wave (\d+) of (\d+)")
 R = EventReason
-_WAITING: Final = (
-    R.CONFIG_ROLLOUT_WAITING,
-    R.CONFIG_ROLLOUT_AWAITING_APPROVAL,
-    R.CONFIG_ROLLOUT_AWAITING_WINDOW,
-    R.CONFIG_ROLLOUT_FLAPPING,
-)
-# what a stale workload's status says it waits for (the others are not pending)
-_PENDING: Final = {
-    Status.STALE: "configpin",
-    Status.WAITING: "configpin",
-    Status.AWAITING_APPROVAL: "approval",
-    Status.AWAITING_WINDOW: "window",
-    Status.FLAPPING: "budget",
-}
 _ENDS: Final = {
-    R.CONFIG_ROLLOUT_COMPLETE: "complete",
-    R.CONFIG_ROLLOUT_LEFT: "left",
-    R.CONFIG_ROLLOUT_FAILED: "failed",
-    R.CONFIG_ROLLED_BACK: "failed",
-    R.CONFIG_ROLLED_BACK_BY_PERSON: "failed",
+    "complete": (R.CONFIG_ROLLOUT_COMPLETE,),
+    "left": (R.CONFIG_ROLLOUT_LEFT,),
+    "failed": (R.CONFIG_ROLLOUT_FAILED, R.CONFIG_ROLLED_BACK, R.CONFIG_ROLLED_BACK_BY_PERSON),
 }
+_ENDED: Final = frozenset(r for reasons in _ENDS.values() for r in reasons)
+_STATES: Final = frozenset(s.value for s in MemberState)
+_PENDING_WORDS: Final = "stale: configpin has not decided yet (its coalescing window, its queue)"
 
 
 # --- changes -----------------------------------------------------------------------------------
@@ -81,19 +64,18 @@ class Row:
     """One workload in a change's timeline."""
 
     ref: WorkloadRef
-    wave_annotation: int
-    vouches: bool
     state: str  # rolling, complete, failed, left, waiting, pending, checking
     detail: str = ""
-    waits_for: str = ""  # wave, cap, approval, stopped, window, budget, configpin
-    note: str = ""
+    waits_for: str = ""  # (waiting) a RolloutReason: what for
     start: float | None = None
     end: float | None = None
-    wave: int = 0  # from 1
-    said_wave: tuple[int, int] | None = None  # "wave N of M", as an Event said
+    wave: int = 0  # from 1 (0: no wave is said for it)
+    until: float | None = None  # (waiting) when it may roll, as configpin said
+    rank: tuple[int, float] = (2, 0.0)  # its place in its wave: rolled, listed, neither
 
     def as_dict(self) -> dict[str, Any]:
         kind, namespace, name = self.ref
+        reason = cr.reason_of(self.waits_for)
         return {
             "namespace": namespace,
             "kind": kind,
@@ -102,7 +84,8 @@ class Row:
             "state": self.state,
             "detail": self.detail,
             "waits_for": self.waits_for,
-            "note": self.note,
+            "waits": REASONS[reason].words if reason is not None else "",
+            "until": self.until,
             "start": self.start,
             "end": self.end,
         }
@@ -117,9 +100,15 @@ class Facts:
     at: float = 0.0
     keys: tuple[str, ...] | None = None
     more: int = 0
-    current: bool = False  # its source holds this content now (as its record of who says)
+    current: bool = False  # its source holds this content now (as its records say)
+    recorded: bool = False  # its source's record of who changed it names it
     namespaces: set[str] = field(default_factory=set)
     rows: dict[WorkloadRef, Row] = field(default_factory=dict)
+    # the ConfigRollouts that describe it (one per namespace), and the members they list
+    rollouts: list[JSONObject] = field(default_factory=list)
+    listed: dict[WorkloadRef, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
+    not_shown: int = 0  # members not done that its ConfigRollouts count but do not list
+    waves_said: int = 0  # (no ConfigRollout) the most waves a record says the change had
 
     @property
     def ident(self) -> str:
@@ -150,69 +139,6 @@ def _changed_by(source: Source) -> tuple[Change, dict[str, Any]] | None:
     return change, record
 
 
-def _wait_kind(note: Note) -> str:
-    if note.reason == R.CONFIG_ROLLOUT_AWAITING_APPROVAL:
-        return "approval"
-    if note.reason == R.CONFIG_ROLLOUT_AWAITING_WINDOW:
-        return "window"
-    if note.reason == R.CONFIG_ROLLOUT_FLAPPING:
-        return "budget"
-    text = note.note
-    if "--max-rolling" in text:
-        return "cap"
-    if "failed (wave" in text or "are not rolled" in text:
-        return "stopped"
-    if "rolls in waves" in text:
-        return "wave"
-    return "configpin"
-
-
-_WAITS: Final = {
-    "approval": "an approval",
-    "cap": "a place (--max-rolling: too many rollouts in flight in its namespace)",
-    "stopped": "nothing: an earlier wave failed, this one will not roll",
-    "wave": "an earlier wave to complete",
-    "configpin": "configpin",
-    "window": "a rollout window",
-    "budget": "its rollout budget (flapping: a source keeps changing)",
-}
-
-
-_AFTER_WAVE: Final = re.compile(r"when wave (\d+) is complete \((\d+) of (\d+)")
-_IN_FLIGHT: Final = re.compile(r"(\d+) config rollouts are in flight")
-
-
-def _wait_detail(waits: str, note: str) -> str:
-    """What the controller's note adds to what the workload waits for, in a few words."""
-    if waits == "wave" and (m := _AFTER_WAVE.search(note)):
-        return f"wave {m.group(1)}: {m.group(2)} of {m.group(3)} complete"
-    if waits == "cap" and (m := _IN_FLIGHT.search(note)):
-        return f"{m.group(1)} rollouts in flight in its namespace"
-    if waits == "approval" and "rollout-waves" in note and "comes after approve" not in note:
-        return "its own configpin.io/rollout-waves asks for one"
-    return ""
-
-
-def _waiting_notes(notes: Iterable[Note]) -> dict[WorkloadRef, Note]:
-    """The latest waiting Event of each workload."""
-    latest: dict[WorkloadRef, Note] = {}
-    for note in notes:
-        if note.reason not in _WAITING:
-            continue
-        ref = (note.kind, note.namespace, note.name)
-        if ref not in latest or note.at >= latest[ref].at:
-            latest[ref] = note
-    return latest
-
-
-def _end_notes(notes: Iterable[Note]) -> dict[WorkloadRef, list[Note]]:
-    out: dict[WorkloadRef, list[Note]] = {}
-    for note in notes:
-        if note.reason in _ENDS:
-            out.setdefault((note.kind, note.namespace, note.name), []).append(note)
-    return out
-
-
 def _rolled_row(
     obj: Mapping[str, Any],
     record: Mapping[str, Any],
@@ -222,8 +148,10 @@ def _rolled_row(
     ref = ref_of(obj)
     state = str(record.get("state") or "rolling")
     since = since_of(record)
-    healthy = record.get("healthy", True) is not False and state != "left"
-    row = Row(ref, wave_of(obj), healthy, state, start=since)
+    row = Row(ref, state, start=since, rank=(0, since or 0.0))
+    said = cr.record_wave(record)
+    if said is not None:
+        row.wave = said[0]
     if state == "failed":
         action = _action_words(record.get("action"))
         row.detail = f"{record.get('signal') or 'failed'} ({action})"
@@ -234,7 +162,7 @@ def _rolled_row(
     elif state == "complete":
         row.detail = "every updated pod Ready"
     if state != "rolling" and since is not None:
-        wanted = _ENDS_WANTED.get(state, ())
+        wanted = _ENDS.get(state, ())
         found = [n.at for n in ends if n.reason in wanted and n.at >= since - 1]
         if found:
             row.end = min(found)
@@ -245,11 +173,35 @@ def _rolled_row(
     return row
 
 
-_ENDS_WANTED: Final = {
-    "complete": (R.CONFIG_ROLLOUT_COMPLETE,),
-    "left": (R.CONFIG_ROLLOUT_LEFT,),
-    "failed": (R.CONFIG_ROLLOUT_FAILED, R.CONFIG_ROLLED_BACK, R.CONFIG_ROLLED_BACK_BY_PERSON),
-}
+def _listed_row(ref: WorkloadRef, index: int, member: Mapping[str, Any]) -> Row:
+    """A member as its ConfigRollout lists it (not done yet): its state, what it waits for
+    and the controller's words for it, its wave."""
+    state = str(member.get("state"))
+    state = state if state in _STATES else MemberState.PENDING.value
+    row = Row(ref, state, wave=cr.count(member.get("wave")), rank=(1, float(index)))
+    reason = cr.reason_of(member.get("reason"))
+    message = str(member.get("message") or "")
+    if state == MemberState.WAITING and reason is not None:
+        row.waits_for = reason.value
+        row.detail = message
+        until = epoch(member.get("until"))
+        row.until = until or None
+    elif state == MemberState.FAILED:
+        words = REASONS[reason].words if reason is not None else "failed"
+        row.detail = f"{words}: {message}" if message else words
+    elif state == MemberState.ROLLING:
+        row.detail = "re-stamped: updated pods not all Ready yet"
+    elif state == MemberState.PENDING:
+        row.detail = _PENDING_WORDS
+    return row
+
+
+def _end_notes(notes: Iterable[Note]) -> dict[WorkloadRef, list[Note]]:
+    out: dict[WorkloadRef, list[Note]] = {}
+    for note in notes:
+        if note.reason in _ENDED:
+            out.setdefault((note.kind, note.namespace, note.name), []).append(note)
+    return out
 
 
 def gather(snapshot: Snapshot) -> dict[str, Facts]:
@@ -262,15 +214,14 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
             found = facts[str(change)] = Facts(change)
         return found
 
-    for source in snapshot.sources:
-        if source.copy:
-            continue
+    sources = {(s.kind, s.namespace, s.name): s for s in snapshot.sources if not s.copy}
+    for source in sources.values():
         found = _changed_by(source)
         if found is None:
             continue
         change, record = found
         f = get(change)
-        f.current = True
+        f.current = f.recorded = True
         f.namespaces.add(source.namespace)
         at = record.get("at")
         if isinstance(at, int | float) and (not f.at or at < f.at):
@@ -281,53 +232,74 @@ def gather(snapshot: Snapshot) -> dict[str, Facts]:
             f.keys = tuple(str(k) for k in keys)
             more = record.get("more")
             f.more = more if isinstance(more, int) else 0
+    for obj in snapshot.rollouts:
+        _described(get, sources, obj)
     ends = _end_notes(snapshot.notes)
-    records: dict[WorkloadRef, dict[str, Any]] = {}
     for obj in snapshot.workloads:
         record = record_of(obj)
         if not record:
             continue
         ref = ref_of(obj)
-        records[ref] = record
-        for text in record.get("changes") or ():
+        for i, text in enumerate(record.get("changes") or ()):
             named = Change.parse(str(text))
             if named is None:
                 continue
             f = get(named)
             f.namespaces.add(ref[1])
-            f.rows[ref] = _rolled_row(obj, record, ends.get(ref, ()), snapshot.ends)
+            row = f.rows[ref] = _rolled_row(obj, record, ends.get(ref, ()), snapshot.ends)
+            # (the record's wave is its first change's: in another's, its ConfigRollout's)
+            said = cr.record_wave(record) if i == 0 else None
+            if said is None:
+                row.wave = 0
+            if said is not None:
+                f.waves_said = max(f.waves_said, said[1])
+            elif ref in f.listed:
+                row.wave = cr.count(f.listed[ref][1].get("wave"))
             since = since_of(record)
             if since is not None and not f.current and (not f.at or since < f.at):
                 f.at = since  # (no record of who changed it: its first rollout's start)
             if not f.by and record.get("by"):
                 f.by = _by_text(str(record["by"]))
-    by_ref = {ref_of(o): o for o in snapshot.workloads}
-    for ref, note in _waiting_notes(snapshot.notes).items():
-        waiter = by_ref.get(ref)
-        if waiter is None:
-            continue
-        since = since_of(records.get(ref, {}))
-        if since is not None and note.at < since:
-            continue  # said before its last rollout started
-        match = _CHANGE_IN_NOTE.search(note.note)
-        waited = Change.parse(match.group(1)) if match else None
-        if waited is None:
-            continue
-        f = get(waited)
-        if ref in f.rows:
-            continue
-        f.namespaces.add(ref[1])
-        waits = _wait_kind(note)
-        row = Row(ref, wave_of(waiter), healthy(waiter), "waiting", waits_for=waits, note=note.note)
-        row.detail = _wait_detail(waits, note.note)
-        row.start = note.at  # (from the change, below, where its time is known)
-        said = _WAVE_IN_NOTE.search(note.note)
-        if said:
-            row.said_wave = (int(said.group(1)), int(said.group(2)))
-        f.rows[ref] = row
-        if not f.at:
-            f.at = note.at
+    for f in facts.values():
+        for ref, (index, member) in f.listed.items():
+            if ref not in f.rows:
+                f.rows[ref] = _listed_row(ref, index, member)
     return facts
+
+
+def _described(
+    get: Callable[[Change], Facts],
+    sources: Mapping[tuple[str, str, str], Source],
+    obj: JSONObject,
+) -> None:
+    """What a ConfigRollout says of the change its source holds now, into that change's
+    facts; one that describes another content (behind, or an earlier change) says nothing
+    of the members of this one."""
+    found, content = cr.source_of(obj), cr.content_of(obj)
+    if found is None or content is None:
+        return
+    namespace, sid = found
+    source = sources.get((sid.kind.value, namespace, sid.name))
+    held = _changed_by(source) if source is not None else None
+    rv = source.resource_version if source is not None else None
+    if not cr.about_now(obj, rv, held[0].content if held else None, content):
+        return
+    shared = source is not None and source.annotations.get(ANN_SHARED) == "true"
+    f = get(Change.of(namespace, sid, content, shared=shared))
+    f.current = True
+    f.namespaces.add(namespace)
+    f.rollouts.append(obj)
+    change = cr.status(obj).get("change") or {}
+    if not f.by and isinstance(change.get("changedBy"), str):
+        f.by = _by_text(change["changedBy"])
+    if not f.at:
+        f.at = epoch(change.get("changedAt"))
+    keys = change.get("keys")
+    if f.keys is None and isinstance(keys, list):
+        f.keys = tuple(str(k) for k in keys)
+    for ref, member in cr.members(obj):
+        f.listed.setdefault(ref, (len(f.listed), member))
+    f.not_shown += cr.count(cr.status(obj).get("membersNotShown"))
 
 
 def _consumers(snapshot: Snapshot, f: Facts) -> list[tuple[JSONObject, list[Use]]]:
@@ -352,9 +324,11 @@ def _consumers(snapshot: Snapshot, f: Facts) -> list[tuple[JSONObject, list[Use]
 
 
 def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
-    """The consumers of a change its source holds now that neither rolled for it nor were
-    said to wait: stale by `configpin status`'s dry run (not rolled yet), or not checked yet.
-    Those that take it in place (on-change: refresh) are no member of the waves."""
+    """The consumers of a change its source holds now that neither rolled for it nor are
+    listed by its ConfigRollout (there is none, or it counts more than it lists): stale by
+    `configpin status`'s dry run (not rolled yet, or waiting as the status says), or not
+    checked yet. No wave is said for them. Those that take it in place (on-change: refresh)
+    are no member of the waves."""
     if not f.current:
         return
     for obj, its_uses in _consumers(snapshot, f):
@@ -368,7 +342,7 @@ def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
         if epoch(meta.get("creationTimestamp")) > f.at > 0:
             continue  # made after the change: it started with it
         status = status_of(obj)
-        row = Row(ref, wave_of(obj), healthy(obj), "pending")
+        row = Row(ref, "pending")
         if status is None:
             row.state, row.detail = (
                 "checking",
@@ -376,11 +350,12 @@ def _pending(snapshot: Snapshot, f: Facts, status_of: StatusOf) -> None:
             )
         else:
             state = str(status.get("state") or "")
-            if state not in _PENDING:
+            reason = cr.status_reason(state)
+            if state != "stale" and reason is None:
                 continue
             row.detail = str(status.get("reason") or "stale: not rolled yet")
-            row.waits_for = _PENDING[Status(state)]
-            row.state = "pending" if state == Status.STALE else "waiting"
+            if reason is not None:
+                row.state, row.waits_for = "waiting", reason.value
         f.rows[ref] = row
 
 
@@ -415,20 +390,6 @@ def _action_words(action: Any) -> str:
         return str(action or "?")
 
 
-def steps_text(steps: Sequence[WaveStep] | None) -> str:
-    if steps is None:
-        return "off"
-    parts = []
-    for s in steps:
-        if s.approve:
-            parts.append(APPROVE_STEP)
-        elif s.count:
-            parts.append(str(s.count))
-        else:
-            parts.append(f"{s.fraction * 100:g}%")
-    return ",".join(parts)
-
-
 def _summary(f: Facts) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for row in f.rows.values():
@@ -447,13 +408,18 @@ def _summary(f: Facts) -> dict[str, Any]:
         "more": f.more,
         "current": f.current,
         "counts": counts,
-        "waiting_approval": sum(1 for r in f.rows.values() if r.waits_for == "approval"),
+        "waiting_approval": sum(1 for r in f.rows.values() if r.waits_for == _APPROVAL),
+        "verdict": cr.verdict_of(f.rollouts),
     }
+
+
+_APPROVAL: Final = RolloutReason.AWAITING_APPROVAL.value
 
 
 def changes(snapshot: Snapshot, query: str = "") -> dict[str, Any]:
     """The recent changes, newest first."""
-    facts = [f for f in gather(snapshot).values() if f.rows or f.current]
+    # (a ConfigRollout of a source never changed describes its content: no change to list)
+    facts = [f for f in gather(snapshot).values() if f.rows or f.recorded]
     if query:
         q = query.lower()
         facts = [f for f in facts if q in f.ident.lower() or q in f.by.lower()]
@@ -465,71 +431,81 @@ def changes(snapshot: Snapshot, query: str = "") -> dict[str, Any]:
     }
 
 
+def _rollout_said(snapshot: Snapshot, f: Facts) -> str:
+    """What the page cannot tell, where no ConfigRollout describes the change ("": one does)."""
+    if f.rollouts:
+        return ""
+    name = rollout_name(f.change.source.kind, f.change.source.name)
+    where = sorted(f.namespaces | ({f.change.namespace} - {""}))
+    others = [
+        o
+        for o in snapshot.rollouts
+        if (o.get("metadata") or {}).get("name") == name
+        and (o.get("metadata") or {}).get("namespace") in where
+    ]
+    return cr.cannot_tell(
+        others,
+        snapshot.rollouts_feed,
+        name,
+        where,
+        current=f.current,
+        content=f.change.content,
+    )
+
+
+def _order(row: Row) -> tuple[Any, ...]:
+    """Wave by wave (those no wave is said for last); in a wave, those that rolled (by their
+    start), then as the ConfigRollout lists them, then the rest by name."""
+    return (row.wave == 0, row.wave, row.rank, row.ref[1], row.ref[0], row.ref[2])
+
+
 def change(
     snapshot: Snapshot,
     ident: str,
-    steps: Sequence[WaveStep] | None,
     status_of: StatusOf,
     page: int = 1,
 ) -> dict[str, Any] | None:
-    """One change: its members in wave order, as a timeline (None: nothing says so)."""
+    """One change: its members wave by wave, as a timeline (None: nothing says so)."""
     f = gather(snapshot).get(ident)
     if f is None:
         return None
-    _pending(snapshot, f, status_of)
+    if not f.rollouts or f.not_shown:
+        _pending(snapshot, f, status_of)
     for row in f.rows.values():
-        if row.state in ("waiting", "pending") and f.at and (row.start or f.at + 1) > f.at:
+        if row.state in ("waiting", "pending", "checking") and f.at and row.start is None:
             row.start = f.at  # it has waited since the change
-    by_ref = {ref_of(o): o for o in snapshot.workloads}
-    rows = list(f.rows.values())
-    members = {Member(r.wave_annotation, r.ref[1], r.ref[0], r.ref[2]): r for r in rows}
-    ordered = [members[m] for m in wave_order(members)]
-    plan = cut_waves(ordered, lambda r: r.vouches, steps)
-    for i, wave in enumerate(plan):
-        for row in wave:
-            row.wave = i + 1
-    approve_at = approval_from(steps)
+    ordered = sorted(f.rows.values(), key=_order)
+    sizes = cr.wave_sizes(f.rollouts)
+    waves = len(sizes) if f.rollouts else f.waves_said
     approvals = _approvals(snapshot, f)
-    approved_in = {a["namespace"] for a in approvals}
-    _earlier_waves_done(plan, approve_at, approved_in)
-    waiting_in = sorted({r.ref[1] for r in rows if r.waits_for == "approval"})
-    asks = [
-        r.ref[1]
-        for r in rows
-        if r.state in ("pending", "waiting", "checking")
-        and (
-            (approve_at is not None and r.wave > approve_at)
-            or _asks_approval(by_ref.get(r.ref, {}))
-        )
-        and r.ref[1] not in approved_in
-    ]
-    said = {r.said_wave[1] for r in rows if r.said_wave is not None}
-    note = ""
-    if said and said != {len(plan)}:
-        note = (
-            f"configpin's Events say {', '.join(map(str, sorted(said)))} waves; this page cut "
-            f"them with --rollout-waves {steps_text(steps)}: start the dashboard with the "
-            "--rollout-waves configpin runs with"
-        )
+    asking = [r for r in ordered if r.waits_for == _APPROVAL]
+    after = min((r.wave for r in asking if r.wave), default=0) - 1
     pages = max(1, math.ceil(len(ordered) / TIMELINE_PAGE))
     page = min(max(1, page), pages)
     shown = ordered[(page - 1) * TIMELINE_PAGE : page * TIMELINE_PAGE]
-    starts = [r.start for r in rows if r.start is not None]
-    ends = [r.end for r in rows if r.end is not None]
-    going = any(r.state in ("rolling", "waiting", "pending", "checking") for r in rows)
+    starts = [r.start for r in ordered if r.start is not None]
+    ends = [r.end for r in ordered if r.end is not None]
+    going = any(r.state in ("rolling", "waiting", "pending", "checking") for r in ordered)
     begin = min([*starts, *([f.at] if f.at else [])], default=snapshot.now)
     finish = snapshot.now if going or not ends else max(ends)
     return {
         **_summary(f),
-        "waves": len(plan),
-        "wave_sizes": [len(w) for w in plan],
-        "waves_setting": steps_text(steps),
-        "waves_note": note,
+        "waves": waves,
+        "wave_sizes": sizes,
+        "rollout": {
+            "names": sorted(
+                f"{(o.get('metadata') or {}).get('namespace')}/"
+                f"{(o.get('metadata') or {}).get('name')}"
+                for o in f.rollouts
+            ),
+            "said": _rollout_said(snapshot, f),
+            "not_shown": f.not_shown,
+        },
         "approval": {
-            "asked": bool(waiting_in or asks),
-            "after_wave": approve_at,
+            "asked": bool(asking),
+            "after_wave": after if after >= 1 else None,
             "approved": approvals,
-            "namespaces": sorted(set(waiting_in) | set(asks)),
+            "namespaces": sorted({r.ref[1] for r in asking}),
         },
         "rows": [r.as_dict() for r in shown],
         "total": len(ordered),
@@ -540,33 +516,3 @@ def change(
         "now": snapshot.now,
         "said": UNSIGNED,
     }
-
-
-def _earlier_waves_done(
-    plan: Sequence[Sequence[Row]], approve_at: int | None, approved_in: set[str]
-) -> None:
-    """A workload the controller last said waits for an earlier wave, whose earlier waves have
-    all completed since: the Event is history, not what it waits for now. Past the approval
-    step, without an approval in its namespace, it waits for one; otherwise for configpin's
-    next look (its next Event says the rest)."""
-    done = True
-    for number, wave in enumerate(plan, start=1):
-        if done:
-            for row in wave:
-                if row.waits_for != "wave":
-                    continue
-                if (
-                    approve_at is not None
-                    and number > approve_at
-                    and (row.ref[1] not in approved_in)
-                ):
-                    row.waits_for, row.detail = "approval", ""
-                else:
-                    row.waits_for = "configpin"
-                    row.detail = "its earlier waves completed: configpin rolls it next"
-        done = done and all(row.state == "complete" for row in wave)
-
-
-def _asks_approval(obj: Mapping[str, Any]) -> bool:
-    value = annotations_of(obj).get(ANN_ROLLOUT_WAVES)
-    return isinstance(value, str) and APPROVE_STEP in [p.strip() for p in value.split(",")]

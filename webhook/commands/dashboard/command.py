@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from webhook.core.kinds import BUILTIN_KINDS, WorkloadKind, custom_kinds
-from webhook.core.waves import WaveStep, parse_waves
 
 if TYPE_CHECKING:
     from webhook.kube.raw import Kube
 
 DEFAULT_PORT: Final = 3100
 DEFAULT_ADDRESS: Final = "127.0.0.1"
-DEFAULT_WAVES: Final = "1,10%,100%"  # configpin serve's own default
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,14 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument(
-        "--rollout-waves",
-        default=DEFAULT_WAVES,
-        help="the --rollout-waves configpin runs with, to cut a change's members into waves "
-        f"as its controller does (default: configpin's default, {DEFAULT_WAVES})".replace(
-            "%", "%%"
-        ),
-    )
 
 
 def _kinds(kube: Kube) -> list[tuple[WorkloadKind, str]]:
@@ -76,11 +66,6 @@ def url_of(address: str, port: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        steps: tuple[WaveStep, ...] | None = parse_waves(args.rollout_waves)
-    except ValueError as e:
-        print(f"configpin dashboard: --rollout-waves: {e}", file=sys.stderr)
-        return 2
     try:
         ip = ipaddress.ip_address(args.address)
     except ValueError:
@@ -126,9 +111,7 @@ def run(args: argparse.Namespace) -> int:
         book = StatusBook(StatusReader(Kube(api)), store.bump)
         fence = Fence(str(ip), port, secrets.token_urlsafe(32))
         scope = f"namespace {namespace}" if namespace else "every namespace"
-        server.app = App(
-            fence, store, book, kube, steps=steps, scope=scope, context=args.context or ""
-        )
+        server.app = App(fence, store, book, kube, scope=scope, context=args.context or "")
         server.store = store
         store.start()
         if not ip.is_loopback:

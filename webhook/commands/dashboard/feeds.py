@@ -1,6 +1,6 @@
 """What the dashboard reads, with the user's own rights: one list, then a watch from it, per
-resource type in the namespace asked for (or every namespace), kept in memory trimmed to what
-the pages need (client-go's reflector, kopf's `watching.py`).
+resource type in the namespace asked for (or every namespace), by the controller's own
+informer (`webhook.kube.informer`), kept in memory trimmed to what the pages need.
 
 - Workloads of every kind `configpin status` reports on, whole (the status of one is asked of
   the API server with a dry run of it), less their managed fields.
@@ -9,10 +9,13 @@ the pages need (client-go's reflector, kopf's `watching.py`).
   a watch. Their key names are read one Secret at a time, when a page asks who uses which key
   of it (`secret_keys`: a GET, which needs `get` on it; the values are dropped as read).
 - Events that configpin's controller writes (its reasons), as short notes.
+- ConfigRollouts (configpin.io/v1alpha1): what the controller publishes of each change, its
+  waves and what each member waits for (the pages read them; they decide nothing).
 
 Where the user may list but not watch, the list is read again every second; where they may
 not list, the feed says so (the API server's answer) and the rest works; where the API server
-cannot be reached, each feed says so and keeps what it last read, trying again with backoff.
+cannot be reached, each feed says so and keeps what it last read, trying again with backoff;
+a kind the cluster does not serve (a CRD not installed) is looked for again every minute.
 """
 
 from __future__ import annotations
@@ -31,13 +34,17 @@ from webhook.core.model import JSONObject, SourceKind
 from webhook.core.owners import left_to_owner, operator_owned
 from webhook.core.reasons import EventReason
 from webhook.core.record import digest_mapping_any
-from webhook.kube.errors import Forbidden, Gone, KubeError, NotFound
+from webhook.core.rollouts import GROUP, KIND, PLURAL, VERSION
+from webhook.kube.errors import Forbidden, KubeError, NotFound
+from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
+from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 POLL: Final = 1.0  # seconds between lists where the user may not watch
-RETRY_MAX: Final = 10.0
+RETRY_MAX: Final = 10.0  # seconds between tries at most, where the API server does not answer
+NOT_SERVED_AGAIN: Final = 60.0  # seconds between looks for a kind the cluster does not serve
 EVENTS_MAX: Final = 20_000
 WATCH_SECONDS: Final = 240
 META_LIST: Final = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -207,6 +214,23 @@ def _workload(kind: WorkloadKind, api_version: str) -> Callable[[JSONObject], JS
     return trim
 
 
+def _rollout(obj: JSONObject) -> JSONObject:
+    """A ConfigRollout as the pages read it: what it says (spec, status) and which object and
+    generation it is; nothing else (its managed fields)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "generation")
+            if k in meta
+        },
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
+
+
 @dataclass
 class FeedState:
     """How one feed stands, for the page to say."""
@@ -231,91 +255,114 @@ class FeedState:
 
 
 class Feed:
-    """One resource type in the scope: list, watch from the list's resourceVersion (or list
-    again every `POLL` s where the user may not watch), into `table` (key -> trimmed)."""
+    """One resource type in the scope, kept in `table` (key -> trimmed) by the controller's
+    own list+watch (`webhook.kube.informer.Informer`: list, watch from there, relist on 410),
+    with the user's rights: where they may list but not watch, it lists again every `POLL`
+    s; each failure is said on the feed's state (`FeedState`) for the page."""
 
     def __init__(
         self,
         store: Store,
         what: str,
         kube: Kube,
-        api_path: str,
+        resource: str,
+        prefix: str | None,
         trim: Callable[[JSONObject], Any],
         key: Callable[[JSONObject], Any],
         *,
         optional: bool = False,
     ) -> None:
         self.store = store
-        self.kube = kube
-        self.api_path = api_path
         self.trim = trim
         self.key = key
         self.optional = optional  # a 404 means "not served here", said by nothing
         self.table: dict[Any, Any] = {}
         self.state = FeedState(what)
-        self.may_watch = True
-        self._thread: threading.Thread | None = None
+        self.informer = Informer(
+            kube,
+            resource,
+            self,
+            store.metrics,
+            prefix=prefix,
+            namespace=store.namespace,
+            watch_timeout=WATCH_SECONDS,
+            on_error=self._failed,
+            on_watch=self._watching,
+            backoff_max=RETRY_MAX,
+        )
+
+    @property
+    def may_watch(self) -> bool:
+        return self.informer.poll is None
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"dashboard-{self.state.what}", daemon=True
-        )
-        self._thread.start()
+        self.informer.start()
+
+    def stop(self) -> None:
+        self.informer.stop()
 
     def _kept(self, obj: JSONObject) -> tuple[Any, Any] | None:
         value = self.trim(obj)
         return None if value is None else (self.key(obj), value)
 
-    def _list(self) -> str:
+    # --- InformerHandler (the informer's thread)
+    def relisted(self, items: Iterable[JSONObject]) -> None:
         fresh: dict[Any, Any] = {}
-        rv = ""
-        for page in self.kube.list_pages(self.api_path, page_size=500):
-            rv = str((page.get("metadata") or {}).get("resourceVersion") or rv)
-            for item in page.get("items") or ():
-                kept = self._kept(item)
-                if kept is not None:
-                    fresh[kept[0]] = kept[1]
+        for item in items:
+            kept = self._kept(item)
+            if kept is not None:
+                fresh[kept[0]] = kept[1]
         with self.store.lock:
             changed = fresh != self.table
             self.table = fresh
             self.state.listed = True
+            self.state.served = True
             self.state.error = ""
             self.state.forbidden = ""
             self.state.since = time.time()
         if changed:
             self.store.changed(self, fresh.values())
-        return rv
 
-    def _watch(self, rv: str) -> None:
-        with self.kube.watch(self.api_path, rv, timeout_seconds=WATCH_SECONDS) as events:
+    def event(self, kind: str, obj: JSONObject) -> None:
+        if self.store.stopped.is_set():
+            return
+        kept = self._kept(obj)
+        with self.store.lock:
+            if kind == "DELETED" or kept is None:
+                self.table.pop(self.key(obj), None)
+            else:
+                self.table[kept[0]] = kept[1]
+            self.state.since = time.time()
+        self.store.changed(self, [obj] if kept is not None else ())
+
+    def _watching(self) -> None:
+        with self.store.lock:
+            self.state.watching = True
+            self.state.error = ""  # (it answers again)
+
+    def _failed(self, doing: str, error: Exception) -> float | None:
+        """What the page says of a failed list or watch; how long until the next try (None:
+        the informer's backoff)."""
+        if isinstance(error, NotFound) and self.optional and doing == "list":
             with self.store.lock:
-                self.state.watching = True
-            for event in events:
-                if self.store.stopped.is_set():
-                    return
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    code = obj.get("code")
-                    if code == 410:
-                        raise Gone(self.api_path, 410, "watch expired")
-                    raise KubeError(self.api_path, code, str(obj.get("message") or "watch error"))
-                if kind not in ("ADDED", "MODIFIED", "DELETED"):
-                    continue
-                kept = self._kept(obj)
-                with self.store.lock:
-                    if kind == "DELETED" or kept is None:
-                        self.table.pop(self.key(obj), None)
-                    elif kept is not None:
-                        self.table[kept[0]] = kept[1]
-                    self.state.since = time.time()
-                self.store.changed(self, [obj] if kept is not None else ())
-
-    def _failed(self, error: KubeError | Exception, doing: str) -> None:
+                self.state.served = False  # (a CRD not installed: looked for again later)
+                self.table = {}
+            self.store.changed(self)
+            return NOT_SERVED_AGAIN
+        if isinstance(error, Forbidden) and doing == "watch":
+            self.informer.poll = POLL  # it may list: list again every POLL s instead
+            with self.store.lock:
+                self.state.watching = False
+            return 0.0
         if isinstance(error, Forbidden):
             why = f"you may not {doing} {self.state.what}: {error.reason}"
         elif isinstance(error, KubeError) and error.status is None:
             why = f"cannot reach the API server ({error.reason}); showing what was read before"
+        elif doing == "watch" and not isinstance(error, KubeError):
+            log.info("watch of %s ended: %s", self.state.what, error)
+            with self.store.lock:
+                self.state.watching = False
+            return None  # (a stream cut short: watched again)
         else:
             why = f"cannot {doing} {self.state.what}: {error}"
         with self.store.lock:
@@ -325,41 +372,7 @@ class Feed:
             if isinstance(error, Forbidden) and doing == "list":
                 self.table = {}  # (nothing may be shown that the user may not read)
         self.store.changed(self)
-
-    def _run(self) -> None:
-        backoff = 0.5
-        stopped = self.store.stopped
-        while not stopped.is_set():
-            try:
-                rv = self._list()
-            except NotFound as e:
-                if self.optional:
-                    with self.store.lock:
-                        self.state.served = False
-                    return
-                self._failed(e, "list")
-                stopped.wait(RETRY_MAX)
-                continue
-            except Exception as e:
-                self._failed(e, "list")
-                stopped.wait(backoff)
-                backoff = min(backoff * 2, RETRY_MAX)
-                continue
-            backoff = 0.5
-            if not self.may_watch:
-                stopped.wait(POLL)
-                continue
-            try:
-                self._watch(rv)
-            except Forbidden:
-                self.may_watch = False  # list again every POLL s instead
-            except Gone:
-                pass
-            except Exception as e:
-                log.info("watch of %s ended: %s", self.state.what, e)
-                stopped.wait(backoff)
-            with self.store.lock:
-                self.state.watching = False
+        return None
 
 
 @dataclass(frozen=True)
@@ -373,6 +386,9 @@ class Snapshot:
     notes: list[Note]
     feeds: list[FeedState]
     ends: Mapping[tuple[str, str, str, float], float] = field(default_factory=dict)
+    rollouts: list[JSONObject] = field(default_factory=list)  # ConfigRollouts, as trimmed
+    # how the feed of ConfigRollouts stands (None: there is none)
+    rollouts_feed: FeedState | None = None
 
 
 def _workload_key(obj: JSONObject) -> tuple[str, str, str]:
@@ -409,6 +425,7 @@ class Store:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.stopped = threading.Event()
+        self.metrics = Metrics()  # (the informers count their restarts: never exposed here)
         self.version = 0
         self._rolling: dict[tuple[str, str, str, float], None] = {}
         self._ends: dict[tuple[str, str, str, float], float] = {}
@@ -422,7 +439,8 @@ class Store:
                     self,
                     f"{kind.kind}s {where}",
                     kube,
-                    path(kind.resource, namespace, prefix=prefix),
+                    kind.resource,
+                    prefix,
                     _workload(kind, api_version),
                     _workload_key,
                     optional=kind.custom,
@@ -433,7 +451,8 @@ class Store:
             self,
             f"{cm.api_kind}s {where}",
             kube,
-            path(cm.resource, namespace),
+            cm.resource,
+            None,
             lambda o: _source(cm, o, with_keys=True),
             _meta_key,
         )
@@ -441,14 +460,29 @@ class Store:
             self,
             f"{secret.api_kind}s {where}",
             secrets_kube,
-            path(secret.resource, namespace),
+            secret.resource,
+            None,
             lambda o: _source(secret, o, with_keys=False),
             _meta_key,
         )
-        self.events = Feed(
-            self, f"Events {where}", kube, path("events", namespace, prefix="/api/v1"), _note, _uid
+        self.events = Feed(self, f"Events {where}", kube, "events", "/api/v1", _note, _uid)
+        self.rollouts = Feed(
+            self,
+            f"{KIND}s {where}",
+            kube,
+            PLURAL,
+            f"/apis/{GROUP}/{VERSION}",
+            _rollout,
+            _meta_key,
+            optional=True,  # (a configpin before ConfigRollouts: its CRD is not installed)
         )
-        self.feeds = [*self.workload_feeds, self.configmaps, self.secrets, self.events]
+        self.feeds = [
+            *self.workload_feeds,
+            self.configmaps,
+            self.secrets,
+            self.events,
+            self.rollouts,
+        ]
 
     def start(self) -> None:
         for feed in self.feeds:
@@ -456,6 +490,8 @@ class Store:
 
     def stop(self) -> None:
         self.stopped.set()
+        for feed in self.feeds:
+            feed.stop()
         with self.cond:
             self.cond.notify_all()
 
@@ -512,7 +548,15 @@ class Store:
                 if f.state.served and (f.state.listed or f.state.error)
             ]
             return Snapshot(
-                self.version, time.time(), workloads, sources, notes, feeds, dict(self._ends)
+                self.version,
+                time.time(),
+                workloads,
+                sources,
+                notes,
+                feeds,
+                dict(self._ends),
+                list(self.rollouts.table.values()),
+                FeedState(**vars(self.rollouts.state)),
             )
 
     def ready(self) -> bool:

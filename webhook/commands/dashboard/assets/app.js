@@ -95,8 +95,7 @@
     const problems = document.getElementById("problems");
     problems.replaceChildren(...doc.errors.map((e) => h("p", {}, e)));
     document.getElementById("said").textContent =
-      "Records are shown " + doc.said + ". Waves are cut as --rollout-waves " +
-      doc.waves_setting + " cuts them.";
+      "Records are shown " + doc.said + ". A change's waves, what each workload waits for and its verdict are as configpin's ConfigRollout of its source says them.";
     return doc;
   }
 
@@ -218,16 +217,7 @@
     );
   }
 
-  // --- one change: its waves as a timeline
-  const WAITS = {
-    wave: "an earlier wave",
-    cap: "the cap (--max-rolling)",
-    approval: "an approval",
-    stopped: "nothing: stopped",
-    window: "a window",
-    budget: "its budget (flapping)",
-    configpin: "configpin",
-  };
+  // --- one change: its waves as a timeline (as its ConfigRollout says them)
   function bar(row, begin, finish, now) {
     const width = 1000;
     const x = (t) => Math.max(0, Math.min(width, ((t - begin) / (finish - begin)) * width));
@@ -312,15 +302,17 @@
         wave = row.wave;
         const members = c.rows.filter((x) => x.wave === wave);
         const done = members.filter((x) => x.state === "complete").length;
+        const size = c.wave_sizes[wave - 1] !== undefined ? c.wave_sizes[wave - 1] : members.length;
         const gate = c.approval.after_wave !== null && wave > c.approval.after_wave ? " · after approve" : "";
-        body.append(
-          h("tr", { class: "wave", "data-wave": wave },
-            h("th", { colspan: 4 }, "Wave " + wave + " of " + c.waves + " · " + c.wave_sizes[wave - 1] +
-              " workload" + (c.wave_sizes[wave - 1] === 1 ? "" : "s") + " · " + done + " complete" + gate))
-        );
+        const title = wave === 0
+          ? "No wave said · " + members.length + " workload" + (members.length === 1 ? "" : "s") +
+            (members.length === c.total ? "" : " on this page")
+          : "Wave " + wave + " of " + (c.waves || "?") + " · " + size + " workload" + (size === 1 ? "" : "s") +
+            " · " + done + " complete" + gate;
+        body.append(h("tr", { class: "wave", "data-wave": wave }, h("th", { colspan: 4 }, title)));
       }
-      const waits = row.state === "waiting" || row.state === "pending" ? WAITS[row.waits_for] || row.waits_for : "";
-      const detail = waits && row.detail === "waits for " + waits ? "" : row.detail;
+      const waits = row.state === "waiting" ? row.waits : "";
+      const until = row.state === "waiting" && row.until !== null ? "until " + clock(row.until) : "";
       body.append(
         h("tr", {
             "data-workload": row.namespace + "/" + row.kind + "/" + row.name,
@@ -329,7 +321,9 @@
           },
           h("td", {}, row.kind + " ", h("strong", {}, row.name), c.shared ? h("span", { class: "quiet" }, " " + row.namespace) : null),
           h("td", {}, badge(row.state)),
-          h("td", { title: row.note }, waits ? h("div", {}, waits) : null, detail ? h("div", { class: "waits" }, detail) : null),
+          h("td", {},
+            waits ? h("div", { "data-testid": "waits" }, waits + (until ? " (" + until + ")" : "")) : null,
+            row.detail ? h("div", { class: "waits" }, row.detail) : null),
           h("td", { class: "bar" }, bar(row, c.begin, c.finish, c.now)))
       );
     }
@@ -343,10 +337,13 @@
       h("div", { class: "chips" },
         h("span", { class: "chip mono", "data-testid": "keys" }, "keys: " + keysText(c)),
         h("span", { class: "chip mono", title: "a digest under configpin's key: the content, never a value" }, "content " + c.content),
-        h("span", { class: "chip" }, c.waves + " wave" + (c.waves === 1 ? "" : "s") + " (" + c.wave_sizes.join(", ") + ")"),
+        c.waves ? h("span", { class: "chip" }, c.waves + " wave" + (c.waves === 1 ? "" : "s") +
+          (c.wave_sizes.length ? " (" + c.wave_sizes.join(", ") + ")" : "")) : null,
+        c.verdict ? h("span", { class: "chip", "data-testid": "verdict", title: c.verdict.message }, c.verdict.condition + ": " + c.verdict.reason) : null,
         c.current ? null : h("span", { class: "chip" }, "superseded by a newer change")),
       counts,
-      c.waves_note ? h("p", { class: "message refused" }, c.waves_note) : null,
+      c.rollout.said ? h("p", { class: "message refused", "data-testid": "rollout-said" }, c.rollout.said) : null,
+      c.rollout.not_shown ? h("p", { class: "quiet" }, "Its ConfigRollout counts " + c.rollout.not_shown + " more members not done yet than it lists by name: those are shown as `configpin status` finds them, with no wave said.") : null,
       approvalBox(c),
       c.rows.length ? legend() : null,
       c.rows.length ? table : h("p", { class: "quiet" }, "No workload rolls for this change."),
