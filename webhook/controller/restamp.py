@@ -39,6 +39,7 @@ from webhook.controller.needs import Held, Inputs, Need, Reads
 from webhook.controller.wavecut import carried_on
 from webhook.controller.waves import Gate
 from webhook.core.constants import (
+    ANN_EXTRA_SOURCES,
     ANN_HELD,
     ANN_ON_CHANGE,
     ANN_ROLLOUT,
@@ -53,8 +54,10 @@ from webhook.core.current import (
     appeared,
     consumption_of,
     entry_from_object,
+    newly_named,
     stale_sources,
 )
+from webhook.core.extra import extra_sources
 from webhook.core.kept import dumps_mapping, observed_ops, refreshed_ops, rolled_at_ops
 from webhook.core.kinds import WorkloadKind, template_paths
 from webhook.core.model import (
@@ -308,13 +311,22 @@ class Restamper:
             return Decision.leave(plan.skipped)
         if not entry.stamped and _age(obj, self.wall()) > settings.catch_up_window:
             return self._record_only(ref, obj, plan.observed, "found unstamped: a baseline")
-        if plan.mode != MODE_SNAPSHOT and stale <= appeared(entry, stale):
+        named = newly_named(entry, stale, extra_sources(obj)[0])
+        came = appeared(entry, stale) if plan.mode != MODE_SNAPSHOT else set()
+        if stale <= came | named:
             # No pod of it could start before the source existed: they start with what it
-            # holds now. The record is completed; a rollout would restart them for nothing.
-            # (Snapshot mode rolls instead: its revisions must point at copies.)
+            # holds now. (Snapshot mode rolls instead: its revisions must point at copies.)
+            # A source just named in configpin.io/extra-sources: its pods read what it holds
+            # already (the app reads it itself), and nothing in them points at it. The
+            # record is completed; a rollout would restart them for nothing.
             completed = {**entry.recorded}
             completed.update((str(sid), plan.observed[str(sid)]) for sid in stale)
-            return self._record_only(ref, obj, completed, "a required source appeared")
+            why = (
+                "a required source appeared"
+                if stale <= came
+                else f"newly named in {ANN_EXTRA_SOURCES}"
+            )
+            return self._record_only(ref, obj, completed, why)
         if not plan.patch:
             return Decision.leave(SkipReason.UNCHANGED)
         instead = None
@@ -517,8 +529,8 @@ class Restamper:
             return None
         read = Reads(held, inputs)
         stale = stale_sources(entry, read.peek, self.hkey)
-        if not stale or appeared(entry, stale):
-            return None
+        if not stale or any(str(sid) not in entry.recorded for sid in stale):
+            return None  # (a source it never recorded: appeared, or newly named; decide)
         changes, waiting = self._admitted(entry, stale)
         if waiting is not None:
             return None

@@ -113,3 +113,7 @@ ANN_ROLLOUT_STARTS: Final = "configpin.io/rollout-starts"
 # (workload metadata) while configpin holds its change for a person or a clock: "REASON: words",
 # what Argo CD's and Flux's health checks read (charts/configpin/files/argocd)
 ANN_HELD: Final = "configpin.io/held"
+# (workload metadata, set by its owner) "configmap/NAME,secret/NAME": sources its application
+# reads itself, which configpin pins and rolls it for as though its pod spec referenced them
+# whole (webhook.core.extra)
+ANN_EXTRA_SOURCES: Final = "configpin.io/extra-sources"

@@ -38,6 +38,7 @@ from webhook.core.constants import (
     MODE_OFF,
     ON_CHANGE_REFRESH,
 )
+from webhook.core.extra import extra_sources, with_extra
 from webhook.core.kept import parse_mapping
 from webhook.core.kinds import template_paths, workload_kind, workload_ref
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
@@ -396,9 +397,8 @@ def entry_from_object(
     pod_spec = get_path(obj, paths[1])
     if not isinstance(pod_spec, dict):
         return SkipReason.NO_POD_SPEC
-    consumes = [
-        Consumed(sid, c.keys, c.required) for sid, c in consumption(find_sites(pod_spec)).items()
-    ]
+    consumed = with_extra(consumption(find_sites(pod_spec)), extra_sources(obj)[0])
+    consumes = [Consumed(sid, c.keys, c.required) for sid, c in consumed.items()]
     if not consumes:
         return SkipReason.NO_SOURCES
     if len(consumes) > max_sources:
@@ -486,6 +486,18 @@ def appeared(entry: WorkloadEntry, stale: Iterable[SourceId]) -> set[SourceId]:
     recorded = entry.recorded
     required = {c.source for c in entry.consumes if c.required}
     return {sid for sid in stale if sid in required and str(sid) not in recorded}
+
+
+def newly_named(
+    entry: WorkloadEntry, stale: Iterable[SourceId], named: Iterable[SourceId]
+) -> set[SourceId]:
+    """Of `stale`, the sources `configpin.io/extra-sources` names (`named`, webhook.core.extra)
+    that the workload never recorded although configpin admitted it: named since (an edit of
+    the annotation alone leaves its template, and the record there, as it was)."""
+    if not entry.stamped:
+        return set()
+    recorded, names = entry.recorded, set(named)
+    return {sid for sid in stale if sid in names and str(sid) not in recorded}
 
 
 Lookup = Callable[[SourceId], SourceRecord | None]

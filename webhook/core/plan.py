@@ -31,6 +31,7 @@ from webhook.core.constants import (
     ON_CHANGE_ROLL,
     SERVICE_ACCOUNT_TOKEN_TYPE,
 )
+from webhook.core.extra import extra_sources, with_extra
 from webhook.core.kept import (
     annotation_ops,
     dumps_mapping,
@@ -301,6 +302,8 @@ def plan_object(
     if not isinstance(pod_spec, dict):
         return Plan(warnings=warnings, mode=mode, skipped=SkipReason.NO_POD_SPEC)
 
+    extra, extra_warnings = extra_sources(obj)
+    warnings.extend(extra_warnings)
     record_kept: dict[str, str] = {}
     count_kept: dict[str, str] = {}
     if operation == "UPDATE" and old is not None and kind != POD:
@@ -320,7 +323,7 @@ def plan_object(
     if operation == "UPDATE" and old is not None and kind != POD:
         _delivery(b, obj, old, root, namespace, mode, existing, previous, lookup)
 
-    consumed = consumption(find_sites(pod_spec))
+    consumed = with_extra(consumption(find_sites(pod_spec)), extra)
     if len(consumed) > max_sources:
         warnings.append(
             f"consumes {len(consumed)} ConfigMaps/Secrets, more than configpin pins per "
@@ -519,8 +522,8 @@ def _plan_live(
             b.to_rejected.append(Change.of(b.namespace, sid, content, shared=record.shared))
     b.sources[key] = value
     b.observed[key] = value
-    if mode != MODE_SNAPSHOT:
-        return
+    if mode != MODE_SNAPSHOT or not cons.sites:
+        return  # (no site: named by configpin.io/extra-sources, read by the app by its name)
     if record.secret_type == SERVICE_ACCOUNT_TOKEN_TYPE:
         b.warnings.append(
             f"{sid} is a service-account token: refused for snapshot, the pod uses it live"

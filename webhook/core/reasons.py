@@ -78,6 +78,7 @@ class Fallback(StrEnum):
     REFERENCES = "references"  # its template points at copies: it must point back
     ENV = "env"  # the change reaches a container through env or envFrom
     SUBPATH = "subpath"  # ... or through a volume mounted with subPath
+    EXTRA = "extra"  # ... or through no reference at all (configpin.io/extra-sources)
     KIND = "kind"  # configpin does not find the pods of this kind (a custom one)
     DISABLED = "disabled"  # --refresh-pods=false
     FORBIDDEN = "forbidden"  # configpin may not patch its pods

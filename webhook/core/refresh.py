@@ -44,6 +44,6 @@ def roll_instead(obj: JSONObject, plan: Plan, changed: Collection[SourceId]) -> 
     if blocked:
         sid = min(blocked)
         why = blocked[sid]
-        reason = Fallback.SUBPATH if why.how == "subPath" else Fallback.ENV
+        reason = {"subPath": Fallback.SUBPATH, "extra": Fallback.EXTRA}.get(why.how, Fallback.ENV)
         return RollInstead(reason, f"a change of {sid} cannot reach a running process: {why}")
     return None

@@ -311,11 +311,13 @@ def _sub_path_mounts(spec: dict[str, Any]) -> dict[str, str]:
 class Unrefreshable:
     """Why a change of a source cannot reach a running process of a pod spec."""
 
-    how: str  # "env", "envFrom" or "subPath"
+    how: str  # "env", "envFrom", "subPath" or "extra" (referenced nowhere in the pod spec)
     container: str
     volume: str | None = None
 
     def __str__(self) -> str:
+        if self.how == "extra":
+            return "its pod spec does not reference it (configpin.io/extra-sources names it)"
         if self.how == "subPath":
             return f"volume {self.volume} is mounted with subPath in container {self.container}"
         via = "an env var" if self.how == "env" else "envFrom"
@@ -334,7 +336,8 @@ def unrefreshable(
     sub_paths: dict[str, str] | None = None
     volumes = pod_spec.get("volumes") or ()
     out: dict[SourceId, Unrefreshable] = {}
-    for site in find_sites(pod_spec):
+    sites = find_sites(pod_spec)
+    for site in sites:
         if site.source not in wanted or site.source in out:
             continue
         where = site.path
@@ -349,4 +352,9 @@ def unrefreshable(
         container = get_path(pod_spec, where[:2])
         cname = container.get("name") if isinstance(container, dict) else None
         out[site.source] = Unrefreshable(str(where[2]), str(cname or "?"))
+    if len(out) < len(wanted):
+        referenced = {site.source for site in sites}
+        for sid in wanted:
+            if sid not in referenced:  # (named by configpin.io/extra-sources alone)
+                out[sid] = Unrefreshable("extra", "")
     return out

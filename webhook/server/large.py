@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from webhook.core.constants import ANN_ROLLOUT_BUDGET, ANN_ROLLOUT_WINDOWS
+from webhook.core.extra import extra_sources, with_extra
 from webhook.core.kinds import WorkloadKind, template_paths, use_custom_kinds
 from webhook.core.model import JSONObject, Plan, SourceId, SourceRecord, SourceUnavailable
 from webhook.core.owners import use_owner_kinds
@@ -126,7 +127,11 @@ def prepare(body: bytes, hkey: bytes) -> Prepared:
     namespace = review.namespace
     paths = template_paths(str(obj.get("kind", "")))
     spec = get_path(obj, paths[1]) if paths is not None else None
-    sources = tuple(consumption(find_sites(spec))) if isinstance(spec, dict) else ()
+    sources = (
+        tuple(with_extra(consumption(find_sites(spec)), extra_sources(obj)[0]))
+        if isinstance(spec, dict)
+        else ()
+    )
     _current = review
     return Prepared("taken", intake=what, namespace=namespace, sources=sources, **base)
 

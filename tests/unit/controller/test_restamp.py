@@ -37,6 +37,7 @@ from webhook.controller.reconcile import Prelude
 from webhook.controller.restamp import Decision, IndexRestamp, Restamper, touches_template
 from webhook.core.budget import decode_starts, encode_starts
 from webhook.core.constants import (
+    ANN_EXTRA_SOURCES,
     ANN_HELD,
     ANN_MODE,
     ANN_OBSERVED,
@@ -314,6 +315,44 @@ def test_a_required_source_that_appeared_rolls_in_snapshot_mode() -> None:
     case.copies = RecordingWriter()
     decision = case.decide(obj)
     assert not decision.note and touches_template("Deployment", decision.ops)
+
+
+def test_a_change_of_a_source_named_in_extra_sources_rolls_the_workload() -> None:
+    """Its pod spec does not reference it: the app reads it itself (as Reloader's `reload`)."""
+    store = Store([configmap("cfg", {"a": "1"}), configmap("settings", {"x": "1"})])
+    obj = _admitted(ENV, store, annotations={ANN_EXTRA_SOURCES: "configmap/settings"})
+    obj["metadata"]["resourceVersion"] = "41"
+    case = Case(store)
+    assert case.decide(obj).skip is SkipReason.CURRENT
+    store.put(configmap("settings", {"x": "2"}))
+    decision = case.decide(obj)
+    assert not decision.note and touches_template("Deployment", decision.ops)
+    assert "configmap/settings" in decision.intended
+    restamp = case.from_index(obj)  # (the plain path says the same)
+    assert restamp is not None and restamp.observed == dict(decision.intended)
+
+
+def test_a_source_newly_named_in_extra_sources_is_recorded_without_a_rollout() -> None:
+    """`kubectl annotate deploy app configpin.io/extra-sources=configmap/settings`: admission
+    leaves the template (and its record) as it was; its pods read what the source holds already,
+    so configpin records it and restarts nothing. Its next change rolls."""
+    store = Store([configmap("cfg", {"a": "1"}), configmap("settings", {"x": "1"})])
+    obj = _admitted(ENV, store)
+    obj["metadata"]["resourceVersion"] = "41"
+    annotated = copy.deepcopy(obj)
+    annotated["metadata"]["annotations"] = {ANN_EXTRA_SOURCES: "configmap/settings"}
+    stored = apply(annotated, plan(annotated, store, operation="UPDATE", old=obj))
+    assert stored["spec"] == obj["spec"]  # (the template as it was)
+    case = Case(store)
+    assert case.from_index(stored) is None  # (never recorded: decided on the object)
+    decision = case.decide(stored)
+    assert decision.note and "extra-sources" in decision.note
+    assert not touches_template("Deployment", decision.ops)
+    assert set(decision.intended) == {"configmap/cfg", "configmap/settings"}
+    recorded = _written(stored, decision)
+    assert case.decide(recorded).skip is SkipReason.CURRENT
+    store.put(configmap("settings", {"x": "2"}))
+    assert touches_template("Deployment", case.decide(recorded).ops)
 
 
 # --- refreshed, or rolled instead ---------------------------------------------------------

@@ -6,6 +6,7 @@ template change). The controller and the pods are tested live (tests/integration
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -67,16 +68,20 @@ def _store() -> Store:
 
 
 @pytest.mark.parametrize(
-    "volume",
+    ("volume", "sources"),
     [
-        vol_cm("cfg", volume="v"),
-        vol_cm("cfg", items=["a"], volume="v"),  # items: still a directory the kubelet updates
-        vol_projected(proj_cm("cfg"), proj_secret("creds"), volume="v"),
+        (vol_cm("cfg", volume="v"), [CFG]),
+        # items: still a directory the kubelet updates
+        (vol_cm("cfg", items=["a"], volume="v"), [CFG]),
+        (vol_projected(proj_cm("cfg"), proj_secret("creds"), volume="v"), [CFG, CREDS]),
     ],
 )
-def test_a_whole_volume_mount_can_be_refreshed(volume: JSONObject) -> None:
+def test_a_whole_volume_mount_can_be_refreshed(volume: JSONObject, sources: list[Any]) -> None:
     spec = pod_spec(_mounting(_mount("v")), volumes=[volume])
-    assert unrefreshable(spec, [CFG, CREDS]) == {}
+    assert unrefreshable(spec, sources) == {}
+    # one the pod spec does not reference (configpin.io/extra-sources names it) cannot be
+    unreferenced = unrefreshable(pod_spec(_mounting(_mount("v")), volumes=[]), sources)
+    assert {sid: why.how for sid, why in unreferenced.items()} == dict.fromkeys(sources, "extra")
 
 
 def test_a_volume_no_container_mounts_can_be_refreshed() -> None:
