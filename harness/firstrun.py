@@ -14,13 +14,16 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
+import venv
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,3 +260,47 @@ def patched(answer: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]
     ops = json.loads(base64.b64decode(response["patch"]))
     result: dict[str, Any] = jsonpatch.apply_patch(obj, ops)
     return result
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build_wheel(out: Path) -> Path:
+    """configpin's wheel (pure Python, as `pip install .` builds it), from a copy of what the
+    build reads, so that no build output lands in the checkout."""
+    src = out / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "webhook", src / "webhook", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+            "--wheel-dir", str(out / "wheels"), str(src),
+        ],
+        check=True, env={k: v for k, v in os.environ.items() if k != "CONFIGPIN_COMPILE"},
+    )  # fmt: skip
+    (wheel,) = (out / "wheels").glob("configpin-*.whl")
+    return wheel
+
+
+def lock_constraints(out: Path) -> Path:
+    """The lock's exact versions (requirements.lock) as a constraints file, as `make` writes
+    it: pip then resolves what a wheel and its extras need, at those versions."""
+    lines = []
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        if line[:1].isalnum() and "==" in line:
+            lines.append(line.split(" \\")[0].strip())
+    path = out / "constraints.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fresh_venv(where: Path, *requirements: str, constraints: Path | None = None) -> Path:
+    """A new venv at `where` with `requirements` installed by pip (resolved, at the lock's
+    versions where `constraints` is given); its bin folder."""
+    venv.EnvBuilder(with_pip=True).create(where)
+    pip = [str(where / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    extra = ["-c", str(constraints)] if constraints is not None else []
+    subprocess.run([*pip, "install", *extra, *requirements], check=True)
+    return where / "bin"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args, get_origin
 
 from webhook import __version__
 from webhook.core.constants import MODES
@@ -433,8 +434,26 @@ def kubectl_plugin() -> int:
     return main(sys.argv[1:])
 
 
+# What `configpin serve` needs beyond the CLI's own dependencies: `pip install configpin` is
+# the CLI and the kubectl plugin alone, `configpin[server]` the server (pyproject.toml).
+SERVER_MODULES: Final = ("fastapi", "uvicorn", "pydantic_settings", "prometheus_client", "pybase64")
+
+
+def server_missing() -> str | None:
+    """The first module of the server's dependencies that is not installed, if any."""
+    return next((m for m in SERVER_MODULES if importlib.util.find_spec(m) is None), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first == "serve" and (missing := server_missing()) is not None:
+        print(
+            f"configpin serve: the server's dependencies are not installed (no module "
+            f"{missing}): pip install 'configpin[server]'",
+            file=sys.stderr,
+        )
+        return 2
     args = build_parser(argv).parse_args(argv)
     if args.command == "serve":
         from pydantic import ValidationError

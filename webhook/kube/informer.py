@@ -8,13 +8,16 @@ import queue
 import random
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from webhook.core.model import JSONObject
 from webhook.kube.errors import Gone, KubeError
 from webhook.kube.raw import Kube, path
 from webhook.process.allocator import release
-from webhook.process.metrics import Metrics
+
+if TYPE_CHECKING:  # (the server's: a client of the CLI counts nothing, and needs no
+    # prometheus_client, which only `configpin[server]` installs)
+    from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,7 @@ class Informer:
         kube: Kube,
         resource: str,
         handler: InformerHandler,
-        metrics: Metrics,
+        metrics: Metrics | None,
         *,
         prefix: str | None = None,
         namespace: str | None = None,
@@ -127,6 +130,11 @@ class Informer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.resource_version = ""
+
+    def _restarted(self, how: str) -> None:
+        """Count a restart of the watch (`ended`, `gone`, `error`), where metrics are kept."""
+        if self.metrics is not None:
+            self.metrics.watch_restarts.labels(self.resource, how).inc()
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -212,13 +220,13 @@ class Informer:
                 doing = "watch"
                 self._watch()
                 backoff = 0.5  # the server ended the stream normally: watch again from where we are
-                self.metrics.watch_restarts.labels(self.resource, "ended").inc()
+                self._restarted("ended")
             except Gone:
                 log.info("watch of %s expired (410): relisting", self.resource)
-                self.metrics.watch_restarts.labels(self.resource, "gone").inc()
+                self._restarted("gone")
                 need_list = True
             except Exception as e:
-                self.metrics.watch_restarts.labels(self.resource, "error").inc()
+                self._restarted("error")
                 wait = None
                 if self.on_error is None:
                     log.warning(

@@ -31,6 +31,7 @@ import yaml
 
 from harness.firstrun import (
     EMBEDDED_CONSUMER_SOURCES,
+    build_wheel,
     create_review,
     embedded_consumer,
     listening_addresses,
@@ -130,27 +131,8 @@ def test_the_first_command_acts_on_no_cluster_that_kubeconfig_names(tmp_path: Pa
     assert "127.0.0.1:1" not in log
 
 
-def _build_wheel(out: Path) -> Path:
-    """configpin's wheel (pure Python, as `pip install .` builds it), from a copy of what the
-    build reads, so that no build output lands in the checkout."""
-    src = out / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "webhook", src / "webhook", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(
-        [
-            sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-            "--wheel-dir", str(out / "wheels"), str(src),
-        ],
-        check=True, env={k: v for k, v in os.environ.items() if k != "CONFIGPIN_COMPILE"},
-    )  # fmt: skip
-    (wheel,) = (out / "wheels").glob("configpin-*.whl")
-    return wheel
-
-
 def test_the_wheel_in_a_fresh_venv_serves_the_embedded_default(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path)
+    wheel = build_wheel(tmp_path)
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     pip = [str(env_dir / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]

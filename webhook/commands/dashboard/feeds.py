@@ -38,7 +38,6 @@ from webhook.core.rollouts import GROUP, KIND, PLURAL, VERSION
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.informer import Informer
 from webhook.kube.raw import Kube, path
-from webhook.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +281,7 @@ class Feed:
             kube,
             resource,
             self,
-            store.metrics,
+            None,  # (its restarts are said on the page, not counted)
             prefix=prefix,
             namespace=store.namespace,
             watch_timeout=WATCH_SECONDS,
@@ -425,7 +424,6 @@ class Store:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.stopped = threading.Event()
-        self.metrics = Metrics()  # (the informers count their restarts: never exposed here)
         self.version = 0
         self._rolling: dict[tuple[str, str, str, float], None] = {}
         self._ends: dict[tuple[str, str, str, float], float] = {}
