@@ -37,7 +37,8 @@ from webhook.core.model import (
 from webhook.inputs.manifests import decode, read_text
 from webhook.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.kube.user import connect_as_user
+from webhook.kube.user import connect_from_args
+from webhook.kube.userflags import add_user_arguments
 
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "configpin-plan"
@@ -50,8 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("-n", "--namespace", help="namespace of objects that name none")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
-    p.add_argument("--context", help="kubeconfig context")
+    add_user_arguments(p)
 
 
 def dry_run_plan(kube: Kube, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         print("configpin plan: no ConfigMap or Secret in the files given", file=sys.stderr)
         return 2
     try:
-        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+        api, default_ns = connect_from_args(args)
     except Exception as e:
         print(f"configpin plan: no cluster: {e}", file=sys.stderr)
         return 2
@@ -173,8 +173,7 @@ def add_approve_arguments(p: argparse.ArgumentParser) -> None:
         help="an emergency: roll this content now, whatever the consumers' rollout windows "
         "and rollout budget say (recorded with your name)",
     )  # fmt: skip
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
-    p.add_argument("--context", help="kubeconfig context")
+    add_user_arguments(p)
 
 
 def _ask_approval(kube: Kube, api_path: str, asked: str) -> dict[str, Any]:
@@ -228,7 +227,7 @@ def approve(args: argparse.Namespace) -> int:
         print("configpin approve: configmap/NAME or secret/NAME", file=sys.stderr)
         return 2
     try:
-        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+        api, default_ns = connect_from_args(args)
     except Exception as e:
         print(f"configpin approve: no cluster: {e}", file=sys.stderr)
         return 2

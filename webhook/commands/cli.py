@@ -16,6 +16,7 @@ from webhook import __version__
 from webhook.core.constants import MODES
 from webhook.core.kinds import ARGO_ROLLOUT, parse_custom_kinds, use_custom_kinds
 from webhook.core.owners import parse_owner_kinds, use_owner_kinds
+from webhook.kube.userflags import UserFlags
 from webhook.process.digestkey import BadDigestKey, load_key_file, new_key_text
 from webhook.process.logs import setup_logging
 
@@ -103,8 +104,25 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sub.add_parser(
         "keygen", help="print a new random digest key (for --digest-key-file or the Secret)"
     )
-    sub.add_parser("version", help="print the version")
+    _client_parsers(sub, argv)
     return parser
+
+
+def _client_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], argv: Sequence[str] | None
+) -> None:
+    """`version`."""
+    v = sub.add_parser(
+        "version",
+        help="print the client's version and the cluster's: configpin's and Kubernetes'",
+        description="Print this client's version and, where it can read them, the version of "
+        "the configpin running in the cluster (its Deployment) and of the Kubernetes API "
+        "server, as kubectl version does. What it cannot read it says; it exits 0 anyway.",
+    )
+    if argv is None or "version" in argv:
+        from webhook.commands import version
+
+        version.add_arguments(v)
 
 
 def _render_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -466,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging(settings.log_level, settings.log_format)
         return cmd_serve(settings)
     setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
+    if (problem := UserFlags.of(args).problem()) is not None:  # as kubectl refuses it
+        print(f"configpin {args.command}: {problem}", file=sys.stderr)
+        return 2
     if args.command in ("render", "status", "dashboard"):
         problem = _use_kinds(args.command, args)
         if problem is not None:
@@ -498,8 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keygen":
         print(new_key_text().decode())
         return 0
-    print(f"configpin {__version__}")
-    return 0
+    from webhook.commands import version
+
+    return version.run(args)
 
 
 __all__ = ["kubectl_plugin", "main"]

@@ -27,7 +27,6 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 import yaml
@@ -67,7 +66,8 @@ from webhook.core.record import (
 from webhook.core.refs import RefSite, find_sites, get_path
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube, path
-from webhook.kube.user import connect_as_user
+from webhook.kube.user import connect_from_args
+from webhook.kube.userflags import add_user_arguments
 from webhook.kube.workloads import served_prefix
 
 # What status reports on: every workload kind with a pod template of its own (not bare Pods)
@@ -435,8 +435,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     p.add_argument("-l", "--selector", help="label selector of the workloads")
     p.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
-    p.add_argument("--context", help="kubeconfig context")
+    add_user_arguments(p)
     p.add_argument("--workers", type=int, default=8, help="dry runs at once (default 8)")
 
 
@@ -504,7 +503,7 @@ def _custom_alias(text: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+        api, default_ns = connect_from_args(args)
     except (config.ConfigException, OSError) as e:
         print(f"configpin status: no cluster: {e}", file=sys.stderr)
         return 2

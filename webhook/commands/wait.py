@@ -26,7 +26,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol, TextIO
 
 from webhook.commands.render import read_inputs
@@ -51,7 +50,8 @@ from webhook.core.rollouts import (
 )
 from webhook.kube.errors import Forbidden, KubeError, NotFound
 from webhook.kube.raw import Kube, path
-from webhook.kube.user import connect_as_user
+from webhook.kube.user import connect_from_args
+from webhook.kube.userflags import add_user_arguments
 
 EXIT_DELIVERED: Final = 0
 EXIT_FAILED: Final = 1
@@ -440,8 +440,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout", default=DEFAULT_TIMEOUT,
         help="how long to wait in all: 30s, 5m, 1h30m, or seconds; 0: look once (default 5m)",
     )  # fmt: skip
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
-    p.add_argument("--context", help="kubeconfig context")
+    add_user_arguments(p)
 
 
 def _targets(
@@ -470,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"configpin wait: {e}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+        api, default_ns = connect_from_args(args)
     except Exception as e:  # kubeconfig, credentials: say what and stop
         print(f"configpin wait: no cluster: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -54,7 +54,12 @@ Headers = Callable[[], Mapping[str, str]]
 
 class Connection:
     """Where the API server is, the urllib3 pool that reaches it (its TLS settings), and the
-    headers that authenticate each request (read when the request is sent)."""
+    headers that authenticate each request (read when the request is sent).
+
+    A person's connection (`webhook.kube.user`) also carries what kubectl's flags ask of every
+    request: `lines`, header lines sent besides the credentials, a name possibly repeated
+    (`--as`, `--as-group`: one Impersonate-Group line per group), and `request_timeout`
+    (`--request-timeout`: None when not given, 0 for none, else seconds)."""
 
     def __init__(
         self,
@@ -63,11 +68,15 @@ class Connection:
         headers: Headers,
         *,
         on_close: Callable[[], None] | None = None,
+        lines: tuple[tuple[str, str], ...] = (),
+        request_timeout: float | None = None,
     ) -> None:
         self.host = host.rstrip("/")
         self.pool = pool
         self.headers = headers
         self._on_close = on_close
+        self.lines = lines
+        self.request_timeout = request_timeout
 
     @classmethod
     def of_api_client(cls, api: k8s.ApiClient) -> Connection:

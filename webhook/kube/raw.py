@@ -9,6 +9,7 @@ refresh included.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlencode
@@ -16,6 +17,7 @@ from urllib.parse import quote, urlencode
 import orjson
 import urllib3
 
+from webhook.core.durations import SECOND, format_duration
 from webhook.core.kinds import BUILTIN_KINDS
 from webhook.core.model import JSONObject, SourceKind
 from webhook.kube.client import Connection
@@ -98,7 +100,10 @@ class Kube:
     def __init__(self, api: Connection | k8s.ApiClient, *, timeout: float = 30.0) -> None:
         self.api = api
         self.conn = api if isinstance(api, Connection) else Connection.of_api_client(api)
-        self.timeout = timeout
+        self.timeout: float | urllib3.Timeout | None = timeout
+        self.limit = self.conn.request_timeout
+        if self.limit is not None:  # the person's --request-timeout wins over our default
+            self.timeout = urllib3.Timeout(total=self.limit) if self.limit else None
         self.calls = 0  # requests made, for benchmarks and tests
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
@@ -106,6 +111,17 @@ class Kube:
         if content_type:
             headers["Content-Type"] = content_type
         return headers
+
+    def _all_headers(self, content_type: str | None) -> Mapping[str, str]:
+        """`_headers`, and the connection's header lines: a name may repeat (one
+        Impersonate-Group line per group), which a dict cannot hold."""
+        headers = self._headers(content_type)
+        if not self.conn.lines:
+            return headers
+        lines = urllib3.HTTPHeaderDict(headers)
+        for name, value in self.conn.lines:
+            lines.add(name, value)
+        return lines
 
     def _url(self, api_path: str, query: Mapping[str, Any] | None) -> str:
         url = self.conn.host + api_path
@@ -128,15 +144,19 @@ class Kube:
         content_type: str | None = None,
         timeout: float | tuple[float, float] | urllib3.Timeout | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        """Send a request; the response is not read (callers stream or read it)."""
+        """Send a request; the response is not read (callers stream or read it). Under a
+        --request-timeout, the API server is told it too (`timeout`, as client-go tells it), so
+        that it gives up on the request (a slow admission webhook's dry run) when we do."""
         self.calls += 1
+        if self.limit and not (query or {}).get("watch"):
+            query = {**(query or {}), "timeout": format_duration(round(self.limit * SECOND))}
         data = orjson.dumps(body) if body is not None else None
         try:
             resp: urllib3.BaseHTTPResponse = self.conn.pool.request(
                 method,
                 self._url(api_path, query),
                 body=data,
-                headers=self._headers(content_type or (JSON if data is not None else None)),
+                headers=self._all_headers(content_type or (JSON if data is not None else None)),
                 timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1])
                 if isinstance(timeout, tuple)
                 else (timeout or self.timeout),  # a urllib3.Timeout as it is
@@ -217,7 +237,16 @@ class Kube:
     def watch(
         self, api_path: str, resource_version: str, *, timeout_seconds: int = 300, **query: Any
     ) -> Iterator[Iterator[JSONObject]]:
-        """A watch from `resource_version`: yields event dicts until the server ends it."""
+        """A watch from `resource_version`: yields event dicts until the server ends it. Under
+        a --request-timeout the server is asked to end it within that time (the caller watches
+        again), and the stream is waited for that long and a little more, for the end."""
+        timeout: tuple[float, float] | None = (10.0, timeout_seconds + 30.0)
+        if self.limit is not None:
+            if self.limit:
+                timeout_seconds = max(1, min(timeout_seconds, math.ceil(self.limit)))
+                timeout = (self.limit, timeout_seconds + min(self.limit, 30.0))
+            else:  # 0: no timeout (the server still ends a watch when it will)
+                timeout = None
         resp = self.open(
             "GET",
             api_path,
@@ -228,7 +257,7 @@ class Kube:
                 "timeoutSeconds": timeout_seconds,
                 **query,
             },
-            timeout=(10.0, timeout_seconds + 30.0),
+            timeout=timeout,
         )
         with _returned(resp):
             yield _events(resp)

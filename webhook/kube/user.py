@@ -1,5 +1,8 @@
 """A client as the user at the keyboard: their kubeconfig and context, as kubectl reads them
-(`configpin status`, `configpin plan`: only their own rights).
+(`configpin status`, `configpin plan`: only their own rights), and what kubectl's flags ask of
+each request: `--as`/`--as-group` sent as kubectl sends them (Impersonate-User, one
+Impersonate-Group line per group), `--request-timeout` applied to every request
+(`webhook.kube.userflags`).
 
 A `KUBECONFIG` list is merged as kubectl merges it: files that do not exist (or are empty) are
 skipped, the first file to name a cluster, context or user wins, and so does the first to set
@@ -8,6 +11,7 @@ win, and stops at an empty file.) `--kubeconfig` names one file, as kubectl's do
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
@@ -15,22 +19,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
-
-def kubeconfig_paths(kubeconfig_file: Path | None) -> list[str]:
-    """The files kubectl would read, in order: `--kubeconfig`, else each of `KUBECONFIG`'s
-    list that holds something, else ~/.kube/config."""
-    if kubeconfig_file is not None:
-        return [str(kubeconfig_file)]
-    listed = os.environ.get("KUBECONFIG", "")
-    if listed:
-        found = [
-            str(Path(p).expanduser())
-            for p in listed.split(os.pathsep)
-            if p and Path(p).expanduser().is_file() and Path(p).expanduser().stat().st_size
-        ]
-        if found:
-            return found
-    return [str(Path.home() / ".kube" / "config")]
+from webhook.kube.client import Connection
+from webhook.kube.userflags import UserFlags, kubeconfig_paths
 
 
 def _loader(paths: list[str], context: str | None) -> KubeConfigLoader:
@@ -54,10 +44,12 @@ def _loader(paths: list[str], context: str | None) -> KubeConfigLoader:
 
 
 def connect_as_user(
-    kubeconfig_file: Path | None, context: str | None
-) -> tuple[client.ApiClient, str]:
-    """A client with the user's own credentials (kubeconfig, or in-cluster), and the
-    namespace their context names (default: default)."""
+    kubeconfig_file: Path | None, context: str | None, flags: UserFlags | None = None
+) -> tuple[Connection, str]:
+    """A connection with the user's own credentials (kubeconfig, or in-cluster), and the
+    namespace their context names (default: default). `flags`: what kubectl's flags ask of
+    every request (impersonation, --request-timeout); its kubeconfig and context are the
+    arguments'."""
     cfg = client.Configuration()
     namespace = "default"
     in_cluster = (
@@ -74,4 +66,14 @@ def connect_as_user(
         loader.load_and_set(cfg)
         active: Any = loader.current_context
         namespace = (active or {}).get("context", {}).get("namespace") or namespace
-    return client.ApiClient(cfg), namespace
+    conn = Connection.of_api_client(client.ApiClient(cfg))
+    if flags is not None:
+        conn.lines = flags.header_lines()
+        conn.request_timeout = flags.request_timeout
+    return conn, namespace
+
+
+def connect_from_args(args: argparse.Namespace) -> tuple[Connection, str]:
+    """`connect_as_user` as a command's flags ask (`webhook.kube.userflags`)."""
+    flags = UserFlags.of(args)
+    return connect_as_user(flags.kubeconfig, flags.context, flags)

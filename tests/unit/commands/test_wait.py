@@ -229,7 +229,7 @@ def _run_command(
         asked.append((list(targets), timeout))
         return waited()
 
-    monkeypatch.setattr(wait, "connect_as_user", lambda kubeconfig, context: (_Api(), "ctx"))
+    monkeypatch.setattr(wait, "connect_from_args", lambda args: (_Api(), "ctx"))
     monkeypatch.setattr(wait, "Kube", lambda api, timeout: None)
     monkeypatch.setattr(wait, "wait_for", wait_for)
     return main(["wait", *argv]), asked

@@ -10,10 +10,10 @@ import argparse
 import ipaddress
 import secrets
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from webhook.core.kinds import BUILTIN_KINDS, WorkloadKind, custom_kinds
+from webhook.kube.userflags import add_user_arguments
 
 if TYPE_CHECKING:
     from webhook.kube.raw import Kube
@@ -37,8 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: KUBECONFIG)")
-    p.add_argument("--context", help="kubeconfig context")
+    add_user_arguments(p)
 
 
 def _kinds(kube: Kube) -> list[tuple[WorkloadKind, str]]:
@@ -88,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     from webhook.commands.dashboard.statuses import StatusBook
     from webhook.commands.status import StatusReader
     from webhook.kube.raw import Kube
-    from webhook.kube.user import connect_as_user
+    from webhook.kube.user import connect_from_args
 
     try:
-        api, default_ns = connect_as_user(args.kubeconfig, args.context)
+        api, default_ns = connect_from_args(args)
     except (config.ConfigException, OSError) as e:
         print(f"configpin dashboard: no cluster: {e}", file=sys.stderr)
         return 2
