@@ -52,6 +52,7 @@ from webhook.core.kinds import (
     workload_kind,
     workload_ref,
 )
+from webhook.core.model import SourceId
 from webhook.core.names import SUFFIX_LEN, snapshot_name
 from webhook.core.owners import left_to_owner, operator_owned, owned_reason
 from webhook.core.reasons import SourceState, Status
@@ -64,7 +65,9 @@ from webhook.core.record import (
     rejected,
 )
 from webhook.core.refs import RefSite, find_sites, get_path
+from webhook.core.reloader import covers, reloader_asks, source_mark
 from webhook.kube.errors import Forbidden, KubeError, NotFound
+from webhook.kube.meta import get_metadata
 from webhook.kube.raw import Kube, path
 from webhook.kube.user import connect_from_args
 from webhook.kube.userflags import add_user_arguments
@@ -341,7 +344,33 @@ class StatusReader:
         if observed is not None and observed != recorded and "rollback" not in st.reason:
             st.reason = (st.reason + "; " if st.reason else "") + "rollback kept"
         self._delivery(obj, st)
+        if st.state is Status.STALE:
+            self._reloader(obj, st)
         return st
+
+    def _reloader(self, obj: dict[str, Any], st: WorkloadStatus) -> None:
+        """Stale only for updates that Stakater Reloader's annotations leave to Reloader (as
+        the controller decides them, webhook.core.reloader): said, and what lets configpin roll.
+        What each source says to Reloader is read as its metadata (never a Secret's data)."""
+        asks = reloader_asks(st.kind, obj, _pod_spec(obj))
+        stale = [s for s in st.sources if s.state is not SourceState.CURRENT]
+        if asks is None or st.copies or any(s.state is not SourceState.STALE for s in stale):
+            return
+        said = []
+        for s in stale:
+            sid = SourceId.parse(s.source)
+            said_there = self.source_annotations(st.namespace, sid)
+            if said_there is None:
+                return  # (what it says to Reloader is not known: stale, as it is)
+            covered = covers(asks, sid, source_mark(said_there))
+            if covered is None:
+                return
+            said.append(f"{s.source} by {covered.words()}")
+        st.state = Status.LEFT_TO_RELOADER
+        st.reason = (
+            f"left to Stakater Reloader ({'; '.join(said)}): its restart brings the change; "
+            "remove Reloader's annotation to let configpin roll it"
+        )
 
     def _delivery(self, obj: dict[str, Any], st: WorkloadStatus) -> None:
         """Safe delivery's part: the rollout configpin follows or followed (its record, read
@@ -376,6 +405,14 @@ class StatusReader:
             waits, note = self._waiting(obj, _stale(st))
             if waits is not None:
                 st.state, st.reason = waits, note
+
+    def source_annotations(self, namespace: str, sid: SourceId) -> dict[str, Any] | None:
+        """A source's annotations, read as its metadata; None: it cannot be read."""
+        try:
+            meta = get_metadata(self.kube, path(sid.kind.resource, namespace, sid.name))
+        except KubeError:
+            return None
+        return _annotations(meta.get("metadata"))
 
     def _waiting(self, obj: dict[str, Any], stale: Sequence[str] = ()) -> tuple[Status | None, str]:
         return self.waits.of(obj, stale)

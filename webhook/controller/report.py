@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 from cachetools import FIFOCache
 
 from webhook.controller.follow import Ended
-from webhook.core.current import WorkloadRef
-from webhook.core.model import JSONObject, SourceId
+from webhook.core.current import Lookup, WorkloadRef
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.owners import controller_of, owned_reason
 from webhook.core.reasons import EventReason, SkipReason
 from webhook.core.record import ACTION_WORDS, ROLLOUT_WORDS, Action, RolloutRecord, State, by_whom
 from webhook.core.refresh import RollInstead
+from webhook.core.reloader import Covered
 from webhook.core.waves import Wait, WaitReason
 from webhook.kube.events import EventRecorder, Regarding, copy_created_note
 from webhook.process.metrics import Metrics
@@ -25,6 +26,7 @@ from webhook.process.metrics import Metrics
 log = logging.getLogger(__name__)
 
 _REPORTED_MAX: Final = 10_000
+_GONE: Final = SourceRecord(SourceKind.CONFIGMAP, "", {})  # (a source gone meanwhile)
 
 
 def _names(changed: Iterable[SourceId]) -> str:
@@ -231,6 +233,26 @@ class Reporter:
             self.events.say(obj, EventReason.CONFIG_ROLLED_BACK, note)
         else:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_FAILED, note)
+
+    def left_to_reloader(
+        self, regarding: Regarding, left: Mapping[SourceId, Covered], peek: Lookup
+    ) -> None:
+        """LeftToReloader: once per workload and content of the sources left."""
+        versions = [(str(sid), (peek(sid) or _GONE).resource_version) for sid in sorted(left)]
+        key = f"{regarding.kind}/{regarding.namespace}/{regarding.name} {versions}"
+        with self._said_lock:
+            if key in self._waiting:
+                return
+            self._waiting[key] = None
+        why = "; ".join(f"{sid} by {covered.words()}" for sid, covered in sorted(left.items()))
+        note = (
+            f"{_names(left)} changed: left to Stakater Reloader, which rolls it for that ({why}); "
+            "configpin's admission stamps Reloader's restart. Remove Reloader's annotation to "
+            "let configpin roll it"
+        )
+        log.info("%s %s/%s: %s", regarding.kind, regarding.namespace, regarding.name, note)
+        if self.events is not None:
+            self.events.say(regarding, EventReason.LEFT_TO_RELOADER, note)
 
     def owned(self, obj: JSONObject) -> None:
         """An operator's workload (a Deployment a controller owns) is left to its owner: said

@@ -9,6 +9,7 @@
         │ no: some consumed source differs from what it recorded
     plan it as admission does (plan_object, told which sources changed)
         ├─ not pinned (a skip reason), or nothing to write ──► leave it
+        ├─ Reloader's annotations leave every changed source to Reloader ──► leave it
         ├─ found unstamped, older than the catch-up window ──► its record only: a baseline
         ├─ a required source that appeared (checksum mode) ──► its record only
         ├─ on-change: refresh, reachable through whole-volume mounts ──► refresh its pods
@@ -88,6 +89,7 @@ from webhook.core.record import (
 )
 from webhook.core.refresh import RollInstead, roll_instead
 from webhook.core.refs import Consumption
+from webhook.core.reloader import left_to_reloader
 from webhook.core.times import format_time, parse_time
 from webhook.core.waves import Wait
 from webhook.process.config import Settings
@@ -304,6 +306,8 @@ class Restamper:
             if entry.refreshed is not None and settings.refresh_pods:
                 return Decision([], SkipReason.CURRENT, catch_up=True)
             return Decision.leave(SkipReason.CURRENT)
+        if stale <= left_to_reloader(entry.reloader, stale, peek, entry.recorded_for).keys():
+            return Decision.leave(SkipReason.RELOADER)  # (its restart is stamped at admission)
         plan = plan_update(obj, ref, self.hkey, settings, read, refresh=stale)
         if (need := read.need()) is not None:
             return need
@@ -531,6 +535,8 @@ class Restamper:
         stale = stale_sources(entry, read.peek, self.hkey)
         if not stale or any(str(sid) not in entry.recorded for sid in stale):
             return None  # (a source it never recorded: appeared, or newly named; decide)
+        if stale <= left_to_reloader(entry.reloader, stale, read.peek, entry.recorded_for).keys():
+            return None  # (left to Reloader: decide says so)
         changes, waiting = self._admitted(entry, stale)
         if waiting is not None:
             return None

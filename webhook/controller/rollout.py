@@ -49,6 +49,7 @@ from webhook.controller.waves import Gate, Waiting
 from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef, stale_sources
 from webhook.core.model import JSONObject, SnapshotEnsurer, SourceId
 from webhook.core.reasons import SkipReason
+from webhook.core.reloader import left_to_reloader
 from webhook.core.times import format_time
 from webhook.kube.cache import SourceCache
 from webhook.kube.events import EventRecorder
@@ -429,6 +430,15 @@ class RolloutController:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
+        peek = self._peek(entry.ref.namespace)
+        left = left_to_reloader(entry.reloader, stale, peek, entry.recorded_for)
+        if left and stale <= left.keys():
+            # Reloader rolls it for every source that changed (its annotations say so): a
+            # re-stamp too would restart it twice. Reloader's template write goes through
+            # admission, which stamps it: current then. Still stale until it comes.
+            self.metrics.skipped.labels(SkipReason.RELOADER.label).inc()
+            self.report.left_to_reloader(self.watches.regarding(entry.ref), left, peek)
+            return False
         held = None if change or not entry.held else self.holds.of(entry.ref)
         if held is not None and held == self.gate.window_wait(entry, stale):
             # Its windows held it when a worker last decided, and hold it still, as memory

@@ -50,6 +50,7 @@ from webhook.core.kinds import workload_kind
 from webhook.core.model import SourceId, SourceRecord
 from webhook.core.progress import Standing
 from webhook.core.record import Change, State
+from webhook.core.reloader import left_to_reloader
 from webhook.core.waves import (
     Member,
     approval_from,
@@ -229,8 +230,13 @@ class WaveCut:
         if self.rejected(entry, change):
             return True
         ns = entry.ref.namespace
-        if change.source in stale_sources(entry, lambda s: self.peek(ns, s), self.hkey):
-            return True
+
+        def peek(sid: SourceId) -> SourceRecord | None:
+            return self.peek(ns, sid)
+
+        if change.source in stale_sources(entry, peek, self.hkey):
+            # (one that Reloader rolls for it is Reloader's: it holds no wave of configpin's)
+            return not left_to_reloader(entry.reloader, (change.source,), peek, entry.recorded_for)
         return self.rollout_for(entry, change) is not None
 
     def rejected(self, entry: WorkloadEntry, change: Change) -> bool:

@@ -58,6 +58,7 @@ from webhook.core.record import (
     rollout_record,
 )
 from webhook.core.refs import consumption, find_sites, get_path, unrefreshable
+from webhook.core.reloader import ReloaderAsks, reloader_asks
 from webhook.core.times import parse_time
 from webhook.core.waves import asks_approval, wave_of
 
@@ -203,6 +204,7 @@ class WorkloadEntry:
         "pods",
         "ref",
         "refreshed",
+        "reloader",
         "restamp_rv",
         "rolled_at",
         "stamped",
@@ -239,6 +241,9 @@ class WorkloadEntry:
         # tools' health checks; a hold is decided again where a client took it away). Not part
         # of what the entry says either: writing it moves nothing configpin decides by.
         held: bool = False,
+        # What it asks of Stakater Reloader (webhook.core.reloader; checksum mode only): the
+        # changes Reloader rolls it for are left to Reloader. None for nearly every workload.
+        reloader: ReloaderAsks | None = None,
     ) -> None:
         uses: list[object] = []
         packed: list[bytes] = []
@@ -262,6 +267,7 @@ class WorkloadEntry:
         self.delivery = delivery
         self.generation = generation
         self.held = held
+        self.reloader = reloader
 
     def _fields(self) -> tuple[object, ...]:
         return (
@@ -274,6 +280,7 @@ class WorkloadEntry:
             self.refreshed,
             self.pods,
             self.delivery,
+            self.reloader,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -463,6 +470,7 @@ def entry_from_object(
         delivery,
         generation,
         ANN_HELD in own,
+        reloader_asks(kind, obj, pod_spec) if mode == MODE_CHECKSUM else None,
     )
 
 

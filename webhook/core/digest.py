@@ -46,6 +46,7 @@ from webhook.core.constants import (
 )
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
+from webhook.core.reloader import source_mark
 
 KEY_DIGEST_SIZE: Final = 16
 CONTENT_ID_LEN: Final = 20  # hex digits of a content's short form (`content_id`)
@@ -234,6 +235,7 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         uid=meta.get("uid"),
         resource_version=meta.get("resourceVersion"),
         shared=annotations.get(ANN_SHARED) == "true",
+        reloader=source_mark(annotations),
     )
     text = annotations.get(ANN_APPROVED)
     if text is None:
@@ -256,6 +258,7 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         record.shared,
         content,
         content if approval.now else None,
+        record.reloader,
     )
 
 

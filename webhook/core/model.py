@@ -155,6 +155,8 @@ class SourceRecord:
     approved: str | None = None  # the content (`digest.content_id`) a valid approval names
     # the content a valid `approve --now` names (it rolls now, whatever its windows and budget)
     approved_now: str | None = None
+    # What it says to Stakater Reloader (webhook.core.reloader.source_mark): "ignore", "match"
+    reloader: str | None = None
     # Source digests already computed for this record, by (digest key, consumed keys). The
     # record is immutable, so they stay true; admission asks the same question every time.
     memo: dict[tuple[bytes, frozenset[str] | None], str] = field(
@@ -180,6 +182,7 @@ class SourceRecord:
             self.shared,
             self.approved,
             self.approved_now,
+            self.reloader,
         )
 
 

@@ -40,6 +40,9 @@ class SkipReason(StrEnum):
     UNCHANGED = "unchanged"  # planned, and the plan changes nothing
     RECORD_ONLY = "record-only"  # its record written without a rollout (a baseline...)
     WAITING = "waiting"  # its rollout waits for an earlier wave, or the cap on rollouts in flight
+    # Stakater Reloader's annotations ask Reloader to roll it for every source that changed:
+    # left to Reloader, whose template write admission stamps (one restart, not two)
+    RELOADER = "left-to-reloader"
     # Cannot act now (looked at again on the next change or resync).
     NAMESPACE = "namespace"  # not in a namespace configpin acts in (any more)
     NOT_LEADER = "not-leader"
@@ -102,6 +105,8 @@ class Status(StrEnum):
     FAILED = "failed"  # it failed: undone, held, left, or rolled back by a person
     REJECTED = "rejected"  # the content a failed rollout brought is kept out
     MISSING = "missing"  # a required source is missing
+    # stale only for changes Stakater Reloader's annotations leave to Reloader (not rolled yet)
+    LEFT_TO_RELOADER = "left-to-reloader"
     NOT_PINNED = "not-pinned"
     UNKNOWN = "unknown"  # configpin status could not ask the API server
 
@@ -161,6 +166,7 @@ class EventReason(StrEnum):
     CONFIG_ROLLOUT_AWAITING_WINDOW = "ConfigRolloutAwaitingWindow"
     CONFIG_ROLLOUT_FLAPPING = "ConfigRolloutFlapping"
     SKIPPED_OWNED = "SkippedOwned"
+    LEFT_TO_RELOADER = "LeftToReloader"
     SOURCE_MISSING = "SourceMissing"
     NOT_PINNED = "NotPinned"
     OPTED_OUT = "OptedOut"
@@ -207,6 +213,7 @@ EVENTS: Final[Mapping[EventReason, EventKind]] = {
     ),
     EventReason.CONFIG_ROLLOUT_FLAPPING: EventKind((WARNING,), _ROLLOUT, Status.FLAPPING),
     EventReason.SKIPPED_OWNED: EventKind((NORMAL,), "Skip"),
+    EventReason.LEFT_TO_RELOADER: EventKind((NORMAL,), "Skip"),
     EventReason.SOURCE_MISSING: EventKind((WARNING,), "Admit"),
     EventReason.NOT_PINNED: EventKind((WARNING,), "Admit"),
     EventReason.OPTED_OUT: EventKind((NORMAL,), "Admit"),
