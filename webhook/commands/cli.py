@@ -86,11 +86,22 @@ def _settings_error(command: str, error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+def program(argv0: str, default: str = "configpin") -> str:
+    """The name help and usage give: `kubectl configpin` when kubectl runs us as its plugin (an
+    executable `kubectl-configpin`, as kubectl names a plugin), else `configpin`."""
+    name = os.path.basename(argv0)
+    if name.startswith("kubectl-"):
+        return "kubectl " + name.removeprefix("kubectl-").replace("_", "-")
+    return default
+
+
+def build_parser(
+    argv: Sequence[str] | None = None, prog: str = "configpin"
+) -> argparse.ArgumentParser:
     """The whole parser; given the command line, `status` gets its flags only when it is the
     command (they come with the cluster client, which other commands do without)."""
     parser = argparse.ArgumentParser(
-        prog="configpin",
+        prog=prog,
         description="Pin pods to the exact ConfigMap and Secret content they were created with.",
         epilog="Every `serve` flag is also an environment variable: CONFIGPIN_<FLAG>.",
     )
@@ -111,7 +122,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def _client_parsers(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], argv: Sequence[str] | None
 ) -> None:
-    """`version`."""
+    """`version` and `completion`."""
     v = sub.add_parser(
         "version",
         help="print the client's version and the cluster's: configpin's and Kubernetes'",
@@ -123,6 +134,14 @@ def _client_parsers(
         from webhook.commands import version
 
         version.add_arguments(v)
+    c = sub.add_parser(
+        "completion",
+        help="print a bash or zsh completion script (source <(configpin completion bash))",
+        description="Print a script that completes commands, flags and their values in bash "
+        "or zsh. As the kubectl plugin, kubectl (1.26 and newer) completes `kubectl configpin` "
+        "itself through kubectl_complete-configpin: the script loads kubectl's completion.",
+    )
+    c.add_argument("shell", choices=("bash", "zsh"))
 
 
 def _render_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -449,7 +468,16 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 def kubectl_plugin() -> int:
     """`kubectl-configpin` on PATH: kubectl runs it for `kubectl configpin ...`."""
-    return main(sys.argv[1:])
+    return main(sys.argv[1:], prog=program(sys.argv[0], "kubectl configpin"))
+
+
+def kubectl_complete() -> int:
+    """`kubectl_complete-configpin` on PATH: kubectl (1.26 and newer) runs it with the words
+    after `kubectl configpin`, the last one being typed, to complete them."""
+    from webhook.commands import completion
+
+    words = sys.argv[1:]
+    return completion.run(build_parser(words, "kubectl configpin"), words)
 
 
 # What `configpin serve` needs beyond the CLI's own dependencies: `pip install configpin` is
@@ -462,8 +490,13 @@ def server_missing() -> str | None:
     return next((m for m in SERVER_MODULES if importlib.util.find_spec(m) is None), None)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    prog = prog or program(sys.argv[0])
+    if argv[:1] == ["__complete"]:  # what the completion scripts ask (webhook.commands.completion)
+        from webhook.commands import completion
+
+        return completion.run(build_parser(argv[1:], prog), argv[1:])
     first = next((a for a in argv if not a.startswith("-")), None)
     if first == "serve" and (missing := server_missing()) is not None:
         print(
@@ -472,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    args = build_parser(argv).parse_args(argv)
+    args = build_parser(argv, prog).parse_args(argv)
     if args.command == "serve":
         from pydantic import ValidationError
 
@@ -519,9 +552,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keygen":
         print(new_key_text().decode())
         return 0
+    if args.command == "completion":
+        from webhook.commands import completion
+
+        print(completion.script(args.shell, prog), end="")
+        return 0
     from webhook.commands import version
 
     return version.run(args)
 
 
-__all__ = ["kubectl_plugin", "main"]
+__all__ = ["kubectl_complete", "kubectl_plugin", "main"]
