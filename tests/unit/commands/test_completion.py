@@ -103,9 +103,27 @@ def test_the_zsh_script(tmp_path: Path) -> None:
     assert 'configpin __complete "${(@)words[2,CURRENT]}"' in done.stdout
     if shutil.which("zsh") is None:
         pytest.skip("zsh is not installed here: its script was checked for its text only")
-    (tmp_path / "_configpin").write_text(done.stdout)
-    check = subprocess.run(["zsh", "-n", str(tmp_path / "_configpin")], capture_output=True)
-    assert check.returncode == 0, check.stderr
+    # zsh's completion functions stood in for: what the script hands them is what zsh shows
+    script = tmp_path / "try.zsh"
+    script.write_text(
+        "compdef() { : }\n"
+        '_describe() { print -r -- "${5:-}${(j:|:)${(@P)4}}" }\n'
+        "_files() { print -r -- files }\n"
+        "source <(configpin completion zsh)\n"
+        'try() { words=("$@"); CURRENT=$#; _configpin }\n'
+        'try configpin sta\ntry configpin status --output=j\ntry configpin approve ""\n'
+        'try configpin plan -f ""\n'
+    )
+    ran = subprocess.run(
+        ["zsh", "-f", str(script)], capture_output=True, text=True, env=_env(tmp_path), check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "status:is each workload pinned, to what, and is it stale?",
+        "--output=json",
+        "-Sconfigmap/:a ConfigMap|secret/:a Secret",  # no space after the kind
+        "files",
+    ]
 
 
 def test_kubectl_completes_the_plugin_through_kubectl_complete_configpin(
