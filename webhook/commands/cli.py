@@ -295,6 +295,22 @@ def _cluster_parsers(
         command.add_arguments(db)
         _kind_arguments(db)
 
+    mg = sub.add_parser(
+        "migrate",
+        help="what configpin does with the cluster's Stakater Reloader annotations, and the "
+        "commands to move over; changes nothing (also `kubectl configpin migrate`)",
+        description="Read every workload with Reloader's annotations and every ConfigMap or "
+        "Secret annotated reloader.stakater.com/match or /ignore (your own rights; Secrets as "
+        "metadata), and print for each what configpin does the same (with the annotation or "
+        "default that does it, and the kubectl command where one is needed), differently, or "
+        "not at all, what happens while both run, and the commands that opt the namespaces "
+        "in. Exit 0: the report is whole; 2: usage or connection error, or a read refused.",
+    )
+    if argv is None or "migrate" in argv:
+        from webhook.commands import migrate
+
+        migrate.add_arguments(mg)
+
 
 def _kind_arguments(p: argparse.ArgumentParser) -> None:
     """The workload kinds beyond the built-in ones, as `configpin serve` takes them."""
@@ -549,6 +565,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         from webhook.commands.dashboard import command
 
         return command.run(args)
+    if args.command == "migrate":
+        from webhook.commands import migrate
+
+        return migrate.run(args)
     if args.command == "keygen":
         print(new_key_text().decode())
         return 0
