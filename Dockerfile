@@ -64,6 +64,10 @@ ENV PATH=/opt/configpin/bin:$PATH \
     HOME=/tmp \
     CONFIGPIN_HOST=0.0.0.0
 WORKDIR /tmp
+# It also runs as any other UID with group 0, as OpenShift's restricted SCCs assign them (the
+# chart's runAsIds): everything under /opt/configpin belongs to root and is readable (and its
+# programs runnable) by group 0 and by everyone, and nothing is written outside HOME (/tmp, a
+# writable volume in the chart's pods).
 USER 65532:65532
 EXPOSE 8443
 ENTRYPOINT ["configpin"]

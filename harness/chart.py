@@ -70,8 +70,11 @@ def render(
     release: str = RELEASE_NAME,
     namespace: str = RELEASE_NAMESPACE,
     is_upgrade: bool = False,
+    tests: bool = False,
 ) -> list[Manifest]:
-    """The chart's objects as dicts, in template-file order, as Helm would apply them."""
+    """The chart's objects as dicts, in template-file order, as Helm would apply them: its
+    `helm test` hooks (helm.sh/hook: test), which an install or upgrade never creates, only
+    with `tests` (then only them)."""
     files = render_files(
         values,
         kube_version,
@@ -84,8 +87,16 @@ def render(
     for path in sorted(files):
         if path.endswith("NOTES.txt"):
             continue
-        objects.extend(doc for doc in yaml.safe_load_all(files[path]) if doc)
+        docs = (doc for doc in yaml.safe_load_all(files[path]) if doc)
+        objects.extend(doc for doc in docs if is_test_hook(doc) is tests)
     return objects
+
+
+def is_test_hook(obj: Manifest) -> bool:
+    """A `helm test` hook: created by `helm test` alone."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    hooks = str(annotations.get("helm.sh/hook", "")).split(",")
+    return any(h.strip() in ("test", "test-success") for h in hooks)
 
 
 def notes(values: Mapping[str, Any] | None = None, **kwargs: Any) -> str:

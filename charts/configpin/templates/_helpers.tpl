@@ -30,13 +30,71 @@ app.kubernetes.io/name: {{ include "configpin.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The chart's labels, then commonLabels (which never replace one of the chart's). */}}
 {{- define "configpin.labels" -}}
-helm.sh/chart: {{ include "configpin.chart" . }}
-{{ include "configpin.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/component: admission-webhook
-app.kubernetes.io/part-of: configpin
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- include "configpin.labelsAnd" (dict "root" .) }}
+{{- end }}
+
+{{/*
+The same with an object's own labels ("own"), which replace commonLabels but none of the
+chart's. Called with (dict "root" $ "own" $labels).
+*/}}
+{{- define "configpin.labelsAnd" -}}
+{{- $root := .root }}
+{{- $labels := dict "helm.sh/chart" (include "configpin.chart" $root) "app.kubernetes.io/version" $root.Chart.AppVersion "app.kubernetes.io/component" "admission-webhook" "app.kubernetes.io/part-of" "configpin" "app.kubernetes.io/managed-by" $root.Release.Service }}
+{{- $labels = merge $labels (include "configpin.selectorLabels" $root | fromYaml) }}
+{{- $labels = merge $labels (deepCopy (.own | default dict)) }}
+{{- toYaml (merge $labels (deepCopy ($root.Values.commonLabels | default dict))) }}
+{{- end }}
+
+{{/*
+metadata.annotations of an object: commonAnnotations and its own ("own", which win), or
+nothing at all. Called with (dict "root" $ "own" $annotations).
+*/}}
+{{- define "configpin.annotations" -}}
+{{- $all := merge (deepCopy (.own | default dict)) (deepCopy (.root.Values.commonAnnotations | default dict)) }}
+{{- with $all }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The pods' securityContext: the chart's, then podSecurityContext over it. */}}
+{{- define "configpin.podSecurityContext" -}}
+{{- $own := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- if include "configpin.fixedIds" . }}
+{{- $own = merge $own (dict "runAsUser" 65532 "runAsGroup" 65532 "fsGroup" 65532) }}
+{{- end }}
+{{- toYaml (mergeOverwrite $own (deepCopy .Values.podSecurityContext)) }}
+{{- end }}
+
+{{/* The container's securityContext: the chart's, then securityContext over it. */}}
+{{- define "configpin.securityContext" -}}
+{{- $own := dict "runAsNonRoot" true "allowPrivilegeEscalation" false "privileged" false "readOnlyRootFilesystem" true "capabilities" (dict "drop" (list "ALL")) "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- if include "configpin.fixedIds" . }}
+{{- $own = merge $own (dict "runAsUser" 65532 "runAsGroup" 65532) }}
+{{- end }}
+{{- toYaml (mergeOverwrite $own (deepCopy .Values.securityContext)) }}
+{{- end }}
+
+{{/*
+Whether the pods name their UID, GID and fsGroup (the image's 65532): runAsIds fixed, or auto
+on a cluster that is not OpenShift (which serves security.openshift.io/v1, whose SCCs assign
+them from the namespace's range and refuse others).
+*/}}
+{{- define "configpin.fixedIds" -}}
+{{- if or (eq .Values.runAsIds "fixed") (and (eq .Values.runAsIds "auto") (not (.Capabilities.APIVersions.Has "security.openshift.io/v1"))) -}}
+true
+{{- end }}
+{{- end }}
+
+{{/* The port configpin listens on in its pod, or on the node with hostNetwork. */}}
+{{- define "configpin.port" -}}
+{{- if .Values.hostNetwork.enabled }}
+{{- .Values.hostNetwork.port }}
+{{- else }}
+{{- 8443 }}
+{{- end }}
 {{- end }}
 
 {{- define "configpin.serviceAccountName" -}}
@@ -98,14 +156,52 @@ policy/v1beta1
 {{- toJson (uniq $names) }}
 {{- end }}
 
-{{- define "configpin.excludedNamespaces" -}}
-{{- include "configpin.excludedNamespaceList" . }}
+{{/*
+The namespaces configpin acts in, as one LabelSelector (JSON): the opt-in label
+(webhook.optInLabel), webhook.namespaceSelector, and none of the excluded namespaces. The
+webhook entries' namespaceSelector is this object, and the server's --namespace-selector is
+this object written as a selector string (configpin.namespaceSelector): one source, so that
+the API server and configpin never disagree on where configpin acts.
+*/}}
+{{- define "configpin.namespaceSelectorObject" -}}
+{{- $labels := deepCopy (.Values.webhook.namespaceSelector.matchLabels | default dict) }}
+{{- with .Values.webhook.optInLabel.key }}
+{{- $_ := set $labels . (toString $.Values.webhook.optInLabel.value) }}
+{{- end }}
+{{- $expressions := list }}
+{{- range .Values.webhook.namespaceSelector.matchExpressions }}
+{{- $expressions = append $expressions . }}
+{{- end }}
+{{- $excluded := include "configpin.excludedNamespaceList" . | fromJsonArray }}
+{{- $expressions = append $expressions (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) }}
+{{- $selector := dict "matchExpressions" $expressions }}
+{{- if $labels }}
+{{- $_ := set $selector "matchLabels" $labels }}
+{{- end }}
+{{- toJson $selector }}
 {{- end }}
 
-{{/* The webhook's namespaceSelector as a label selector string, for the controller. */}}
+{{/* That selector as a label selector string, for the server (--namespace-selector). */}}
 {{- define "configpin.namespaceSelector" -}}
-{{- $excluded := include "configpin.excludedNamespaceList" . | fromJsonArray }}
-{{- printf "configpin.io/enabled=true,kubernetes.io/metadata.name notin (%s)" (join "," $excluded) }}
+{{- $selector := include "configpin.namespaceSelectorObject" . | fromJson }}
+{{- $terms := list }}
+{{- range $key, $value := ($selector.matchLabels | default dict) }}
+{{- $terms = append $terms (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- range $selector.matchExpressions }}
+{{- if eq .operator "In" }}
+{{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "NotIn" }}
+{{- $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "Exists" }}
+{{- $terms = append $terms .key }}
+{{- else if eq .operator "DoesNotExist" }}
+{{- $terms = append $terms (printf "!%s" .key) }}
+{{- else }}
+{{- fail (printf "webhook.namespaceSelector: operator %q is not In, NotIn, Exists or DoesNotExist" .operator) }}
+{{- end }}
+{{- end }}
+{{- join "," $terms }}
 {{- end }}
 
 {{/* Whether snapshot mode may be used: asked for, or the default mode. */}}
