@@ -33,6 +33,7 @@ from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.preview import Effect, Row
 from webhook.core.progress import Standing
 from webhook.core.record import Change
+from webhook.core.reloader import ReloaderAsks, covers
 from webhook.core.waves import Member, rolled_first, wave_order
 from webhook.inputs.sources import Miss
 
@@ -56,6 +57,7 @@ class _Consumer:
     in_place: bool  # a change of the source reaches its pods in place (on-change: refresh)
     approve: bool
     windows: str | None  # its own configpin.io/rollout-windows
+    reloader: ReloaderAsks | None  # what it asks of Stakater Reloader
 
 
 # A member of the change: the consumer here (or the member elsewhere), its keys of the change,
@@ -69,6 +71,15 @@ _rolled = operator.itemgetter(4)
 _LISTS_MAX: Final = 256  # (namespace, source) lists kept, the most recently asked
 # (a change no record names and no namespace shares: where nothing asks which change it is)
 _UNNAMED: Final = Change("-", SourceId(SourceKind.CONFIGMAP, ""), "")
+
+
+def _left(c: _Consumer, sid: SourceId, new: SourceRecord) -> str | None:
+    """Why Reloader restarts `c` for this write of `sid`, which configpin leaves to it (as the
+    controller decides: an update of content it recorded); None: configpin's."""
+    if c.reloader is None or c.recorded in (None, digest.ABSENT):
+        return None
+    covered = covers(c.reloader, sid, new.reloader)
+    return None if covered is None else covered.words()
 
 
 class Previewer:
@@ -119,6 +130,7 @@ class Previewer:
             self.cut.in_place(entry, sid),
             delivery is not None and delivery.approve,
             entry.limits.windows,
+            entry.reloader,
         )
 
     def consumers(self, namespace: str, sid: SourceId) -> tuple[list[_Consumer], bool]:
@@ -198,6 +210,8 @@ class Previewer:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.NOTHING))
             elif c.in_place:
                 rows.append(Row(c.namespace, c.kind, c.name, Effect.REFRESH, keys))
+            elif (left := _left(c, sid, new)) is not None:
+                rows.append(Row(c.namespace, c.kind, c.name, Effect.RELOADER, keys, 0, left))
             elif rolled is None:  # it rolls
                 members.append((c, keys, True, c.healthy, False))
                 continue

@@ -117,6 +117,9 @@ class Effect(StrEnum):
     WINDOW = "await-window"  # it rolls in its wave once its rollout windows open (the note: when)
     BREAKS = "breaks"  # (a deletion) its next pod start fails: it requires the source
     ABSENT = "absent"  # (a deletion) it reads the source as optional: it rolls, without it
+    # Stakater Reloader's annotations ask Reloader to roll it for this source: configpin leaves
+    # the restart to Reloader (webhook.core.reloader; the note names the annotation)
+    RELOADER = "left-to-reloader"
 
 
 class Row(NamedTuple):
@@ -199,6 +202,7 @@ def summary(
     for action, said in (
         (Effect.AWAIT, "wait for an approval"),
         (Effect.REFRESH, "refresh in place"),
+        (Effect.RELOADER, "are left to Reloader (its annotations)"),
         (Effect.HOLD, "hold (content rejected before)"),
         (Effect.NOTHING, "consume other keys"),
     ):

@@ -7,11 +7,23 @@ import pytest
 
 from harness.builders import WORKLOAD_NAMESPACE
 from harness.controller import StoreCache, offline_controller
-from tests.unit.conftest import Store, admitted, configmap, container, env_cm, pod_spec, workload
+from tests.unit.conftest import (
+    HKEY,
+    Store,
+    admitted,
+    configmap,
+    container,
+    env_cm,
+    pod_spec,
+    workload,
+)
+from tests.unit.controller.test_preview import NS, _world  # (its world of Deployments)
 from tests.unit.controller.test_restamp import Case
 from webhook.controller.restamp import touches_template
+from webhook.core import digest
 from webhook.core.current import WorkloadEntry, entry_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.preview import Effect, summary
 from webhook.core.reasons import SkipReason
 from webhook.process.metrics import Metrics
 
@@ -114,3 +126,31 @@ def test_the_controller_does_not_queue_what_it_leaves_to_reloader(
             assert controller.measure_staleness() == 1
     finally:
         controller.queue.close()
+
+
+def test_the_preview_says_which_consumers_are_left_to_reloader() -> None:
+    """A write of `cfg`: `auto` is restarted by Reloader (said, with the annotation); `plain`
+    and `ignored-by-reloader` roll as ever; a write that also marks the source ignore rolls
+    both."""
+    reads = pod_spec(container(env=[env_cm("web-config", "a")]))
+    store = Store([configmap("web-config", {"a": "1"}, namespace=NS)])
+    previewer, _ = _world(
+        store, {"auto": {"spec": reads, "annotations": AUTO}, "plain": {"spec": reads}}
+    )
+    sid = SourceId(SourceKind.CONFIGMAP, "web-config")
+    new = digest.record_from_object(
+        HKEY, sid.kind, configmap("web-config", {"a": "2"}, namespace=NS)
+    )
+    rows = previewer.rows(NS, sid, frozenset({"a"}), new)
+    assert rows is not None
+    by = {r.name: r for r in rows}
+    assert by["auto"].action is Effect.RELOADER
+    assert by["auto"].note == "reloader.stakater.com/auto on the workload"
+    assert by["plain"].action is Effect.ROLL
+    [line, *_] = summary(sid.kind, NS, "web-config", {"a"}, rows)
+    assert "1 roll" in line and "1 are left to Reloader" in line
+    ignored = configmap("web-config", {"a": "2"}, namespace=NS, annotations=IGNORE)
+    rows = previewer.rows(
+        NS, sid, frozenset({"a"}), digest.record_from_object(HKEY, sid.kind, ignored)
+    )
+    assert rows is not None and {r.action for r in rows} == {Effect.ROLL}
