@@ -37,6 +37,7 @@ from webhook.core.extra import extra_sources
 from webhook.core.kinds import ARGO_ROLLOUT, builtin, template_paths, use_custom_kinds
 from webhook.core.model import SourceId, SourceKind
 from webhook.core.names import is_dns1123_subdomain
+from webhook.core.owners import controller_of, left_to_owner, operator_owned, owned_reason
 from webhook.core.refs import consumption, find_sites, get_path
 from webhook.core.reloader import (
     AUTO,
@@ -298,6 +299,12 @@ def _both_run(w: _Workload) -> str:
             "configpin rolls it; Reloader does too if it runs with --is-Argo-Rollouts=true: "
             "remove Reloader's annotations first then"
         )
+    owner = left_to_owner(w.obj)
+    if owner is not None:
+        return (
+            f"configpin does not pin it ({owned_reason(owner)}): Reloader's annotations "
+            "are all that rolls it"
+        )
     if w.snapshot:
         return (
             "configpin rolls it (snapshot mode re-points it at copies), and so may Reloader: "
@@ -465,7 +472,8 @@ def _read(
                 for page in kube.list_pages(path(entry.resource, namespace, prefix=prefix)):
                     for item in page.get("items") or ():
                         item.setdefault("kind", kind)
-                        workloads.append(item)
+                        if controller_of(item) is None or operator_owned(item):
+                            workloads.append(item)  # (not a CronJob's Job: its owner says)
                 break
             except NotFound:
                 continue  # (not served: CronJobs at batch/v1beta1 before 1.21, no Argo CRD)

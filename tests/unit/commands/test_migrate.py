@@ -208,3 +208,11 @@ def test_reloaders_published_options_are_noted() -> None:
     notes = _report(obj, options={"autoReloadAll": True, "reloadOnCreate": True}).notes
     assert any("--auto-reload-all" in n for n in notes)
     assert any("creation" in n for n in notes)
+
+
+def test_an_operators_workload_is_said_to_be_left_to_its_owner() -> None:
+    obj = workload(
+        "Deployment", SPEC, annotations={"reloader.stakater.com/auto": "true"}, owner="Database"
+    )
+    both_run = _subject(_report(obj), "app").both_run
+    assert "configpin does not pin it" in both_run and "configpin.io/owned" in both_run
