@@ -430,14 +430,7 @@ class RolloutController:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
         self.staleness.seen_stale(entry.ref, self.clock() if seen is None else seen)
-        peek = self._peek(entry.ref.namespace)
-        left = left_to_reloader(entry.reloader, stale, peek, entry.recorded_for)
-        if left and stale <= left.keys():
-            # Reloader rolls it for every source that changed (its annotations say so): a
-            # re-stamp too would restart it twice. Reloader's template write goes through
-            # admission, which stamps it: current then. Still stale until it comes.
-            self.metrics.skipped.labels(SkipReason.RELOADER.label).inc()
-            self.report.left_to_reloader(self.watches.regarding(entry.ref), left, peek)
+        if entry.reloader is not None and self._left_to_reloader(entry, stale):
             return False
         held = None if change or not entry.held else self.holds.of(entry.ref)
         if held is not None and held == self.gate.window_wait(entry, stale):
@@ -470,6 +463,18 @@ class RolloutController:
             if wait > self.settings.coalesce_window:
                 until = format_time(time.time() + wait)
                 self.report.deferred(self.watches.regarding(entry.ref), stale, until)
+        return True
+
+    def _left_to_reloader(self, entry: WorkloadEntry, stale: set[SourceId]) -> bool:
+        """Reloader rolls it for every source that changed (its annotations say so): a
+        re-stamp too would restart it twice. Reloader's template write goes through admission,
+        which stamps it: current then. Still stale until it comes (said once per content)."""
+        peek = self._peek(entry.ref.namespace)
+        left = left_to_reloader(entry.reloader, stale, peek, entry.recorded_for)
+        if not left or not stale <= left.keys():
+            return False
+        self.metrics.skipped.labels(SkipReason.RELOADER.label).inc()
+        self.report.left_to_reloader(self.watches.regarding(entry.ref), left, peek)
         return True
 
     def check_all(self, *, kind: str | None = None, namespace: str | None = None) -> int:
