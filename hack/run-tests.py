@@ -5,7 +5,7 @@ development, then the wheel with its core compiled by mypyc), the integration su
 control plane, and once more on the newest one from the compiled wheel (what the image runs),
 and the dashboard's browser suite (tests/browser: Debian's chromium driven by Playwright) on
 every control plane, these five side by side, then the node suite (tests/node: a real node runs
-pods, docs/real-nodes.md) on every control plane.
+pods, docs/real-nodes.md) on every control plane, side by side too.
 
     make test                                  # what CI runs
     .venv/bin/python hack/run-tests.py [PYTEST_ARGS...]
@@ -28,7 +28,7 @@ no test (exit 5) fails it too. The last line counts every run: ``total: N passed
 The node suite needs root (namespaces, cgroups, mounts): ``hack/provision-control-plane.sh
 --node`` adds kubelet, kube-scheduler and kube-proxy to each version's folder and installs
 containerd, runc and the CNI plugins. ``CONFIGPIN_NODE_TESTS=0`` leaves it out, and the summary
-says so.
+says so; ``CONFIGPIN_SERIAL_NODES=1`` runs the versions' node suites one after another.
 
 The compiled run builds the wheel with ``CONFIGPIN_COMPILE=1`` (hack/compiled-tree.py: a C
 compiler and Python's headers are needed); ``CONFIGPIN_TEST_COMPILED=0`` leaves it out, and the
@@ -274,7 +274,11 @@ def main(extra: list[str]) -> int:
         _side_by_side(suites, extra, out)
 
     # A real node per control plane: pods run, and the tests assert what they read. Its images
-    # were built before the unit suite.
+    # were built before the unit suite. The node suites run side by side too: each node lives
+    # in namespaces, a cgroup and a /24 of its own (harness/node.py), and waits on its pods
+    # most of the time (one keeps under half a core busy). CONFIGPIN_SERIAL_NODES=1 runs them
+    # one after another.
+    nodes: list[Suite] = []
     for label, assets, why in planes:
         run = Run(f"node {label}")
         runs.append(run)
@@ -295,7 +299,12 @@ def main(extra: list[str]) -> int:
                 run.exit_code = 1
                 run.why = f"node not provided: {node_why}"
                 continue
-        _pytest(run, ["tests/node"], extra, {**env, "KUBEBUILDER_ASSETS": str(assets)}, out)
+        nodes.append((run, {**env, "KUBEBUILDER_ASSETS": str(assets)}, REPO, ["tests/node"]))
+    if env.get("CONFIGPIN_SERIAL_NODES") == "1":
+        for run, suite_env, cwd, paths in nodes:
+            _pytest(run, paths, extra, suite_env, out, cwd=cwd)
+    elif nodes:
+        _side_by_side(nodes, extra, out)
 
     allow_missing = env.get("CONFIGPIN_ALLOW_MISSING_VERSIONS") == "1"
     print("\n==== summary ====")
