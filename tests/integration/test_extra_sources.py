@@ -93,7 +93,7 @@ def test_a_change_of_any_key_of_a_named_source_rolls_the_workload_once(kube: Kub
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow("web")
         kube.create(path("deployments", ns), _app("web", "configmap/settings, secret/token"))
-        first = stamped(kube, ns, "web")
+        first = sources(stamped(kube, ns, "web"))
         assert set(first) == {"configmap/cfg", "configmap/settings", "secret/token"}
         wait_healthy(kube, ns, ["web"])
 
@@ -118,7 +118,7 @@ def test_a_source_named_later_restarts_nothing_and_its_next_change_rolls(
     with Kubelet(kube, ns) as kubelet:
         kubelet.allow("web")
         kube.create(path("deployments", ns), _app("web"))
-        first = stamped(kube, ns, "web")
+        first = sources(stamped(kube, ns, "web"))
         wait_healthy(kube, ns, ["web"])
         assert set(first) == {"configmap/cfg"}
 
@@ -157,7 +157,7 @@ def test_a_source_of_another_namespace_is_never_named(
         with Kubelet(kube, ns) as kubelet:
             kubelet.allow("web")
             kube.create(path("deployments", ns), _app("web", f"{other}/configmap/settings"))
-            first = stamped(kube, ns, "web")
+            first = sources(stamped(kube, ns, "web"))
             assert set(first) == {"configmap/cfg"}
             _set(kube, other, "configmaps", "settings", {"x": "2"})
             quiet(kube, ns, {"web": first}, 3 * RESYNC)
