@@ -88,6 +88,13 @@ class Release:
         self.returned_at = time.monotonic()
         return done
 
+    def test(self, timeout: int = 120) -> dict[str, Any]:
+        """`helm test --logs`: the chart's test hooks run; raises helm.HelmReleaseError when one
+        fails. Returns Helm's answer (its `logs`, when it got them before the Pods went)."""
+        with self._config() as cfg:
+            done: dict[str, Any] = cfg.test(self.name, timeout=timeout, logs=True)
+        return done
+
     def uninstall(self) -> None:
         """`helm uninstall --wait`."""
         with self._config() as cfg:
