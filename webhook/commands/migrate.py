@@ -76,8 +76,7 @@ _KUBECTL: Final = {
     "CronJob": "cronjob",
     "Job": "job",
     "Rollout": "rollout.argoproj.io",
-    "ConfigMap": "configmap",
-    "Secret": "secret",
+    **{k.facts.api_kind: k.value for k in SourceKind},  # (as kubectl names them: configmap)
 }
 
 
@@ -491,7 +490,9 @@ def _read(
             report_problems.append(f"{kind.resource}: {e}")
     options = None
     try:
-        for meta_obj in kube.list_pages(path("configmaps"), labelSelector=META_INFO_SELECTOR):
+        for meta_obj in kube.list_pages(
+            path(SourceKind.CONFIGMAP.resource), labelSelector=META_INFO_SELECTOR
+        ):
             for item in meta_obj.get("items") or ():
                 text = (item.get("data") or {}).get("reloaderOptions")
                 options = json.loads(text) if isinstance(text, str) else None

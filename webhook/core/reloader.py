@@ -146,18 +146,22 @@ def _list(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+def _named(ref: Any, field: str = "name") -> str | None:
+    value = ref.get(field) if isinstance(ref, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def _volume_source(volume: dict[str, Any]) -> Iterable[SourceId]:
-    cm, secret = volume.get("configMap"), volume.get("secret")
-    if isinstance(cm, dict) and isinstance(cm.get("name"), str):
-        yield SourceId(SourceKind.CONFIGMAP, cm["name"])
-    if isinstance(secret, dict) and isinstance(secret.get("secretName"), str):
-        yield SourceId(SourceKind.SECRET, secret["secretName"])
+    """The sources a volume names (a Secret's by `secretName`; a projected one's by `name`)."""
+    for kind in SourceKind:
+        facts = kind.facts
+        if (name := _named(volume.get(facts.volume), facts.volume_name)) is not None:
+            yield SourceId(kind, name)
     projected = volume.get("projected")
     for part in _list(projected.get("sources") if isinstance(projected, dict) else None):
-        for key, kind in (("configMap", SourceKind.CONFIGMAP), ("secret", SourceKind.SECRET)):
-            ref = part.get(key)
-            if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-                yield SourceId(kind, ref["name"])
+        for kind in SourceKind:
+            if (name := _named(part.get(kind.facts.volume))) is not None:
+                yield SourceId(kind, name)
 
 
 def _env_sources(container: dict[str, Any]) -> Iterable[SourceId]:
@@ -165,18 +169,13 @@ def _env_sources(container: dict[str, Any]) -> Iterable[SourceId]:
         source = env.get("valueFrom")
         if not isinstance(source, dict):
             continue
-        for key, kind in (
-            ("configMapKeyRef", SourceKind.CONFIGMAP),
-            ("secretKeyRef", SourceKind.SECRET),
-        ):
-            ref = source.get(key)
-            if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-                yield SourceId(kind, ref["name"])
+        for kind in SourceKind:
+            if (name := _named(source.get(kind.facts.key_ref))) is not None:
+                yield SourceId(kind, name)
     for env_from in _list(container.get("envFrom")):
-        for key, kind in (("configMapRef", SourceKind.CONFIGMAP), ("secretRef", SourceKind.SECRET)):
-            ref = env_from.get(key)
-            if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-                yield SourceId(kind, ref["name"])
+        for kind in SourceKind:
+            if (name := _named(env_from.get(kind.facts.env_from))) is not None:
+                yield SourceId(kind, name)
 
 
 def referenced(pod_spec: Mapping[str, Any]) -> frozenset[SourceId]:
