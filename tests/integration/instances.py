@@ -160,3 +160,16 @@ def replicas_pair(prefix: str, args: Sequence[str]) -> Any:
             pair.stop()
 
     return replicas
+
+
+def replicas_fixtures(prefix: str, args: Sequence[str]) -> tuple[Any, Any]:
+    """The two fixtures of a module that runs against two replicas of its own: `replicas` (see
+    `replicas_pair`) and `ns`, a fresh namespace opted in for that instance alone (per test).
+    Use as `replicas, ns = replicas_fixtures(...)` at module level."""
+
+    @pytest.fixture
+    def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
+        with instance_namespace(k8s, replicas.instance, prefix) as name:
+            yield name
+
+    return replicas_pair(prefix, args), ns

@@ -16,11 +16,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client
 
@@ -29,7 +27,7 @@ from harness.configpin import REPO, instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap
-from tests.integration.instances import Replicas, replicas_pair
+from tests.integration.instances import Replicas, replicas_fixtures
 from tests.integration.workloads import (
     approve,
     get,
@@ -64,13 +62,7 @@ APPS = ("a", "b", "c")
 # that moves with the clock and has the hold decided again.)
 NEVER_OPEN = json.dumps([{"kind": "deny", "schedule": "0 0 * * *", "duration": "48h"}])
 
-replicas = replicas_pair("cfgro", ARGS)
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
-    with instance_namespace(k8s, replicas.instance, "cfgro") as name:
-        yield name
+replicas, ns = replicas_fixtures("cfgro", ARGS)
 
 
 # --- helpers ------------------------------------------------------------------------------

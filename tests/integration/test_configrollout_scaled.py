@@ -20,16 +20,12 @@ and no workload's template changed twice for the one change (one ReplicaSet more
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-from kubernetes import client
-
-from harness.configpin import instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet, carrying
-from tests.integration.instances import Replicas, replicas_pair
+from tests.integration.instances import replicas_fixtures
 from tests.integration.test_configrollout import (
     _about_now,
     _conditions,
@@ -59,13 +55,7 @@ ARGS = [
 ]  # fmt: skip
 APPS = ("a", "b", "c")
 
-replicas = replicas_pair("cfgsc", ARGS)
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
-    with instance_namespace(k8s, replicas.instance, "cfgsc") as name:
-        yield name
+replicas, ns = replicas_fixtures("cfgsc", ARGS)
 
 
 States = dict[str, tuple[str, str | None]]

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from harness.configpin import instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec, secret
-from tests.integration.instances import Replicas, replicas_pair
+from tests.integration.instances import Replicas, replicas_fixtures
 from tests.integration.workloads import (
     get,
     quiet,
@@ -48,13 +46,7 @@ ARGS = [
     "--lease-duration", "4",
 ]  # fmt: skip
 
-replicas = replicas_pair("extra", ARGS)
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
-    with instance_namespace(k8s, replicas.instance, "extra") as name:
-        yield name
+replicas, ns = replicas_fixtures("extra", ARGS)
 
 
 def _app(name: str, extra: str | None = None) -> dict[str, Any]:

@@ -16,13 +16,9 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import pytest
-from kubernetes import client
-
-from harness.configpin import instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.health import (
     KINDS,
@@ -35,7 +31,7 @@ from harness.health import (
 )
 from harness.kubelet import Kubelet
 from harness.manifests import configmap
-from tests.integration.instances import Replicas, replicas_pair
+from tests.integration.instances import replicas_fixtures
 from tests.integration.workloads import approve, readers_of_cfg, set_cm, sources, wait_healthy
 from webhook.kube.errors import AlreadyExists, NotFound
 from webhook.kube.raw import Kube, path
@@ -53,13 +49,7 @@ LUA = argocd_check("Deployment")
 EXPRS = documented_flux_exprs()
 HELD_WAIT = 60  # seconds for configpin.io/held to appear on the wave that awaits approval
 
-replicas = replicas_pair("gitops", ARGS)
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
-    with instance_namespace(k8s, replicas.instance, "gitops") as name:
-        yield name
+replicas, ns = replicas_fixtures("gitops", ARGS)
 
 
 # --- helpers ------------------------------------------------------------------------------

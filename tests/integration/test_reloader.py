@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from harness.configpin import instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_from, env_key_ref, pod_spec
 from harness.manifests import secret as secret_manifest
 from harness.reloader import Reloader, env_name
-from tests.integration.instances import Replicas, replicas_pair
+from tests.integration.instances import replicas_fixtures
 from tests.integration.workloads import (
     get,
     kubectl_configpin,
@@ -65,13 +63,7 @@ IGNORE = {"reloader.stakater.com/ignore": "true"}
 RELOAD = "configmap.reloader.stakater.com/reload"
 LATE = 6.0  # seconds the stand-in waits: configpin's window ends first, a resync passes
 
-replicas = replicas_pair("reloader", ARGS)
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
-    with instance_namespace(k8s, replicas.instance, "reloader") as name:
-        yield name
+replicas, ns = replicas_fixtures("reloader", ARGS)
 
 
 def _app(name: str, annotations: dict[str, str], *sources: str) -> dict[str, Any]:
