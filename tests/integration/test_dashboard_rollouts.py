@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import pytest
-from kubernetes import client
-
-from harness.configpin import instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
 from tests.browser.dashboards import Dashboard, running_dashboard
-from tests.integration.instances import Replicas, replicas_pair
+from tests.integration.instances import replicas_fixtures
 from tests.integration.workloads import (
     approve,
     get,
@@ -47,13 +42,7 @@ ARGS = [
 PREFIX = f"/apis/{GROUP}/{VERSION}"
 APPS = ("a", "b", "c")
 
-replicas = replicas_pair("dashro", ARGS)
-
-
-@pytest.fixture
-def ns(k8s: client.ApiClient, replicas: Replicas) -> Iterator[str]:
-    with instance_namespace(k8s, replicas.instance, "dashro") as name:
-        yield name
+replicas, ns = replicas_fixtures("dashro", ARGS)
 
 
 def _rollout(kube: Kube, ns: str) -> dict[str, Any] | None:
@@ -75,9 +64,13 @@ def _true(obj: dict[str, Any] | None) -> tuple[str, str, str] | None:
     return None
 
 
-def _held(kube: Kube, ns: str, reason: str, content: str | None = None) -> dict[str, Any]:
+def _held(
+    kube: Kube, ns: str, reason: str, content: str | None = None, members: int = 0
+) -> dict[str, Any]:
     """cfg's ConfigRollout once it says `reason` about the content cfg holds (not `content`,
-    the one before it, when given)."""
+    the one before it, when given), and of `members` of its members too. (The condition says
+    AwaitingApproval as soon as one member waits for it; another may still wait for the gate
+    to decide it, for a moment: the state to compare with is the settled one.)"""
     found: dict[str, Any] = {}
 
     def says() -> bool:
@@ -86,6 +79,9 @@ def _held(kube: Kube, ns: str, reason: str, content: str | None = None) -> dict[
         if obj is None or said is None or said[1] != reason:
             return False
         if content is not None and obj["status"]["change"]["content"] == content:
+            return False
+        listed = obj["status"].get("members") or ()
+        if sum(1 for m in listed if m.get("reason") == reason) < members:
             return False
         found.update(obj)
         return True
@@ -182,7 +178,7 @@ def test_the_dashboard_says_what_the_configrollout_says_before_and_after_the_app
         before = _held(kube, ns, "Delivered")["status"]["change"]["content"]
         with running_dashboard(control_plane.kubeconfig, ns) as d:
             set_cm(kube, ns, "2")
-            held = _held(kube, ns, "AwaitingApproval", before)
+            held = _held(kube, ns, "AwaitingApproval", before, members=2)
             waiting = [m for m in held["status"]["members"] if m["state"] == "waiting"]
             assert len(waiting) == 2 and {m["wave"] for m in waiting} == {2}, waiting
             page = _matches(d, kube, ns, held)
