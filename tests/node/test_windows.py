@@ -9,7 +9,7 @@ and configpin rolls that reader in its wave.
 Snapshot mode (`snapshots.enabled` by `helm upgrade`, as in test_snapshot.py): windows hold
 configpin's rollouts, not the content. In checksum mode the kubelet updates a mounted file in
 running pods after its sync (about a minute) and a pod that starts meanwhile reads the new
-content, as without configpin (docs/safe-delivery.md, "What windows never hold"); a snapshot
+content, as without configpin (docs/windows.md, "What windows never hold"); a snapshot
 pod reads its revision's immutable copy, file and environment alike, so the old content is
 what every pod reads for as long as the window is closed, one started meanwhile included.
 
