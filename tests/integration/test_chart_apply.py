@@ -20,7 +20,27 @@ CLUSTER_SCOPED = {
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 }
-PLURALS = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies"}
+PLURALS = {
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "NetworkPolicy": "networkpolicies",
+}
+# The values where clusters differ (OpenShift's assigned IDs, hostNetwork, another opt-in label and
+# scope, labels on everything, a security-context override), each of which changes what the API
+# server must accept: a selector, a port, a pod's security context.
+CLUSTERS_DIFFER: dict[str, Any] = {
+    "runAsIds": "assigned",
+    "hostNetwork": {"enabled": True, "port": 10443},
+    "networkPolicy": {"enabled": True},
+    "webhook": {
+        "optInLabel": {"key": "example.com/pin", "value": "yes"},
+        "namespaceSelector": {
+            "matchExpressions": [{"key": "example.com/tier", "operator": "In", "values": ["apps"]}]
+        },
+    },
+    "commonLabels": {"example.com/team": "platform"},
+    "commonAnnotations": {"example.com/owner": "platform team"},
+    "securityContext": {"runAsUser": 1000680000},
+}
 
 
 def _api_path(obj: dict[str, Any], namespace: str) -> str:
@@ -37,8 +57,9 @@ def _api_path(obj: dict[str, Any], namespace: str) -> str:
     [
         {},
         {"replicaCount": 3, "mode": "snapshot", "webhook": {"failurePolicy": "Fail"}},
+        CLUSTERS_DIFFER,
     ],
-    ids=["defaults", "non-default"],
+    ids=["defaults", "non-default", "where-clusters-differ"],
 )
 def test_rendered_chart_is_accepted_by_the_api_server(
     k8s: client.ApiClient, plain_namespace: str, values: dict[str, Any]
@@ -56,6 +77,13 @@ def test_rendered_chart_is_accepted_by_the_api_server(
     # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is served from 1.30
     assert ("ValidatingAdmissionPolicy" in kinds) is (server_minor(k8s) >= 30)
     # Server-side dry run: full validation and defaulting, nothing persisted.
-    for obj in objects:
+    # and the `helm test` hook, which `helm test` creates beside them
+    hooks = render(
+        values, kube_version, api_versions, release=release, namespace=plain_namespace, tests=True
+    )
+    assert [o["kind"] for o in hooks] == ["Pod"]
+    for obj in [*objects, *hooks]:
         answer = kube.create(_api_path(obj, plain_namespace), obj, dryRun="All")
         assert answer["kind"] == obj["kind"]
+        if values is CLUSTERS_DIFFER:
+            assert answer["metadata"]["labels"]["example.com/team"] == "platform"
