@@ -43,9 +43,9 @@ kubectl label namespace my-app configpin.io/enabled=true
 helm test configpin -n configpin   # /readyz over HTTPS through the Service, certificate checked
 ```
 
-What the chart installs, cert-manager, OpenShift, `hostNetwork`, the opt-in label and
-monitoring: [Operations](../../docs/operations.md#install-in-a-cluster). How configpin works:
-the [README](../../README.md).
+What the chart installs, cert-manager, OpenShift, `hostNetwork` and the opt-in label:
+[Install in a cluster](../../docs/install.md); monitoring, upgrade and uninstall:
+[Operations](../../docs/operations.md). How configpin works: the [README](../../README.md).
 """
 
 
