@@ -176,18 +176,18 @@ def add_approve_arguments(p: argparse.ArgumentParser) -> None:
     add_user_arguments(p)
 
 
-def _ask_approval(kube: Kube, api_path: str, asked: str) -> dict[str, Any]:
-    """Set configpin.io/approve: `asked` (request, or now) on the source, as the user: a patch,
-    or, for a user allowed to update but not to patch it, a read and a replace (retried on a
-    conflict)."""
-    body = {"metadata": {"annotations": {ANN_APPROVE: asked}}}
+def ask_admission(kube: Kube, api_path: str, asked: str, key: str = ANN_APPROVE) -> dict[str, Any]:
+    """Set the request annotation `key` (configpin.io/approve: request, or now; the verbs'
+    configpin.io/act) to `asked` on the source, as the user: a patch, or, for a user allowed
+    to update but not to patch it, a read and a replace (retried on a conflict)."""
+    body = {"metadata": {"annotations": {key: asked}}}
     try:
         return kube.patch(api_path, body, content_type=MERGE_PATCH)
     except Forbidden:
         pass
     for _ in range(5):
         obj = kube.get(api_path)
-        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANN_APPROVE] = asked
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[key] = asked
         try:
             return kube.replace(api_path, obj)
         except Conflict:
@@ -204,7 +204,7 @@ def approval(
     or, asked for --now, answered with no record of it (a configpin older than --now). Raises
     KubeError with the API server's answer (a refusal: the user may not update it)."""
     api_path = path(kind.resource, namespace, name)
-    result = _ask_approval(kube, api_path, APPROVE_NOW if now else PLAN_REQUEST)
+    result = ask_admission(kube, api_path, APPROVE_NOW if now else PLAN_REQUEST)
     annotations = (result.get("metadata") or {}).get("annotations") or {}
     if ANN_APPROVE in annotations:  # configpin's admission did not answer: take it back
         undo = {"metadata": {"annotations": {ANN_APPROVE: None}}}

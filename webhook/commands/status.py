@@ -387,9 +387,9 @@ class StatusReader:
         by = by_whom(str(record.get("by") or "")) if record else ""
         if st.state is Status.STALE and state == State.ROLLING:
             # its rollout in flight was superseded by a newer change, which its windows or
-            # budget hold: that is what a person must know
+            # budget hold, or a person paused: that is what a person must know
             waits, note = self._waiting(obj, _stale(st))
-            if waits in (Status.AWAITING_WINDOW, Status.FLAPPING):
+            if waits in (Status.AWAITING_WINDOW, Status.FLAPPING, Status.PAUSED):
                 st.state, st.reason = waits, note
                 return
         if state == State.ROLLING and st.state in (Status.CURRENT, Status.STALE):

@@ -472,6 +472,7 @@ class Publisher:
             consumers=len(here),
             now=format_time(self.wall()),
             previous=standing.get("status") or {},
+            paused=self.cut.paused(ns, change),
         )
 
     def _write(

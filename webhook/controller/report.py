@@ -158,7 +158,7 @@ class Reporter:
     # --- safe delivery
     def waiting(self, ref: WorkloadRef, obj: JSONObject, wait: Wait) -> None:
         """ConfigRolloutWaiting (ConfigRolloutAwaitingApproval, ConfigRolloutAwaitingWindow,
-        ConfigRolloutFlapping), once per workload and reason."""
+        ConfigRolloutFlapping, ConfigRolloutPaused), once per workload and reason."""
         key = f"{ref} {wait.why}"
         with self._said_lock:
             if key in self._waiting:
@@ -174,6 +174,8 @@ class Reporter:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_AWAITING_WINDOW, note)
         elif wait.reason is WaitReason.BUDGET:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_FLAPPING, note)
+        elif wait.reason is WaitReason.PAUSED:
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_PAUSED, note)
         else:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_WAITING, note)
 

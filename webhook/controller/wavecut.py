@@ -153,9 +153,9 @@ class WaveCut:
         self.cache = cache
         self.hkey = hkey
         self.in_scope = in_scope
-        self.steps = settings.rollout.waves
+        self.steps = settings.waves()
         self.approval = approval_from(self.steps)  # the first wave (from 0) that waits for it
-        self.refresh_pods = settings.rollout.refresh_pods
+        self.refresh_pods = settings.refresh_pods
         self._lock = threading.Lock()  # (the caches below: the gate's workers, the preview)
         self._orders: LRUCache[Change, list[WorkloadRef]] = LRUCache(maxsize=_ORDERS_MAX)
         self._cuts: LRUCache[Change, _Cut] = LRUCache(maxsize=_ORDERS_MAX)
@@ -288,6 +288,14 @@ class WaveCut:
         windows and budget say."""
         record = self.peek(namespace, change.source)
         return record is not None and record.approved_now == change.content
+
+    def paused(self, namespace: str, change: Change) -> str | None:
+        """Who paused the change's content, and when (`configpin pause`, recorded and signed
+        by admission on the source, for this very content); None: it is not paused."""
+        record = self.peek(namespace, change.source)
+        if record is None or record.paused_by is None:
+            return None
+        return record.paused_by if self.change(namespace, change.source) == change else None
 
     def held(self, entry: WorkloadEntry, change: Change) -> bool:
         """`entry` is stale for another change too, one that may not roll there now for a

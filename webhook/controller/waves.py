@@ -46,7 +46,7 @@ class Gate:
         self.limits = limits
         self.cut = WaveCut(index, cache, hkey, settings, in_scope=in_scope)
         self.steps = self.cut.steps
-        self.cap = settings.rollout.max_rolling
+        self.cap = settings.max_rolling
         self._lock = threading.Lock()
         # Places taken by rollouts being started, until their write is in the index (several
         # workers ask at once: each must see the places the others took).
@@ -122,8 +122,8 @@ class Gate:
         if limits is not None and entry is None:
             entry = self.index.get(ref)
         now = lambda c: self.cut.approved_now(ns, c)  # noqa: E731
-        waiting = None
-        if entry is not None:
+        waiting = self._paused(ref, changes)  # (a person's word, said before any clock's)
+        if waiting is None and entry is not None:
             waiting = self._windows(entry, changes)
         if waiting is None:
             waiting = self._waves(ref, changes)
@@ -170,6 +170,20 @@ class Gate:
 
     def approved(self, namespace: str, change: Change) -> bool:
         return self.cut.approved(namespace, change)
+
+    def _paused(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
+        """A change paused by a person (`configpin pause` of the content it is at): no
+        rollout of it starts, whatever its wave; one started is followed to the end."""
+        for change in changes:
+            who = self.cut.paused(ref.namespace, change)
+            if who is not None:
+                sid = change.source
+                return Wait(
+                    WaitReason.PAUSED,
+                    f"{change} is paused by {who}: kubectl configpin resume "
+                    f"{sid.kind.value}/{sid.name} -n {ref.namespace}",
+                )
+        return None
 
     def _unapproved(
         self, ref: WorkloadRef, change: Change, wave: str, at: tuple[int, int] | None

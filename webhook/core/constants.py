@@ -96,6 +96,13 @@ PLAN_REQUEST: Final = "request"
 ANN_APPROVE: Final = "configpin.io/approve"
 ANN_APPROVED: Final = "configpin.io/approved"
 APPROVE_NOW: Final = "now"
+# A person's verb on a change (SPEC, "Acting on a change"). On a ConfigMap or Secret:
+# "pause" or "resume", set by `configpin pause` / `configpin resume` with the user's own
+# rights, which admission turns into the signed record of who did it, when, and for which
+# content (configpin.io/acted, JSON: webhook.core.verbs). A pause holds only the content it
+# names: a newer change of the source rolls.
+ANN_ACT: Final = "configpin.io/act"
+ANN_ACTED: Final = "configpin.io/acted"
 # On a workload's own metadata: its own wave list; holding `approve`, its rollout of any
 # change waits for that change's approval.
 ANN_ROLLOUT_WAVES: Final = "configpin.io/rollout-waves"

@@ -36,6 +36,7 @@ import orjson
 
 from webhook.core.audit import APPROVED, ChangedBy
 from webhook.core.constants import (
+    ANN_ACTED,
     ANN_APPROVED,
     ANN_IGNORE,
     ANN_SHARED,
@@ -47,6 +48,7 @@ from webhook.core.constants import (
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 from webhook.core.reloader import source_mark
+from webhook.core.verbs import paused_by
 
 KEY_DIGEST_SIZE: Final = 16
 CONTENT_ID_LEN: Final = 20  # hex digits of a content's short form (`content_id`)
@@ -221,7 +223,8 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
     `snapshot_of` is set only for a proven copy (`proven_source`); an object that merely
     carries the snapshot label is recorded as the ordinary object it is. `approved` only for
     an approval configpin recorded for this source and the content it holds; `approved_now`
-    too when that approval was `approve --now`."""
+    too when that approval was `approve --now`; `paused_by` only for a pause configpin
+    recorded for this source and the content it holds."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     digests = key_digests(hkey, kind, obj)
@@ -237,14 +240,17 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         shared=annotations.get(ANN_SHARED) == "true",
         reloader=source_mark(annotations),
     )
-    text = annotations.get(ANN_APPROVED)
-    if text is None:
+    text, acted = annotations.get(ANN_APPROVED), annotations.get(ANN_ACTED)
+    if text is None and acted is None:
         return record
     content = content_id(source_digest(hkey, record))
     sid = SourceId(kind, record.name)
     namespace = str(meta.get("namespace") or "")
-    approval = ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED)
-    if approval is None:
+    approval = None
+    if text is not None:
+        approval = ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED)
+    paused = None if acted is None else paused_by(hkey, namespace, sid, acted, content)
+    if approval is None and paused is None:
         return record
     return SourceRecord(
         record.kind,
@@ -256,9 +262,10 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         record.uid,
         record.resource_version,
         record.shared,
-        content,
-        content if approval.now else None,
+        content if approval is not None else None,
+        content if approval is not None and approval.now else None,
         record.reloader,
+        paused,
     )
 
 

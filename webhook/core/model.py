@@ -157,6 +157,9 @@ class SourceRecord:
     approved_now: str | None = None
     # What it says to Stakater Reloader (webhook.core.reloader.source_mark): "ignore", "match"
     reloader: str | None = None
+    # Who paused the content it holds now, and when ("USER at TIME": a valid `configpin pause`
+    # of this very content, webhook.core.verbs); None: not paused
+    paused_by: str | None = None
     # Source digests already computed for this record, by (digest key, consumed keys). The
     # record is immutable, so they stay true; admission asks the same question every time.
     memo: dict[tuple[bytes, frozenset[str] | None], str] = field(
@@ -183,6 +186,7 @@ class SourceRecord:
             self.approved,
             self.approved_now,
             self.reloader,
+            self.paused_by,
         )
 
 

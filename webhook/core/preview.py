@@ -28,6 +28,7 @@ import orjson
 
 from webhook.core.audit import ChangedBy
 from webhook.core.constants import (
+    ANN_ACT,
     ANN_APPROVE,
     ANN_CHANGED_BY,
     ANN_IGNORE,
@@ -304,6 +305,7 @@ class SourceWrite:
     plan: str | None = None  # the request's configpin.io/plan ("request": `configpin plan`)
     approve: str | None = None  # ... its configpin.io/approve ("request": `configpin approve`)
     prior: str | None = None  # (a change of content) what it held before, as a Change names it
+    act: str | None = None  # its configpin.io/act ("pause", "resume": a person's verb)
 
     def __reduce__(self) -> tuple[type[SourceWrite], tuple[Any, ...]]:
         # Pickled (back from the large-review worker) by its fields, never by setting them one
@@ -323,6 +325,7 @@ class SourceWrite:
             self.plan,
             self.approve,
             self.prior,
+            self.act,
         )
 
 
@@ -359,6 +362,7 @@ def source_write(
         prior = content_id(source_digest(hkey, held))
     asked = _annotations(new).get(ANN_PLAN)
     approve = _annotations(new).get(ANN_APPROVE)
+    act = _annotations(new).get(ANN_ACT)
     meta = (new or {}).get("metadata")
     return SourceWrite(
         kind,
@@ -374,6 +378,7 @@ def source_write(
         plan=asked if isinstance(asked, str) else None,
         approve=approve if isinstance(approve, str) else None,
         prior=prior,
+        act=act if isinstance(act, str) else None,
     )
 
 

@@ -101,6 +101,7 @@ class Status(StrEnum):
     AWAITING_APPROVAL = "awaiting-approval"  # its wave comes after `approve`: not approved yet
     AWAITING_WINDOW = "awaiting-window"  # its rollout windows do not allow a rollout now
     FLAPPING = "flapping"  # its rollout budget is spent: a source keeps changing
+    PAUSED = "paused"  # a person paused the change (`configpin pause`): resumed, it rolls
     ROLLING = "rolling"  # a config rollout configpin follows is in progress
     FAILED = "failed"  # it failed: undone, held, left, or rolled back by a person
     REJECTED = "rejected"  # the content a failed rollout brought is kept out
@@ -165,6 +166,7 @@ class EventReason(StrEnum):
     CONFIG_ROLLOUT_AWAITING_APPROVAL = "ConfigRolloutAwaitingApproval"
     CONFIG_ROLLOUT_AWAITING_WINDOW = "ConfigRolloutAwaitingWindow"
     CONFIG_ROLLOUT_FLAPPING = "ConfigRolloutFlapping"
+    CONFIG_ROLLOUT_PAUSED = "ConfigRolloutPaused"
     SKIPPED_OWNED = "SkippedOwned"
     LEFT_TO_RELOADER = "LeftToReloader"
     SOURCE_MISSING = "SourceMissing"
@@ -212,6 +214,7 @@ EVENTS: Final[Mapping[EventReason, EventKind]] = {
         (NORMAL,), _ROLLOUT, Status.AWAITING_WINDOW
     ),
     EventReason.CONFIG_ROLLOUT_FLAPPING: EventKind((WARNING,), _ROLLOUT, Status.FLAPPING),
+    EventReason.CONFIG_ROLLOUT_PAUSED: EventKind((NORMAL,), _ROLLOUT, Status.PAUSED),
     EventReason.SKIPPED_OWNED: EventKind((NORMAL,), "Skip"),
     EventReason.LEFT_TO_RELOADER: EventKind((NORMAL,), "Skip"),
     EventReason.SOURCE_MISSING: EventKind((WARNING,), "Admit"),

@@ -121,7 +121,7 @@ REASONS: Final[Mapping[RolloutReason, Said]] = {
     RolloutReason.FAILED: Said(C.STALLED, "failed", 1, Status.WAITING),
     RolloutReason.ROLLED_BACK: Said(C.STALLED, "rolled back", 2),
     RolloutReason.HELD: Said(C.STALLED, "failed and held", 3),
-    RolloutReason.PAUSED: Said(C.STALLED, "paused by a person", 4),
+    RolloutReason.PAUSED: Said(C.STALLED, "paused by a person", 4, Status.PAUSED),
     RolloutReason.DELIVERED: Said(C.READY, "delivered", 0),
 }
 # The gate's wait, as the change's reason.
@@ -132,11 +132,12 @@ WAIT_REASONS: Final[Mapping[WaitReason, RolloutReason]] = {
     WaitReason.APPROVAL: RolloutReason.AWAITING_APPROVAL,
     WaitReason.WINDOW: RolloutReason.AWAITING_WINDOW,
     WaitReason.BUDGET: RolloutReason.FLAPPING,
+    WaitReason.PAUSED: RolloutReason.PAUSED,
 }
 # The waits that put `configpin.io/held` on the workload: a person's or a clock's, which can
 # last (an earlier wave's, or the cap's, lasts no longer than another member's rollout, which
 # a health check sees already).
-HELD: Final = (WaitReason.APPROVAL, WaitReason.WINDOW, WaitReason.BUDGET)
+HELD: Final = (WaitReason.APPROVAL, WaitReason.WINDOW, WaitReason.BUDGET, WaitReason.PAUSED)
 HELD_MAX: Final = 1024  # characters of its text
 
 
@@ -237,7 +238,7 @@ def decide(members: Sequence[MemberView], paused: bool = False) -> RolloutReason
         return _worst(failed)
     if RolloutReason.FAILED in stopped:  # (a later wave's member, stopped by a failure)
         return RolloutReason.FAILED
-    if paused:
+    if paused and any(not m.state.done for m in members):  # (delivered: nothing to hold)
         return RolloutReason.PAUSED
     if any(m.state is MemberState.ROLLING for m in members):
         return RolloutReason.ROLLING
@@ -315,18 +316,21 @@ def rollout_status(
     consumers: int,
     now: str,
     previous: Mapping[str, Any] | None = None,
-    paused: bool = False,
+    paused: str | None = None,
 ) -> dict[str, Any]:
     """The status of a source's ConfigRollout. `waves`: its change's members, wave by wave;
     `consumers`: every workload that consumes the source where configpin acts (the members,
     and those that already run the content or take it in place); `previous`: the status as
-    it stands (its conditions' transition times and its history are kept)."""
+    it stands (its conditions' transition times and its history are kept); `paused`: who
+    paused the change and when ("USER at TIME", `configpin pause`), None: not paused."""
     previous = previous or {}
     members = [m for wave in waves for m in wave]
-    reason = decide(members, paused)
+    reason = decide(members, paused is not None)
     done = sum(m.state.done for m in members)
     ready = consumers - len(members) + done
     message = _message(reason, members, ready, consumers)
+    if reason is RolloutReason.PAUSED and paused:
+        message = f"{REASONS[reason].words}: {paused}; kubectl configpin resume {source} goes on"
     shown: list[dict[str, Any]] = []
     wave_rows = []
     at_wave = 0
@@ -351,6 +355,7 @@ def rollout_status(
             **({"keys": list(change.keys)} if change.keys is not None else {}),
             **({"changedBy": change.by} if change.by else {}),
             **({"changedAt": change.at} if change.at else {}),
+            **_paused_fields(paused),
         },
         "counts": {
             "consumers": consumers,
@@ -379,6 +384,14 @@ def rollout_status(
     if len(members) - done > len(shown):
         body["membersNotShown"] = len(members) - done - len(shown)
     return body
+
+
+def _paused_fields(paused: str | None) -> dict[str, str]:
+    """`pausedBy` and `pausedAt` of the change, from "USER at TIME" (a time holds no " at ")."""
+    if not paused:
+        return {}
+    user, _, at = paused.rpartition(" at ")
+    return {"pausedBy": user, "pausedAt": at}
 
 
 def verdict(obj: Mapping[str, Any]) -> Verdict:

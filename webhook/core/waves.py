@@ -40,6 +40,7 @@ class WaitReason(StrEnum):
     APPROVAL = "approval"  # its wave comes after `approve`: the change is not approved yet
     WINDOW = "window"  # its rollout windows do not allow a rollout now (status awaiting-window)
     BUDGET = "budget"  # its rollout budget is spent: it is held as flapping
+    PAUSED = "paused"  # a person paused the change (`configpin pause`): no rollout of it starts
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,13 +72,13 @@ def _observe(fn: Callable[..., None], *args: object) -> None:
         log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
-# (secret type, ignored, snapshot of, shared, approved, approved --now, Reloader's mark)
+# (secret type, ignored, snapshot of, shared, approved, approved --now, Reloader's mark, paused by)
 _Extra: TypeAlias = (
-    tuple[str | None, bool, str | None, bool, str | None, str | None, str | None] | None
+    tuple[str | None, bool, str | None, bool, str | None, str | None, str | None, str | None] | None
 )
 _Layout: TypeAlias = tuple[tuple[str, ...], _Extra]
 _ID: Final = struct.Struct("<I")
-_NO_EXTRA: Final = (None, False, None, False, None, None, None)  # (the common case)
+_NO_EXTRA: Final = (None, False, None, False, None, None, None, None)  # (the common case)
 
 
 class _Layouts:
@@ -116,7 +116,9 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     keys, extra = layouts[_ID.unpack_from(entry)[0]]
     size, at = digest.KEY_DIGEST_SIZE, _ID.size
     kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
-    secret_type, ignored, snapshot_of, shared, approved, approved_now, reloader = extra or _NO_EXTRA
+    secret_type, ignored, snapshot_of, shared, approved, approved_now, reloader, paused_by = (
+        extra or _NO_EXTRA
+    )
     if secret_type is None:
         secret_type = kind.facts.default_type
     return SourceRecord(
@@ -130,6 +132,7 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
         approved=approved,
         approved_now=approved_now,
         reloader=reloader,
+        paused_by=paused_by,
     )
 
 
@@ -280,6 +283,7 @@ class SourceCache:
             or rec.shared
             or rec.approved is not None
             or rec.reloader is not None
+            or rec.paused_by is not None
         ):
             extra = (
                 rec.secret_type,
@@ -289,6 +293,7 @@ class SourceCache:
                 rec.approved,
                 rec.approved_now,
                 rec.reloader,
+                rec.paused_by,
             )
         number = self._layouts.number(names, extra)
         return b"".join((_ID.pack(number), *(rec.key_digests[k] for k in names)))

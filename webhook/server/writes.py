@@ -17,6 +17,8 @@ from typing import Protocol
 from webhook.core import digest
 from webhook.core.audit import APPROVED
 from webhook.core.constants import (
+    ANN_ACT,
+    ANN_ACTED,
     ANN_APPROVE,
     ANN_APPROVED,
     ANN_CHANGED_BY,
@@ -35,6 +37,7 @@ from webhook.core.preview import (
     summary,
     wants_plan,
 )
+from webhook.core.verbs import Acted, Verb
 from webhook.process.metrics import AdmissionResult
 from webhook.server.admission import AdmissionReviewOut, Review, allowed, patched
 
@@ -56,7 +59,12 @@ def _annotation_op(write: SourceWrite, key: str, value: str | None) -> list[Patc
     written object."""
     path = pointer(("metadata", "annotations", key))
     if value is None:
-        has = {ANN_CHANGED_BY: write.sets, ANN_PLAN: write.plan, ANN_APPROVE: write.approve}
+        has = {
+            ANN_CHANGED_BY: write.sets,
+            ANN_PLAN: write.plan,
+            ANN_APPROVE: write.approve,
+            ANN_ACT: write.act,
+        }
         return [{"op": "remove", "path": path}] if has.get(key) is not None else []
     if not write.metadata:
         return [{"op": "add", "path": "/metadata", "value": {"annotations": {key: value}}}]
@@ -91,6 +99,8 @@ class SourceWrites:
         ops = [] if write.deleting else self._audit(review, write, namespace, sid)
         if write.approve is not None and not write.deleting:
             ops += self._approve(review, write, namespace, sid)
+        if write.act is not None and not write.deleting:
+            ops += self._act(review, write, namespace, sid)
         warnings: Sequence[str] = ()
         asked = wants_plan(write.plan) and review.dry_run
         if write.plan is not None and not asked and not write.deleting:
@@ -130,6 +140,20 @@ class SourceWrites:
             who = ChangedBy(requester(review.request), self.clock(), content, now=now)
             text = who.encode(self.hkey, namespace, sid, domain=APPROVED)
             ops += _annotation_op(write, ANN_APPROVED, text)
+        return ops
+
+    def _act(
+        self, review: Review, write: SourceWrite, namespace: str, sid: SourceId
+    ) -> list[PatchOp]:
+        """`configpin pause` or `resume` asked (with the right to update the source): the
+        signed record of who said it, when, and of which content, in place of the request
+        (a value that is no verb is taken away and records nothing)."""
+        ops = _annotation_op(write, ANN_ACT, None)
+        record = write.record
+        if write.act in tuple(Verb) and record is not None:
+            content = digest.content_id(digest.source_digest(self.hkey, record))
+            acted = Acted(Verb(write.act), requester(review.request), self.clock(), content)
+            ops += _annotation_op(write, ANN_ACTED, acted.encode(self.hkey, namespace, sid))
         return ops
 
     def _audit(

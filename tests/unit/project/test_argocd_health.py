@@ -566,18 +566,22 @@ def test_missing_and_odd_fields_never_error(kind: str, obj: dict[str, Any]) -> N
 @pytest.mark.parametrize("kind", KINDS)
 def test_held_reads_as_the_controller_writes_it(kind: str) -> None:
     """`configpin.io/held` made by the controller's own function, for each wait it holds a
-    workload for: Progressing, with its words."""
+    workload for: Progressing, with its words; a person's pause: Suspended (and, for Flux, as
+    the workload itself is)."""
     from webhook.core.rollouts import HELD as HELD_WAITS
     from webhook.core.rollouts import held_text
-    from webhook.core.waves import Wait
+    from webhook.core.waves import Wait, WaitReason
 
     for reason in HELD_WAITS:
         why = f"waits ({reason.value}) until 2026-01-02T22:00:00Z"
         text = held_text(Wait(reason, why))
         assert text is not None
         obj = annotated(BUILDERS[kind](), held=text)
-        assert argocd_health(lua(kind), obj) == ("Progressing", f"configpin: {why}")
-        assert flux_health(flux_exprs(), obj) == "inProgress"
+        paused = reason is WaitReason.PAUSED
+        health = "Suspended" if paused else "Progressing"
+        assert argocd_health(lua(kind), obj) == (health, f"configpin: {why}")
+        flux = flux_health(flux_exprs(), BUILDERS[kind]()) if paused else "inProgress"
+        assert flux_health(flux_exprs(), obj) == flux
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -1,0 +1,147 @@
+"""`configpin pause` and `configpin resume` (issue 47, shared/SPEC.md "Acting on a change"): the
+record. Admission turns the request (`configpin.io/act`) into the signed record of the verb, the
+requesting user, the time and the content (`configpin.io/acted`, webhook/server/writes.py,
+webhook/core/verbs.py); the source's record reads it back as `paused_by` (webhook/core/digest.py)
+only for the content it was said of, and only when configpin made it. The command:
+tests/unit/commands/test_verbs.py; the gate and what is shown:
+tests/unit/controller/test_pause.py; against the API server: tests/integration/test_pause.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from typing import Any
+
+from tests.unit.conftest import HKEY, configmap
+from tests.unit.controller.test_preview import _review, _written
+from webhook.core import digest
+from webhook.core.constants import ANN_ACT, ANN_ACTED, ANN_APPROVED
+from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
+from webhook.core.preview import source_write
+from webhook.core.signed import signed
+from webhook.core.times import format_time
+from webhook.core.verbs import ACTED, Acted, Verb
+from webhook.kube.cache import SourceCache
+from webhook.process.metrics import Metrics
+from webhook.server.writes import SourceWrites
+
+NS = "shop"
+CFG = SourceId(SourceKind.CONFIGMAP, "web-config")
+NOW = 1_800_000_000.0
+
+
+def _cm(data: dict[str, str], **kw: Any) -> JSONObject:
+    return configmap("web-config", data, namespace=NS, **kw)
+
+
+def _content(obj: JSONObject) -> str:
+    return digest.content_id(
+        digest.source_digest(HKEY, digest.record_from_object(HKEY, CFG.kind, obj))
+    )
+
+
+def _act(old: JSONObject, asked: str, *, user: str, at: float = NOW) -> JSONObject:
+    """The source as stored after `old` is written with configpin.io/act: `asked` by `user`."""
+    new = copy.deepcopy(old)
+    new["metadata"].setdefault("annotations", {})[ANN_ACT] = asked
+    writes = SourceWrites(HKEY, None, clock=lambda: at)
+    out, _ = writes.review(
+        _review(old, new, user=user), source_write(HKEY, CFG.kind, "UPDATE", old, new)
+    )
+    return _written(new, out)
+
+
+def _paused(obj: JSONObject) -> str | None:
+    return digest.record_from_object(HKEY, CFG.kind, obj).paused_by
+
+
+def test_admission_records_a_pause_signed_with_the_user_the_time_and_the_content() -> None:
+    stored = _act(_cm({"a": "1"}), "pause", user="alice@example.com")
+    notes = stored["metadata"]["annotations"]
+    assert ANN_ACT not in notes  # the request, never stored
+    assert stored["data"] == {"a": "1"}
+    body = json.loads(notes[ANN_ACTED])
+    content = _content(stored)
+    assert (body["verb"], body["user"], body["at"], body["content"]) == (
+        "pause", "alice@example.com", NOW, content,
+    )  # fmt: skip
+    assert Acted.decode(HKEY, NS, CFG, notes[ANN_ACTED]) == Acted(
+        Verb.PAUSE, "alice@example.com", NOW, content
+    )
+    assert _paused(stored) == f"alice@example.com at {format_time(NOW)}"
+    assert ANN_APPROVED not in notes  # (a pause approves nothing)
+
+
+def test_resume_replaces_the_pause_and_the_content_is_no_longer_paused() -> None:
+    paused = _act(_cm({"a": "1"}), "pause", user="alice")
+    resumed = _act(paused, "resume", user="bob", at=NOW + 60)
+    body = json.loads(resumed["metadata"]["annotations"][ANN_ACTED])
+    assert (body["verb"], body["user"]) == ("resume", "bob")
+    assert _paused(resumed) is None
+    again = _act(resumed, "pause", user="carol", at=NOW + 120)
+    assert _paused(again) == f"carol at {format_time(NOW + 120)}"
+
+
+def test_an_older_verb_never_pauses_a_newer_change() -> None:
+    """A pause recorded for content A says nothing of content B stored after it (the record
+    stays on the source, but names A)."""
+    paused = _act(_cm({"a": "1"}), "pause", user="alice")
+    assert _paused(paused) is not None
+    moved = copy.deepcopy(paused)
+    moved["data"] = {"a": "2"}
+    assert ANN_ACTED in moved["metadata"]["annotations"]
+    assert _paused(moved) is None
+
+
+def test_a_pause_record_a_tenant_writes_or_copies_is_not_believed() -> None:
+    """By hand, signed with another key, made for the same-named source of another namespace
+    or for another source of this one, or another record's signature (an approval's): for
+    the very content the source holds, none pauses it."""
+    old = _cm({"a": "1"})
+    content = _content(old)
+    genuine = Acted(Verb.PAUSE, "me", NOW, content)
+    by_hand = json.dumps({"verb": "pause", "user": "me", "at": NOW, "content": content})
+    resumed = _act(old, "resume", user="me")["metadata"]["annotations"][ANN_ACTED]
+    edited = json.dumps({**json.loads(resumed), "verb": "pause"})
+    other_key = genuine.encode(b"not-" + HKEY, NS, CFG)
+    elsewhere = genuine.encode(HKEY, "dev", CFG)
+    beside = genuine.encode(HKEY, NS, SourceId(SourceKind.CONFIGMAP, "other"))
+    as_secret = genuine.encode(HKEY, NS, SourceId(SourceKind.SECRET, CFG.name))
+    body = {"verb": "pause", "user": "me", "at": NOW, "content": content}
+    other_domain = signed(HKEY, b"configpin/approved/v1", f"{NS}/{CFG}", body)
+    no_verb = signed(HKEY, ACTED, f"{NS}/{CFG}", {**body, "verb": "stop"})
+    for text in (by_hand, edited, other_key, elsewhere, beside, as_secret, other_domain, no_verb):
+        held = _cm({"a": "1"}, annotations={ANN_ACTED: text})
+        assert _paused(held) is None, text
+    held = _cm({"a": "1"}, annotations={ANN_ACTED: genuine.encode(HKEY, NS, CFG)})
+    assert _paused(held) == f"me at {format_time(NOW)}"  # (the genuine one, for comparison)
+
+
+def test_a_request_that_is_no_verb_is_taken_away_and_records_nothing() -> None:
+    stored = _act(_cm({"a": "1"}), "stop", user="alice")
+    notes = stored["metadata"].get("annotations") or {}
+    assert ANN_ACT not in notes and ANN_ACTED not in notes
+
+
+def test_a_deletion_carrying_a_request_records_nothing() -> None:
+    old = _cm({"a": "1"}, annotations={ANN_ACT: "pause"})
+    out, _ = SourceWrites(HKEY, None, clock=lambda: NOW).review(
+        _review(old, None), source_write(HKEY, CFG.kind, "DELETE", old, None)
+    )
+    assert "patch" not in out["response"]
+
+
+def test_paused_by_survives_the_worker_and_the_cache() -> None:
+    """The record goes to the worker process pickled, by its fields; the cache packs it into
+    an entry and reads it back (its extras)."""
+    record = digest.record_from_object(HKEY, CFG.kind, _act(_cm({"a": "1"}), "pause", user="x"))
+    assert record.paused_by is not None
+    back = pickle.loads(pickle.dumps(record))
+    assert isinstance(back, SourceRecord) and back.paused_by == record.paused_by
+    cache = SourceCache(None, HKEY, Metrics())  # type: ignore[arg-type]  # (no watch: packing)
+    from webhook.kube.cache import _record
+
+    unpacked = _record(cache._layouts, cache.pack(record), CFG.kind, CFG.name)
+    assert unpacked.paused_by == record.paused_by
+    assert unpacked.key_digests == record.key_digests
