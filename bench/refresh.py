@@ -203,8 +203,8 @@ def main() -> None:
             logging.disable(logging.WARNING)  # the watches end with the control plane
     o, workers = Settings(), Tuning().workers
     print(
-        f"\nrefresh on 1.{minor}: controller qps {o.controller_qps:g}, burst "
-        f"{o.controller_burst}, {workers} workers, "
+        f"\nrefresh on 1.{minor}: controller qps {o.controller.qps:g}, burst "
+        f"{o.controller.burst}, {workers} workers, "
         "coalescing window 0 s; medians of the rounds"
     )
     print(f"{'layout':>8} {'pods':>5} {'rounds':>6} {'last pod':>9} {'pods/s':>7}")

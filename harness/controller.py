@@ -32,8 +32,8 @@ def running_controller(
     **settings: Any,
 ) -> Iterator[RolloutController]:
     """A controller (no leader election) over its own source cache, once it acts; `settings`
-    as `configpin serve` takes them (Settings fields); `watch_timeout` also shortens the
-    source cache's watches."""
+    by flag name, as `configpin serve` takes them (`rollout_waves="off"`); `watch_timeout`
+    also shortens the source cache's watches."""
     metrics = Metrics()
     cache = SourceCache(kube, hkey, metrics)
     if watch_timeout is not None:

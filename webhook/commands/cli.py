@@ -49,38 +49,39 @@ def _serve_parser(sub: Any, *, flags: bool = True) -> None:
 
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per Settings field, its help made from the field: description, default and
-    environment variable. Values are handed to Settings as given, so a wrong one is refused
-    with the same rule whether it came from a flag or from the environment."""
-    from webhook.process.config import Settings, default_text, env_name, flag_name
+    """One flag per setting, under its group's heading, its help made from the field:
+    description, default and environment variable. Values are handed to Settings as given,
+    so a wrong one is refused with the same rule whether it came from a flag or from the
+    environment."""
+    from webhook.process.config import GROUPS, default_text, env_name, flag_name, flags_of
 
-    for field, info in Settings.model_fields.items():
-        text = f"{info.description} [default: {default_text(field)}; env {env_name(field)}]"
-        # argparse formats help with %: a literal one is doubled
-        kwargs: dict[str, Any] = {"dest": field, "help": text.replace("%", "%%")}
-        annotation = info.annotation
-        if annotation is bool:
-            kwargs.update(action=argparse.BooleanOptionalAction, default=None)
-        elif get_origin(annotation) is list:
-            kwargs.update(action="append", metavar=field.upper().removesuffix("S"))
-        elif get_origin(annotation) is Literal:
-            kwargs.update(choices=get_args(annotation))
-        else:
-            kwargs.update(metavar=field.upper())
-        parser.add_argument(flag_name(field), **kwargs)
+    for group in GROUPS.values():
+        section = parser.add_argument_group(group.title)
+        for field, info in flags_of(group).items():
+            text = f"{info.description} [default: {default_text(field)}; env {env_name(field)}]"
+            # argparse formats help with %: a literal one is doubled
+            kwargs: dict[str, Any] = {"dest": field, "help": text.replace("%", "%%")}
+            annotation = info.annotation
+            if annotation is bool:
+                kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+            elif get_origin(annotation) is list:
+                kwargs.update(action="append", metavar=field.upper().removesuffix("S"))
+            elif get_origin(annotation) is Literal:
+                kwargs.update(choices=get_args(annotation))
+            else:
+                kwargs.update(metavar=field.upper())
+            section.add_argument(flag_name(field), **kwargs)
 
 
 def _settings_error(command: str, error: ValidationError) -> str:
-    from webhook.process.config import Settings, env_name, flag_name
-
     """`configpin serve: --port (CONFIGPIN_PORT): Input should be ... (got '70000')`."""
+    from webhook.process.config import env_name, flag_name, flag_of
+
     lines = []
     for problem in error.errors():
         loc = problem.get("loc") or ("?",)
-        field = str(loc[0])
-        name = (
-            f"{flag_name(field)} ({env_name(field)})" if field in Settings.model_fields else field
-        )
+        field = flag_of(loc)
+        name = f"{flag_name(field)} ({env_name(field)})" if field else str(loc[0])
         got = problem.get("input")
         shown = "" if isinstance(got, dict) else f" (got {got!r})"
         lines.append(f"configpin {command}: {name}: {problem['msg']}{shown}")
@@ -537,7 +538,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         except ValidationError as e:
             print(_settings_error("serve", e), file=sys.stderr)
             return 2
-        setup_logging(settings.log_level, settings.log_format)
+        setup_logging(settings.logging.level, settings.logging.format)
         return cmd_serve(settings)
     setup_logging(os.environ.get("CONFIGPIN_LOG_LEVEL", "warning"))
     if (problem := UserFlags.of(args).problem()) is not None:  # as kubectl refuses it

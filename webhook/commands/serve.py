@@ -46,13 +46,13 @@ log = logging.getLogger("configpin")
 def _tls(
     settings: Settings, kube: Kube | None, stoppers: list[Callable[[], None]]
 ) -> ReloadingTLSContext:
-    if settings.self_signed_certs and kube is not None:
+    if settings.certs.self_signed and kube is not None:
         certs = SelfManagedCerts(
             kube,
-            namespace=settings.namespace,
-            secret=settings.cert_secret,
-            service=settings.service_name,
-            webhook_config=settings.webhook_config_name,
+            namespace=settings.cluster.namespace,
+            secret=settings.certs.secret,
+            service=settings.certs.service_name,
+            webhook_config=settings.certs.webhook_config_name,
             out_dir=Path(tempfile.mkdtemp(prefix="configpin-certs-")),
         )
         certs.reconcile()
@@ -60,28 +60,33 @@ def _tls(
         stoppers.append(certs.stop)
         log.info(
             "serving with self-managed certificates from Secret %s/%s",
-            settings.namespace,
-            settings.cert_secret,
+            settings.cluster.namespace,
+            settings.certs.secret,
         )
         return ReloadingTLSContext(
             certs.cert_file,
             certs.key_file,
-            client_ca_file=settings.client_ca,
-            cipher_suites=settings.cipher_suites(),
+            client_ca_file=settings.server.client_ca,
+            cipher_suites=settings.server.cipher_suites,
         )
-    if settings.tls_cert and settings.tls_key:
+    if settings.server.tls_cert and settings.server.tls_key:
         return ReloadingTLSContext(
-            settings.tls_cert,
-            settings.tls_key,
-            client_ca_file=settings.client_ca,
-            cipher_suites=settings.cipher_suites(),
+            settings.server.tls_cert,
+            settings.server.tls_key,
+            client_ca_file=settings.server.client_ca,
+            cipher_suites=settings.server.cipher_suites,
         )
     cert, key, _ca = ensure_dev_certs(
-        settings.certs_dir, service=settings.service_name, namespace=settings.namespace
+        settings.certs.dir,
+        service=settings.certs.service_name,
+        namespace=settings.cluster.namespace,
     )
-    log.info("serving with development certificates from %s/", settings.certs_dir)
+    log.info("serving with development certificates from %s/", settings.certs.dir)
     return ReloadingTLSContext(
-        cert, key, client_ca_file=settings.client_ca, cipher_suites=settings.cipher_suites()
+        cert,
+        key,
+        client_ca_file=settings.server.client_ca,
+        cipher_suites=settings.server.cipher_suites,
     )
 
 
@@ -106,7 +111,7 @@ def _snapshot_lifetime(
     acts, and only while it leads."""
     lifetime = SnapshotLifetime(
         writer,
-        grace=settings.snapshot_grace_period,
+        grace=settings.snapshots.grace_period,
         namespaces=controller.namespaces,
         is_leader=controller.acting,
         events=events,
@@ -154,28 +159,30 @@ def _rollout_controller(
 
 
 def serve(settings: Settings) -> int:
-    use_custom_kinds(settings.custom_kinds())
-    use_owner_kinds(settings.owner_kinds())
+    use_custom_kinds(settings.workloads.custom_kinds)
+    use_owner_kinds(settings.workloads.owner_kinds)
     metrics = Metrics()
     lifecycle = Lifecycle()
     ready_checks: list[Callable[[], bool]] = []
     stoppers: list[Callable[[], None]] = []
     # A cluster is acted on only when named (--kubeconfig) or from a pod: never because the
     # shell that started it has KUBECONFIG set (`make run` on a laptop pointed at production).
-    api = connect(settings.kubeconfig, from_kubeconfig_env=False)
+    api = connect(settings.cluster.kubeconfig, from_kubeconfig_env=False)
     kube: Kube | None = None
     sources: SourceReader
     snapshots: SnapshotWriter | None = None
-    excluded = settings.excluded_namespaces()
+    excluded = settings.cluster.excluded_namespaces
     scope: Scope = Excluding(excluded)
     events: EventRecorder | None = None
     preview: SourcePreview | None = None  # what a source's change will do (the controller's)
 
     if api is None:
-        hkey = load_key_file(settings.digest_key_file or ensure_key_file(settings.certs_dir))
-        if settings.manifests:
-            files = FileSources.from_paths(hkey, settings.manifests)
-            where = ", ".join(map(str, settings.manifests))
+        hkey = load_key_file(
+            settings.admission.digest_key_file or ensure_key_file(settings.certs.dir)
+        )
+        if settings.cluster.manifests:
+            files = FileSources.from_paths(hkey, settings.cluster.manifests)
+            where = ", ".join(map(str, settings.cluster.manifests))
         else:
             files = FileSources.embedded(hkey)
             where = "the embedded default (webhook/embedded)"
@@ -188,10 +195,12 @@ def serve(settings: Settings) -> int:
         sources = files
     else:
         kube = Kube(api)
-        if settings.digest_key_file:
-            hkey = load_key_file(settings.digest_key_file)
+        if settings.admission.digest_key_file:
+            hkey = load_key_file(settings.admission.digest_key_file)
         else:
-            hkey = ensure_digest_key(kube, settings.namespace, settings.digest_key_secret)
+            hkey = ensure_digest_key(
+                kube, settings.cluster.namespace, settings.admission.digest_key_secret
+            )
         # The namespaces configpin acts in: one watch, shared by admission (which enforces
         # the selection itself, whatever a request claims) and the controller.
         namespaces = NamespaceSet.of(kube, metrics, settings)
@@ -211,13 +220,13 @@ def serve(settings: Settings) -> int:
         writer = _snapshot_writer(kube, cache, hkey, metrics)
         # Without snapshot mode configpin writes no ConfigMap or Secret (and the chart grants
         # it no such write): no writer, no adoption, no sweep.
-        snapshots = writer if settings.snapshots else None
+        snapshots = writer if settings.snapshots.enabled else None
         cache.start()
         stoppers.append(cache.stop)
         ready_checks.append(cache.synced)
         sources = cache
         log.info("reading sources from the cluster at %s", api.host)
-        if settings.controller:
+        if settings.controller.enabled:
             controller = _rollout_controller(
                 settings, kube, hkey, cache, metrics, namespaces, snapshots=snapshots, events=events
             )
@@ -242,12 +251,12 @@ def serve(settings: Settings) -> int:
     # ~40 MB (itself and multiprocessing's resource tracker) that most clusters never need.
     stoppers.append(admitter.close)
     limits = Limits(
-        max_connections=settings.max_connections,
-        handshake_timeout=settings.tls_handshake_timeout,
-        header_timeout=settings.header_timeout,
-        body_timeout=settings.body_timeout,
-        keep_alive_timeout=settings.keep_alive_timeout,
-        max_header_bytes=settings.max_header_bytes,
+        max_connections=settings.server.max_connections,
+        handshake_timeout=settings.server.tls_handshake_timeout,
+        header_timeout=settings.server.header_timeout,
+        body_timeout=settings.server.body_timeout,
+        keep_alive_timeout=settings.server.keep_alive_timeout,
+        max_header_bytes=settings.server.max_header_bytes,
     )
     app = create_app(
         admitter, lifecycle, metrics, ready_checks=ready_checks, body_timeout=limits.body_timeout
@@ -256,15 +265,15 @@ def serve(settings: Settings) -> int:
         runner.run(
             runner.serve_async(
                 app,
-                host=settings.host,
-                port=settings.port,
+                host=settings.server.host,
+                port=settings.server.port,
                 tls=_tls(settings, kube, stoppers),
                 lifecycle=lifecycle,
-                shutdown_delay=settings.shutdown_delay,
-                drain_timeout=settings.drain_timeout,
+                shutdown_delay=settings.server.shutdown_delay,
+                drain_timeout=settings.server.drain_timeout,
                 limits=limits,
                 metrics=metrics,
-                log_level=settings.log_level,
+                log_level=settings.logging.level,
             )
         )
     finally:

@@ -278,13 +278,13 @@ def elector(
     """The replica's elector as its settings ask: the Lease (`--leader-elect`, the chart's
     default), or leading from start to stop. `poke` wakes the workers on each edge;
     `configpin_leader` follows."""
-    if not settings.leader_elect:
+    if not settings.controller.leader_elect:
         metrics.is_leader.set(1)
         return AlwaysLeader(poke, poke)
     return LeaderElector(
-        LeaseLock(kube, settings.namespace, settings.lease_name),
+        LeaseLock(kube, settings.cluster.namespace, settings.controller.lease_name),
         identity,
-        lease_duration=settings.lease_duration,
+        lease_duration=settings.controller.lease_duration,
         on_started=poke,
         on_stopped=poke,
         on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),

@@ -82,9 +82,9 @@ class RolloutLimits:
         """`namespace_windows(namespace)`: the text of its `configpin.io/rollout-windows`
         (None: not set); `wall`: the time (seconds since the epoch)."""
         self.hkey = hkey
-        self.cluster: Windows = settings.windows()
-        self.budget: Budget = settings.budget()
-        self.written = settings.rollout_budget.strip()
+        self.cluster: Windows = settings.rollout.windows
+        self.budget: Budget = settings.rollout.budget
+        self.written = settings.rollout.budget_text
         self.namespace_windows = namespace_windows
         self.wall = wall
         self._lock = threading.Lock()  # (the three caches: the workers and the housekeeping)

@@ -175,13 +175,13 @@ def plan_update(
         obj,
         hkey=hkey,
         lookup=read,
-        default_mode=settings.mode,
+        default_mode=settings.admission.mode,
         operation="UPDATE",
         old=obj,
         refresh=refresh,
         namespace=ref.namespace,
-        max_sources=settings.max_sources,
-        allow_snapshots=settings.snapshots,
+        max_sources=settings.admission.max_sources,
+        allow_snapshots=settings.snapshots.enabled,
     )
 
 
@@ -220,7 +220,9 @@ class Restamper:
         self.wall = wall
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
-        return entry_from_object(obj, self.settings.mode, self.settings.max_sources, self.hkey)
+        return entry_from_object(
+            obj, self.settings.admission.mode, self.settings.admission.max_sources, self.hkey
+        )
 
     def done(self, ref: WorkloadRef) -> None:
         """Its reconcile ended: what it wrote is in the index (a place reserved is freed)."""
@@ -303,7 +305,7 @@ class Restamper:
         if follow_only:  # nothing in progress to look at (or a change to roll: not here)
             return Decision.leave(SkipReason.CURRENT)
         if not stale:
-            if entry.refreshed is not None and settings.refresh_pods:
+            if entry.refreshed is not None and settings.rollout.refresh_pods:
                 return Decision([], SkipReason.CURRENT, catch_up=True)
             return Decision.leave(SkipReason.CURRENT)
         if stale <= left_to_reloader(entry.reloader, stale, peek, entry.recorded_for).keys():
@@ -313,7 +315,7 @@ class Restamper:
             return need
         if plan.skipped is not None:
             return Decision.leave(plan.skipped)
-        if not entry.stamped and _age(obj, self.wall()) > settings.catch_up_window:
+        if not entry.stamped and _age(obj, self.wall()) > settings.rollout.catch_up_window:
             return self._record_only(ref, obj, plan.observed, "found unstamped: a baseline")
         named = newly_named(entry, stale, extra_sources(obj)[0])
         came = appeared(entry, stale) if plan.mode != MODE_SNAPSHOT else set()
@@ -340,7 +342,7 @@ class Restamper:
                 instead = RollInstead(
                     Fallback.KIND, f"configpin does not find the pods of a {ref.kind} to refresh"
                 )
-            if instead is None and not settings.refresh_pods:
+            if instead is None and not settings.rollout.refresh_pods:
                 instead = RollInstead(
                     Fallback.DISABLED,
                     "pod refresh is turned off on this configpin (--refresh-pods=false)",
@@ -504,7 +506,7 @@ class Restamper:
         if progress.state is State.LEFT:
             ops, ended = self.follower.left(obj, record)
             return Decision(ops, intended=record.to, progress=progress, ended=ended)
-        mode = effective_mode(obj, self.settings.mode)[0]
+        mode = effective_mode(obj, self.settings.admission.mode)[0]
         ops, ended = self.follower.failed(ref, obj, kind, record, mode, progress.signal)
         undone = ended.record.action is Action.UNDO
         intended = record.before if undone else record.to

@@ -102,8 +102,8 @@ class RolloutController:
         self.limited = LimitedKube(
             kube,
             RateLimiter(
-                settings.controller_qps,
-                settings.controller_burst,
+                settings.controller.qps,
+                settings.controller.burst,
                 observe=metrics.rate_limit_wait.observe,
             ),
         )
@@ -206,7 +206,7 @@ class RolloutController:
             metrics,
             in_scope=self.namespaces.__contains__,
             acting=self.acting,
-            resync_period=settings.resync_period,
+            resync_period=settings.controller.resync_period,
             wall=self.wall,
             watch_timeout=self.tuning.watch_timeout,
         )
@@ -218,8 +218,8 @@ class RolloutController:
             "rollout",
             self._reconcile,
             RolloutQueue(
-                window=settings.coalesce_window,
-                min_interval=settings.min_rollout_interval,
+                window=settings.rollout.coalesce_window,
+                min_interval=settings.rollout.min_interval,
                 clock=clock,
             ),
             workers=tuning.workers,
@@ -227,7 +227,7 @@ class RolloutController:
             on_leading=self._started_leading,
             on_stopped_leading=self._stopped_leading,
             resync=self._resync,
-            resync_period=settings.resync_period,
+            resync_period=settings.controller.resync_period,
             housekeeping=self._housekeeping,
             on_retry=self._retrying,
             on_give_up=self._gave_up,
@@ -425,7 +425,7 @@ class RolloutController:
         if not stale:
             self.metrics.skipped.labels(SkipReason.CURRENT.label).inc()
             self.staleness.current(entry.ref)
-            refreshed = entry.refreshed is not None and self.settings.refresh_pods
+            refreshed = entry.refreshed is not None and self.settings.rollout.refresh_pods
             if pods_moved and refreshed and not entry.rolling:
                 self.queue.add(entry.ref, (), seen=seen)
             return False
@@ -452,7 +452,7 @@ class RolloutController:
         refreshes = entry.delivery.refreshes if entry.delivery is not None else None
         leading = (
             refreshes is not None
-            and self.settings.refresh_pods
+            and self.settings.rollout.refresh_pods
             and all(str(sid) in refreshes for sid in stale)
         )
         if self.queue.add(entry.ref, stale, seen=seen, last_rollout=last, leading=leading):
@@ -460,7 +460,7 @@ class RolloutController:
                 self.metrics.coalesced.inc()
         else:
             wait = self.queue.not_before(entry.ref) - self.clock()
-            if wait > self.settings.coalesce_window:
+            if wait > self.settings.rollout.coalesce_window:
                 until = format_time(time.time() + wait)
                 self.report.deferred(self.watches.regarding(entry.ref), stale, until)
         return True

@@ -153,9 +153,9 @@ class WaveCut:
         self.cache = cache
         self.hkey = hkey
         self.in_scope = in_scope
-        self.steps = settings.waves()
+        self.steps = settings.rollout.waves
         self.approval = approval_from(self.steps)  # the first wave (from 0) that waits for it
-        self.refresh_pods = settings.refresh_pods
+        self.refresh_pods = settings.rollout.refresh_pods
         self._lock = threading.Lock()  # (the caches below: the gate's workers, the preview)
         self._orders: LRUCache[Change, list[WorkloadRef]] = LRUCache(maxsize=_ORDERS_MAX)
         self._cuts: LRUCache[Change, _Cut] = LRUCache(maxsize=_ORDERS_MAX)

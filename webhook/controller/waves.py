@@ -46,7 +46,7 @@ class Gate:
         self.limits = limits
         self.cut = WaveCut(index, cache, hkey, settings, in_scope=in_scope)
         self.steps = self.cut.steps
-        self.cap = settings.max_rolling
+        self.cap = settings.rollout.max_rolling
         self._lock = threading.Lock()
         # Places taken by rollouts being started, until their write is in the index (several
         # workers ask at once: each must see the places the others took).

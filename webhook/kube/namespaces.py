@@ -73,8 +73,8 @@ class NamespaceSet:
         return cls(
             kube,
             metrics,
-            label_selector=settings.namespace_selector,
-            excluded=settings.excluded_namespaces(),
+            label_selector=settings.cluster.namespace_selector,
+            excluded=settings.cluster.excluded_namespaces,
         )
 
     def __contains__(self, namespace: object) -> bool:

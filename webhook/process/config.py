@@ -1,482 +1,139 @@
-"""Settings: each flag of `configpin serve` is also an environment variable CONFIGPIN_<NAME>."""
+"""Settings: each flag of `configpin serve` is also an environment variable CONFIGPIN_<NAME>.
+Flags and variables are flat (`--rollout-waves`, CONFIGPIN_ROLLOUT_WAVES); the code reads them
+by group, parsed (`settings.rollout.waves`, `settings.server.port`): the groups are in groups.py."""
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
-from pathlib import Path
-from typing import Literal
+from typing import Any, Final, get_origin
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from webhook.core.budget import DEFAULT_BUDGET, Budget, BudgetError, parse_budget
-from webhook.core.kinds import ARGO_ROLLOUT, WorkloadKind, parse_custom_kinds
-from webhook.core.owners import parse_owner_kinds
-from webhook.core.waves import WaveStep, parse_waves
-from webhook.core.windows import WindowError, Windows, parse_windows
-from webhook.tls.ciphers import DEFAULT_CIPHER_SUITES, openssl_ciphers
-
-Mode = Literal["checksum", "snapshot", "off"]
-
-
-def _own_namespace() -> str:
-    # The downward API (POD_NAMESPACE) or the service account's namespace file, else "configpin".
-    if ns := os.environ.get("POD_NAMESPACE"):
-        return ns
-    sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-    try:
-        return sa.read_text().strip() or "configpin"
-    except OSError:
-        return "configpin"
+from webhook.process.groups import (
+    Admission,
+    Certificates,
+    Cluster,
+    Controller,
+    Group,
+    Logging,
+    Rollout,
+    Server,
+    Snapshots,
+    Workloads,
+)
 
 
 class Settings(BaseSettings):
-    """Every field is a `configpin serve` flag (`--tls-cert` for `tls_cert`) and an environment
-    variable (`CONFIGPIN_TLS_CERT`); a flag wins over the environment."""
+    """Made from flag names, `Settings(rollout_waves="off")`, and the environment
+    (CONFIGPIN_ROLLOUT_WAVES); a flag wins over the environment. Each group is validated, its
+    texts parsed, once, here: a wrong value is refused naming its flag."""
 
-    model_config = SettingsConfigDict(env_prefix="CONFIGPIN_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="CONFIGPIN_", extra="forbid", frozen=True)
 
-    host: str = Field(
-        "127.0.0.1",
-        description=(
-            "Address the HTTPS listener binds: loopback unless asked, so that a server started "
-            "on a laptop is reachable from that machine only. The chart and the image bind "
-            "0.0.0.0 (CONFIGPIN_HOST), where the API server reaches the pod."
-        ),
-    )
-    port: int = Field(8443, ge=1, le=65535, description="HTTPS port (TLS 1.2 or newer only).")
-    tls_cert: Path | None = Field(
-        None,
-        description=(
-            "Serving certificate (PEM); re-read when the file changes (a mounted Secret's symlink"
-            " swap), without a restart."
-        ),
-        json_schema_extra={"default_text": "dev certificates in --certs-dir"},
-    )
-    tls_key: Path | None = Field(
-        None,
-        description="Serving key (PEM).",
-        json_schema_extra={"default_text": "dev key in --certs-dir"},
-    )
-    client_ca: Path | None = Field(
-        None,
-        description=(
-            "CA (PEM) that callers' client certificates must be signed by: a caller without such"
-            " a certificate cannot complete the TLS handshake (see docs/security.md)."
-        ),
-        json_schema_extra={"default_text": "none: any caller that reaches the port is answered"},
-    )
-    tls_cipher_suites: str | None = Field(
-        None,
-        description=(
-            "TLS 1.2 cipher suites, comma-separated Kubernetes names (as kube-apiserver's "
-            "--tls-cipher-suites); TLS 1.3 suites are not configurable."
-        ),
-        json_schema_extra={"default_text": "ECDHE with AES-GCM or ChaCha20-Poly1305 only"},
-    )
-    tls_handshake_timeout: float = Field(
-        5.0, gt=0, description="Seconds a client has to complete the TLS handshake."
-    )
-    header_timeout: float = Field(
-        5.0,
-        gt=0,
-        description=(
-            "Seconds a client has for its request line and headers, from the TLS handshake or "
-            "from its first byte after an idle spell; then the connection is closed."
-        ),
-    )
-    body_timeout: float = Field(
-        10.0,
-        gt=0,
-        description=(
-            "Seconds a request body may take once its headers are in; then 408 and the "
-            "connection is closed."
-        ),
-    )
-    keep_alive_timeout: float = Field(
-        120.0,
-        gt=90,
-        description=(
-            "Seconds an idle connection is kept between requests; above the API server's 90 s, "
-            "so that the client, never configpin, closes an idle connection."
-        ),
-    )
-    max_connections: int = Field(
-        1000,
-        ge=1,
-        description="Connections open at once; past it a new one is answered 503 and closed.",
-    )
-    max_header_bytes: int = Field(
-        32 * 1024,
-        ge=1024,
-        description="Largest request line and headers, in bytes; a larger head is answered 431.",
-    )
-    certs_dir: Path = Field(
-        Path("certs"), description="Where dev certificates and the dev digest key are made."
-    )
-    kubeconfig: Path | None = Field(
-        None,
-        description=(
-            "kubeconfig file of the cluster to act on. Without it configpin acts on a cluster "
-            "only in a pod (in-cluster config); KUBECONFIG and ~/.kube/config are not read, and "
-            "with no cluster the embedded default sources are served."
-        ),
-        json_schema_extra={"default_text": "in-cluster, else none (KUBECONFIG is not read)"},
-    )
-    manifests: list[Path] = Field(
-        default_factory=list,
-        description="Source manifests served when there is no cluster (repeatable).",
-        json_schema_extra={"default_text": "embedded"},
-    )
-    mode: Mode = Field(
-        "checksum",
-        description=(
-            "Default mode: checksum (annotate the pod template with digests), snapshot (also pin "
-            "each revision to an immutable copy of its ConfigMaps and Secrets) or off. A workload"
-            " overrides it with the annotation configpin.io/mode."
-        ),
-    )
-    snapshots: bool = Field(
-        True,
-        description=(
-            "Allow snapshot mode, which writes ConfigMaps and Secrets (its copies). Off, a "
-            "workload asking for it gets checksum mode and a warning, and configpin writes, "
-            "adopts and sweeps no copy; --mode snapshot needs it on. The chart sets it from "
-            "snapshots.enabled and mode."
-        ),
-    )
-    strict: bool = Field(
-        False,
-        description=(
-            "Deny the admission instead of admitting with a warning when a required source is "
-            "missing, a source cannot be read or an internal error happens."
-        ),
-    )
-    digest_key_file: Path | None = Field(
-        None,
-        description="File holding the HMAC digest key (instead of the Secret).",
-        json_schema_extra={"default_text": "none"},
-    )
-    max_sources: int = Field(
-        100,
-        ge=1,
-        description=(
-            "Most distinct ConfigMaps/Secrets one object may consume and still be pinned; beyond"
-            " it the object is admitted unpinned with a warning."
-        ),
-    )
-    read_deadline: float = Field(
-        3.0,
-        gt=0,
-        description=(
-            "Seconds admission may spend reading sources past the cache; keep it below the "
-            "webhook's timeoutSeconds (the chart passes timeoutSeconds - 2)."
-        ),
-    )
-    read_workers: int = Field(
-        4,
-        ge=1,
-        description=(
-            "Threads that read sources past the cache; a review that would queue behind four "
-            "times as many is answered at once, unchanged, with a warning."
-        ),
-    )
-    digest_key_secret: str = Field(
-        "configpin-digest-key",
-        description=(
-            "Secret in --namespace holding the HMAC digest key; made on first start when missing."
-        ),
-    )
-    namespace: str = Field(
-        default_factory=_own_namespace,
-        description="configpin's own namespace: its digest key, certificate and Lease live there.",
-        json_schema_extra={
-            "default_text": "POD_NAMESPACE, else the service account's, else configpin"
-        },
-    )
-    shutdown_delay: float = Field(
-        5.0,
-        ge=0,
-        description=(
-            "On SIGTERM, configpin turns readiness off and keeps serving for this many seconds "
-            "before the listener closes, so that the API server stops sending it requests first."
-        ),
-    )
-    drain_timeout: float = Field(
-        30.0,
-        ge=0,
-        description=(
-            "Then in-flight requests get up to this many seconds to finish before configpin exits."
-        ),
-    )
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="Log level: debug, info, warning or error."
-    )
-    log_format: Literal["text", "json"] = Field(
-        "text",
-        description=(
-            "Log format: text, or json (one object a line: time, level, logger, message, and "
-            "the workload, source and reason of a decision as fields where it names them)."
-        ),
-    )
-    controller: bool = Field(
-        True, description="Run the change controller beside the webhook (needs a cluster)."
-    )
-    leader_elect: bool = Field(
-        True,
-        description="Elect one acting controller among the replicas through a coordination Lease.",
-    )
-    namespace_selector: str = Field(
-        "configpin.io/enabled=true",
-        description=(
-            "Label selector of the namespaces configpin acts in: admission enforces it too, "
-            "whatever a review claims."
-        ),
-    )
-    exclude_namespaces: list[str] = Field(
-        default_factory=list,
-        description=(
-            "A namespace never acted in, whatever its labels, besides kube-system and "
-            "--namespace (repeatable; the variable takes a JSON list)."
-        ),
-        json_schema_extra={"default_text": "none"},
-    )
-    lease_name: str = Field(
-        "configpin-leader", description="Name of the Lease used for leader election."
-    )
-    lease_duration: float = Field(
-        15.0, gt=0, description="Seconds a leader holds the Lease without renewing it."
-    )
-    coalesce_window: float = Field(
-        2.0,
-        ge=0,
-        description=(
-            "Changes to sources arriving within this many seconds are rolled out together. A "
-            "workload refreshed in place (on-change: refresh) is refreshed at the first "
-            "change, and what follows within the window makes one more pass when it ends."
-        ),
-    )
-    min_rollout_interval: float = Field(
-        30.0,
-        ge=0,
-        description=(
-            "A workload is rolled at most once per this many seconds, whatever changes arrive."
-        ),
-    )
-    catch_up_window: float = Field(
-        600.0,
-        ge=0,
-        description=(
-            "A workload that carries no configpin annotations at all is stamped (and so rolled) "
-            "only when younger than this many seconds: it was admitted while configpin was "
-            "unreachable. Older ones get a baseline that restarts nothing."
-        ),
-    )
-    controller_qps: float = Field(
-        200.0,
-        ge=0,
-        description=(
-            "Client-side rate limit of the controller's fan-out: requests per second (reads and "
-            "writes of workloads being re-stamped), as client-go's QPS; 0: unlimited. Admission "
-            "never waits on it."
-        ),
-    )
-    controller_burst: int = Field(
-        400,
-        ge=1,
-        description=(
-            "Requests the controller may send at once above --controller-qps before the rate "
-            "applies, as client-go's burst."
-        ),
-    )
-    resync_period: float = Field(
-        300.0,
-        ge=0,
-        description=(
-            "While leading, every workload is checked against the cluster's content this often, "
-            "in seconds (0: never), besides on every change and relist: a missed event or a "
-            "rollout given up after its retries is caught here."
-        ),
-    )
-    refresh_pods: bool = Field(
-        True,
-        description=(
-            "Honour configpin.io/on-change: refresh: patch one annotation on the running pods "
-            "of such a workload (needs pods patch) instead of rolling it; off: they roll."
-        ),
-    )
-    rollout_waves: str = Field(
-        "1,10%,100%",
-        description=(
-            "A change consumed by several workloads rolls in waves: counts (1) and shares of "
-            "the rest (10%), comma-separated; a wave starts when every rollout of the one "
-            "before is complete, and a failure stops the waves after it; the waves after an "
-            "approve step wait until the change is approved (1,approve,100%). off: all at once."
-        ),
-    )
-    max_rolling: int = Field(
-        50,
-        ge=0,
-        description=(
-            "Config rollouts in flight at once in one namespace, at most (0: no cap); others "
-            "there wait their turn. A tenant's rollouts never wait for another namespace's; "
-            "a paused rollout, or one superseded by a newer change, holds no place."
-        ),
-    )
-    rollout_windows: str = Field(
-        "",
-        description=(
-            "When configpin may start a rollout, for the whole cluster: a JSON or YAML list of "
-            "windows with the fields of Argo CD's sync windows, "
-            '[{"kind": "deny", "schedule": "0 22 * * 5", "duration": "60h", '
-            '"timeZone": "Europe/Berlin"}] (kind allow or deny; schedule a five-field cron '
-            "expression for when it opens; duration as Go writes durations; timeZone an IANA "
-            "name, default UTC). Where allow windows apply it rolls only inside one; a deny "
-            "window wins. Combined with a namespace's and a workload's "
-            "configpin.io/rollout-windows: each list must allow it. Empty: always."
-        ),
-        json_schema_extra={"default_text": "none"},
-    )
-    rollout_budget: str = Field(
-        DEFAULT_BUDGET,
-        description=(
-            "The flap guard: at most COUNT rollouts configpin starts of one workload within "
-            "PERIOD (a Go duration), e.g. 6/1h; past it the workload is held as flapping and "
-            "rolls once, to the latest content, when the budget allows again or a person "
-            "approves. 0: none. A workload's configpin.io/rollout-budget sets its own."
-        ),
-    )
-    snapshot_grace_period: float = Field(
-        600.0,
-        ge=0,
-        description=(
-            "Snapshot copies that no revision uses any more are deleted after this many seconds."
-        ),
-    )
-    workload_kinds: str = Field(
-        "",
-        description=(
-            "Custom resources with a pod template that configpin pins and rolls like a "
-            "Deployment, comma-separated group/version/resource/Kind=path (path: where the pod "
-            "template is), e.g. apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template. A kind "
-            "whose CRD is not served is left alone."
-        ),
-        json_schema_extra={"default_text": "none"},
-    )
-    argo_rollouts: bool = Field(
-        True,
-        description=(
-            "Pin and roll Argo Rollouts (argoproj.io/v1alpha1 Rollout, spec.template) where its "
-            "CRD is served; a Rollout with spec.workloadRef is pinned through its Deployment."
-        ),
-    )
-    pin_owned_by: str = Field(
-        "",
-        description=(
-            "Owner kinds whose workloads are pinned although a controller owns them, "
-            "comma-separated Kind.group (e.g. Foo.example.com); any other owned workload is "
-            "pinned only when annotated configpin.io/owned: pin."
-        ),
-        json_schema_extra={"default_text": "none"},
-    )
-    webhook_config_name: str = Field(
-        "configpin",
-        description=(
-            "Its MutatingWebhookConfiguration, whose caBundle self-managed certificates keep."
-        ),
-    )
-    self_signed_certs: bool = Field(
-        False,
-        description="Make and rotate its own CA and serving certificate, kept in --cert-secret.",
-    )
-    cert_secret: str = Field(
-        "configpin-tls", description="Secret in --namespace for self-managed certificates."
-    )
-    service_name: str = Field(
-        "configpin",
-        description="The Service whose DNS names the self-managed serving certificate carries.",
-    )
+    # in the order --help and docs/settings.md show them
+    cluster: Cluster
+    admission: Admission
+    snapshots: Snapshots
+    workloads: Workloads
+    rollout: Rollout
+    controller: Controller
+    server: Server
+    certs: Certificates
+    logging: Logging
+
+    def __init__(self, **flags: Any) -> None:
+        super().__init__(**flags)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _FlagVariables(settings_cls)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _into_groups(cls, data: Any) -> Any:
+        """Each flag into its group; a name that is no flag is left for extra="forbid"."""
+        if not isinstance(data, dict):
+            return data
+        grouped: dict[str, dict[str, Any]] = {name: {} for name in GROUPS}
+        rest: dict[str, Any] = {}
+        for name, value in data.items():
+            if name in _GROUP_OF:
+                grouped[_GROUP_OF[name]][name] = value
+            elif name in GROUPS:  # (a group is given by its flags)
+                raise ValueError(
+                    f"{name}: not a flag; its flags: {', '.join(flags_of(GROUPS[name]))}"
+                )
+            else:
+                rest[name] = value
+        return rest | grouped
 
     @model_validator(mode="after")
     def _snapshot_mode_needs_snapshots(self) -> Settings:
-        if self.mode == "snapshot" and not self.snapshots:
+        if self.admission.mode == "snapshot" and not self.snapshots.enabled:
             raise ValueError("--mode snapshot needs snapshots allowed (--snapshots)")
         return self
 
-    @field_validator("rollout_waves")
-    @classmethod
-    def _known_waves(cls, value: str) -> str:
-        parse_waves(value)
-        return value
 
-    def waves(self) -> tuple[WaveStep, ...] | None:
-        return parse_waves(self.rollout_waves)
+class _FlagVariables(PydanticBaseSettingsSource):
+    """CONFIGPIN_<FLAG> of each flag, whichever group holds it (a list's takes JSON)."""
 
-    @field_validator("rollout_windows")
-    @classmethod
-    def _readable_windows(cls, value: str) -> str:
-        try:
-            parse_windows(value)
-        except WindowError as e:
-            raise ValueError(f"--rollout-windows: {e}") from None
-        return value
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # (read by flag in __call__, not by group)
 
-    def windows(self) -> Windows:
-        return parse_windows(self.rollout_windows)
-
-    @field_validator("rollout_budget")
-    @classmethod
-    def _readable_budget(cls, value: str) -> str:
-        try:
-            parse_budget(value)
-        except BudgetError as e:
-            raise ValueError(f"--rollout-budget: {e}") from None
-        return value
-
-    def budget(self) -> Budget:
-        return parse_budget(self.rollout_budget)
-
-    @field_validator("workload_kinds")
-    @classmethod
-    def _known_kinds(cls, value: str) -> str:
-        parse_custom_kinds(value)
-        return value
-
-    @field_validator("pin_owned_by")
-    @classmethod
-    def _owner_kinds(cls, value: str) -> str:
-        parse_owner_kinds(value)
-        return value
-
-    def custom_kinds(self) -> tuple[WorkloadKind, ...]:
-        """The configured custom kinds, Argo Rollouts first when enabled (a configured
-        Rollout entry replaces the built-in one)."""
-        configured = parse_custom_kinds(self.workload_kinds)
-        argo = (ARGO_ROLLOUT,) if self.argo_rollouts else ()
-        return (*(k for k in argo if all(c.kind != k.kind for c in configured)), *configured)
-
-    def excluded_namespaces(self) -> frozenset[str]:
-        """Never acted in, whatever their labels: kube-system, configpin's own, and the list."""
-        return frozenset({"kube-system", self.namespace, *self.exclude_namespaces})
-
-    def owner_kinds(self) -> frozenset[tuple[str, str]]:
-        return parse_owner_kinds(self.pin_owned_by)
-
-    @field_validator("tls_cipher_suites")
-    @classmethod
-    def _known_suites(cls, value: str | None) -> str | None:
-        if value is not None:
-            openssl_ciphers(cipher_suite_names(value))
-        return value
-
-    def cipher_suites(self) -> tuple[str, ...]:
-        if self.tls_cipher_suites is None:
-            return DEFAULT_CIPHER_SUITES
-        return cipher_suite_names(self.tls_cipher_suites)
+    def __call__(self) -> dict[str, Any]:
+        variables = {k.upper(): v for k, v in os.environ.items()}
+        found: dict[str, Any] = {}
+        for field, info in FIELDS.items():
+            text = variables.get(env_name(field))
+            if text is None:
+                continue
+            if get_origin(info.annotation) is list:
+                try:
+                    found[field] = json.loads(text)
+                except ValueError:
+                    found[field] = text  # refused as "not a valid list", naming the flag
+            else:
+                found[field] = text
+        return found
 
 
-def cipher_suite_names(value: str) -> tuple[str, ...]:
-    return tuple(n.strip() for n in value.split(",") if n.strip())
+def flags_of(group: type[Group]) -> dict[str, FieldInfo]:
+    """A group's fields by flag field name (`rollout_waves`, its alias, for `waves`)."""
+    return {info.alias or name: info for name, info in group.model_fields.items()}
+
+
+def _group(info: FieldInfo) -> type[Group]:
+    assert isinstance(info.annotation, type) and issubclass(info.annotation, Group)
+    return info.annotation
+
+
+GROUPS: Final[dict[str, type[Group]]] = {
+    name: _group(info) for name, info in Settings.model_fields.items()
+}
+FIELDS: Final[dict[str, FieldInfo]] = {
+    field: info for group in GROUPS.values() for field, info in flags_of(group).items()
+}
+_GROUP_OF: Final[dict[str, str]] = {
+    field: name for name, group in GROUPS.items() for field in flags_of(group)
+}
+
+
+def flag_of(loc: tuple[int | str, ...]) -> str | None:
+    """The flag field an error's location names (("rollout", "rollout_waves"): rollout_waves)."""
+    if len(loc) > 1 and loc[0] in GROUPS and loc[1] in FIELDS:
+        return str(loc[1])
+    return None
 
 
 def flag_name(field: str) -> str:
@@ -488,8 +145,8 @@ def env_name(field: str) -> str:
 
 
 def default_text(field: str) -> str:
-    """The default of a setting as a user reads it (`--help`, README)."""
-    info = Settings.model_fields[field]
+    """The default of a setting as a user reads it (`--help`, docs/settings.md)."""
+    info = FIELDS[field]
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     if extra.get("default_text"):
         return str(extra["default_text"])
@@ -502,13 +159,18 @@ def default_text(field: str) -> str:
 
 
 def settings_markdown() -> str:
-    """The README's settings table, made from the model (a test keeps the README equal)."""
-    rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
-    for field, info in Settings.model_fields.items():
-        flag = flag_name(field)
-        if info.annotation is bool:
-            flag = f"{flag}/--no-{flag[2:]}"
-        rows.append(
-            f"| `{flag}` | `{env_name(field)}` | `{default_text(field)}` | {info.description} |"
-        )
-    return "\n".join(rows) + "\n"
+    """docs/settings.md's settings tables, one per group, made from the model (a test keeps
+    the page equal)."""
+    tables = []
+    for group in GROUPS.values():
+        rows = [f"### {group.title}", "", inspect.cleandoc(group.__doc__ or ""), ""]
+        rows += ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+        for field, info in flags_of(group).items():
+            flag = flag_name(field)
+            if info.annotation is bool:
+                flag = f"{flag}/--no-{flag[2:]}"
+            rows.append(
+                f"| `{flag}` | `{env_name(field)}` | `{default_text(field)}` | {info.description} |"
+            )
+        tables.append("\n".join(rows) + "\n")
+    return "\n".join(tables)

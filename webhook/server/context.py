@@ -75,16 +75,16 @@ class Admission:
         where configpin acts (default: everywhere)."""
         self.hkey = hkey
         self.metrics = metrics
-        self.trouble = Trouble(settings.strict)
+        self.trouble = Trouble(settings.admission.strict)
         self.scope: Scope = scope if scope is not None else Excluding()
-        read_workers = settings.read_workers
+        read_workers = settings.admission.read_workers
         # Reads past the cache run on their own few threads, never the loop's default
         # executor, and within a deadline below the webhook's timeout: the answer (unchanged,
         # with a warning) reaches the API server while it still waits for one, and a slow API
         # server or a review naming many missing sources holds at most these threads, each
         # of which gives up at the deadline. Beyond a short queue, a review is answered at
         # once instead of waiting for a thread.
-        self.read_deadline = settings.read_deadline
+        self.read_deadline = settings.admission.read_deadline
         self._reader = ThreadPoolExecutor(max_workers=read_workers, thread_name_prefix="read")
         self.read_slots = read_workers * 4
         self._reads_pending = 0

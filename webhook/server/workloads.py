@@ -63,10 +63,10 @@ class WorkloadAdmission:
         self.sources = sources
         self.snapshots = snapshots
         self.events = events
-        self.max_sources = settings.max_sources
-        self.allow_snapshots = settings.snapshots
-        self.default_mode = settings.mode
-        self.strict = settings.strict
+        self.max_sources = settings.admission.max_sources
+        self.allow_snapshots = settings.snapshots.enabled
+        self.default_mode = settings.admission.mode
+        self.strict = settings.admission.strict
         metrics = admission.metrics
         # (counted on the event loop: a tally; the others are counted on reader threads)
         self._read_from_cache = metrics.loop_counts.tally(metrics.source_reads.labels("cache"))

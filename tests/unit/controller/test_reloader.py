@@ -25,6 +25,7 @@ from webhook.core.current import WorkloadEntry, entry_from_object
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.preview import Effect, summary
 from webhook.core.reasons import SkipReason
+from webhook.process.config import Settings
 from webhook.process.metrics import Metrics
 
 AUTO = {"reloader.stakater.com/auto": "true"}
@@ -92,7 +93,7 @@ def test_snapshot_mode_is_never_left_to_reloader() -> None:
     store = _store()
     obj = _workload(store, AUTO)
     case = Case(store)
-    case.settings = case.settings.model_copy(update={"mode": "snapshot"})
+    case.settings = Settings(mode="snapshot")
     store.put(configmap("cfg", {"a": "2"}))
     assert case.decide(obj).skip is not SkipReason.RELOADER
 

@@ -140,13 +140,13 @@ def test_a_wrong_kind_is_refused_at_start_saying_why(text: str, says: str) -> No
 
 
 def test_settings_argo_first_and_switchable() -> None:
-    assert Settings().custom_kinds() == (ARGO_ROLLOUT,)
-    assert Settings(argo_rollouts=False).custom_kinds() == ()
-    both = Settings(workload_kinds=CLONESET).custom_kinds()
+    assert Settings().workloads.custom_kinds == (ARGO_ROLLOUT,)
+    assert Settings(argo_rollouts=False).workloads.custom_kinds == ()
+    both = Settings(workload_kinds=CLONESET).workloads.custom_kinds
     assert [k.kind for k in both] == ["Rollout", "CloneSet"]
     # an entry for Rollout itself (another version, say) replaces the built-in one
     mine = Settings(workload_kinds="argoproj.io/v1beta1/rollouts/Rollout=spec.template")
-    assert [str(k) for k in mine.custom_kinds()] == [
+    assert [str(k) for k in mine.workloads.custom_kinds] == [
         "argoproj.io/v1beta1/rollouts/Rollout=spec.template"
     ]
 

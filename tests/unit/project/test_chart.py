@@ -414,12 +414,12 @@ def test_args_are_what_configpin_serve_accepts(
     assert args.command == "serve"
     settings = Settings(**{k: v for k, v in vars(args).items() if k != "command" and v is not None})
     given = flags(objects)
-    assert settings.port == 8443
-    assert settings.mode == given["--mode"]
-    assert settings.digest_key_secret == given["--digest-key-secret"]
-    assert settings.self_signed_certs is ("--self-signed-certs" in given)
-    assert settings.leader_elect is True
-    assert settings.strict is False
+    assert settings.server.port == 8443
+    assert settings.admission.mode == given["--mode"]
+    assert settings.admission.digest_key_secret == given["--digest-key-secret"]
+    assert settings.certs.self_signed is ("--self-signed-certs" in given)
+    assert settings.controller.leader_elect is True
+    assert settings.admission.strict is False
     env = {e["name"]: e for e in container(objects)["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
@@ -694,8 +694,8 @@ def test_rollout_windows_and_budget_default_to_always_and_6_per_hour(
     assert given["--rollout-windows"] == "[]"
     assert given["--rollout-budget"] == "6/1h"
     settings = _serve_settings(default)
-    assert settings.windows() == ()
-    assert settings.budget() == Budget(6, HOUR)
+    assert settings.rollout.windows == ()
+    assert settings.rollout.budget == Budget(6, HOUR)
 
 
 def test_the_windows_example_in_values_yaml_is_what_configpin_reads(
@@ -710,7 +710,7 @@ def test_the_windows_example_in_values_yaml_is_what_configpin_reads(
     objects = render(values)
     assert json.loads(flags(objects)["--rollout-windows"] or "") == example
     settings = _serve_settings(objects)
-    allow, deny = settings.windows()
+    allow, deny = settings.rollout.windows
     assert (allow.kind, allow.schedule, allow.seconds, allow.time_zone) == (
         "allow",
         "0 9 * * 1-5",
@@ -718,7 +718,7 @@ def test_the_windows_example_in_values_yaml_is_what_configpin_reads(
         "Europe/Berlin",
     )
     assert (deny.kind, deny.schedule, deny.seconds) == ("deny", "0 15 * * 5", 66 * 3600)
-    assert settings.budget() == Budget(2, 30 * SECOND)
+    assert settings.rollout.budget == Budget(2, 30 * SECOND)
     report = lint(values)
     assert not [m for m in report["messages"] if m["severity"] >= 2]
 
@@ -740,7 +740,7 @@ def test_a_window_list_reaches_configpin_as_written_whatever_its_text(
     ]
     objects = render({"controller": {"rolloutWindows": windows}})
     assert json.loads(flags(objects)["--rollout-windows"] or "") == windows
-    [window] = _serve_settings(objects).windows()
+    [window] = _serve_settings(objects).rollout.windows
     assert (window.schedule, window.seconds, window.time_zone) == ("0 22 * * FRI", 5400, "UTC")
 
 
@@ -751,7 +751,7 @@ def test_no_rollout_budget_is_0_as_text_or_as_a_number(monkeypatch: pytest.Monke
     for off in (0, "0"):
         objects = render({"controller": {"rolloutBudget": off}})
         assert flags(objects)["--rollout-budget"] == "0"
-        assert _serve_settings(objects).budget().unlimited
+        assert _serve_settings(objects).rollout.budget.unlimited
 
 
 _WINDOW = {"kind": "allow", "schedule": "0 9 * * 1-5", "duration": "8h"}
@@ -1340,7 +1340,7 @@ def test_server_limits_reach_the_flags(default: list[Manifest]) -> None:
     assert custom["--tls-cipher-suites"] == ",".join(suites)
     assert custom["--max-connections"] == "300"
     settings = Settings(tls_cipher_suites=custom["--tls-cipher-suites"])
-    assert settings.cipher_suites() == tuple(suites)
+    assert settings.server.cipher_suites == tuple(suites)
 
 
 def test_the_policy_confines_every_write_configpin_is_granted() -> None:

@@ -251,7 +251,7 @@ def test_host_network_moves_everything_to_its_own_port(monkeypatch: pytest.Monke
     c = container(objects)
     assert c["ports"] == [{"name": "https", "containerPort": 10443, "protocol": "TCP"}]
     assert flags(objects)["--port"] == "10443"
-    assert _serve_settings(objects).port == 10443
+    assert _serve_settings(objects).server.port == 10443
     # the Service, the probes and the NetworkPolicy name the port, which is 10443 now
     [service_port] = one(objects, "Service")["spec"]["ports"]
     assert service_port["port"] == 443

@@ -96,14 +96,17 @@ def test_unknown_or_empty_suite_lists_are_refused() -> None:
 
 
 def test_the_setting_takes_comma_separated_names_and_checks_them() -> None:
-    assert Settings().cipher_suites() == DEFAULT_CIPHER_SUITES
+    assert Settings().server.cipher_suites == DEFAULT_CIPHER_SUITES
     s = Settings(tls_cipher_suites=" TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 ,TLS_AES_128_GCM_SHA256")
-    assert s.cipher_suites() == ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256")
+    assert s.server.cipher_suites == (
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        "TLS_AES_128_GCM_SHA256",
+    )
     with pytest.raises(ValidationError, match="TLS_RSA_WITH_NOTHING"):
         Settings(tls_cipher_suites="TLS_RSA_WITH_NOTHING")
 
 
 def test_the_idle_timeout_stays_above_the_api_servers_90_seconds() -> None:
-    assert Settings().keep_alive_timeout > 90
+    assert Settings().server.keep_alive_timeout > 90
     with pytest.raises(ValidationError):
         Settings(keep_alive_timeout=60)
