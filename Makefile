@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit unit-compiled integration browser node bench control-plane image test-images clean
+.PHONY: run test lint unit unit-compiled integration browser node bench control-plane image test-images dist clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ image:
 test-images:
 	$(PYTHON) -m harness.images pause
 	$(PYTHON) -m harness.images shell
+
+## What a release publishes, in dist/: the wheel, the sdist, the chart package, the image archive,
+## a CycloneDX SBOM, the krew plugin and SHA256SUMS, each proved by installing from it in a fresh
+## place (docs/development.md#releasing). Not part of make test: it builds the image.
+dist: $(STAMP) image
+	$(BIN)/python hack/dist.py --out dist $(ARGS)
 
 ## The node suite on one control plane, as root: make node K8S=1.36.2 (docs/real-nodes.md)
 node: $(STAMP)

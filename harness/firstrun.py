@@ -265,9 +265,11 @@ def patched(answer: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]
 REPO = Path(__file__).resolve().parents[1]
 
 
-def build_wheel(out: Path) -> Path:
-    """configpin's wheel (pure Python, as `pip install .` builds it), from a copy of what the
-    build reads, so that no build output lands in the checkout."""
+def build_wheel(out: Path, *, compile: str | None = None) -> Path:
+    """configpin's wheel (as `pip install .` builds it: its core compiled where mypyc and a C
+    compiler are found; `compile` sets CONFIGPIN_COMPILE, "0" for the pure-Python wheel a
+    release publishes), from a copy of what the build reads, so that no build output lands in
+    the checkout (out/src: the sdist is built from it too, hack/dist.py)."""
     src = out / "src"
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
@@ -278,7 +280,10 @@ def build_wheel(out: Path) -> Path:
             sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
             "--wheel-dir", str(out / "wheels"), str(src),
         ],
-        check=True, env={k: v for k, v in os.environ.items() if k != "CONFIGPIN_COMPILE"},
+        check=True, env={
+            **{k: v for k, v in os.environ.items() if k != "CONFIGPIN_COMPILE"},
+            **({"CONFIGPIN_COMPILE": compile} if compile is not None else {}),
+        },
     )  # fmt: skip
     (wheel,) = (out / "wheels").glob("configpin-*.whl")
     return wheel
