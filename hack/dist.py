@@ -81,7 +81,7 @@ def _contains(output: str, *wanted: str) -> str:
 
 def build(out: Path, work: Path, repository: str | None) -> dict[str, Path]:
     version = dist.project_version()
-    epoch = dist._epoch()
+    epoch = dist.source_epoch()
     built: dict[str, Path] = {}
     print(f"dist: building configpin {version} into {out.name}/", flush=True)
     (work / "wheel").mkdir(parents=True)

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tomllib
 import uuid
@@ -76,7 +75,7 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _epoch() -> int:
+def source_epoch() -> int:
     """The time stamped in what is built: SOURCE_DATE_EPOCH (reproducible builds), else the
     last commit's, else 0."""
     if "SOURCE_DATE_EPOCH" in os.environ:
@@ -465,7 +464,3 @@ def run(argv: list[str], *, env: Mapping[str, str] | None = None, cwd: Path | No
         said = done.stdout + done.stderr
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{said}")
     return done.stdout + done.stderr
-
-
-def python() -> str:
-    return sys.executable

@@ -285,6 +285,76 @@ def test_the_launcher_refuses_an_old_python_and_says_what_it_needs(
     assert not (tmp_path / ".local" / "share" / "configpin" / "krew" / VERSION).exists()
 
 
+# A python3 that does what the launcher asks of it, and writes down how it was asked: the version
+# check, `-m venv DIR`, then the venv's `python -m pip install ... -c CONSTRAINTS WHEEL`, which
+# leaves a kubectl-configpin that says how it was run.
+FAKE_PYTHON = r"""#!/bin/sh
+case "$1" in
+  -c) exit 0 ;;
+  -m) ;;
+  *) exit 2 ;;
+esac
+if [ "$2" = venv ]; then
+  mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0
+fi
+bin=$(dirname "$0")
+echo "$*" >> "$bin/../pip-calls"
+for arg; do [ -f "$arg" ] || case "$arg" in *.whl|*.txt) exit 3 ;; esac; done
+printf '#!/bin/sh\necho "plugin ran with: $*"\n' > "$bin/kubectl-configpin"
+chmod 755 "$bin/kubectl-configpin"
+"""
+
+
+def test_the_launcher_follows_krews_link_installs_once_and_starts_the_plugin(
+    krew: tuple[Path, Path], tmp_path: Path
+) -> None:
+    archive, wheel = krew
+    plugin, bin_ = tmp_path / "store" / "configpin" / VERSION, tmp_path / "bin"
+    plugin.mkdir(parents=True)
+    bin_.mkdir()
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(plugin, filter="data")
+    # krew's bin/ holds a relative link into the plugin's folder
+    target = Path("..") / "store" / "configpin" / VERSION / "kubectl-configpin"
+    (bin_ / "kubectl-configpin").symlink_to(target)
+    python = tmp_path / "python3"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "CONFIGPIN_PYTHON": str(python),
+    }
+
+    def launch() -> subprocess.CompletedProcess[str]:
+        argv = [str(bin_ / "kubectl-configpin"), "version", "--client"]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+
+    first, again = launch(), launch()
+    venv = tmp_path / "data" / "configpin" / "krew" / VERSION
+    assert (first.returncode, first.stdout) == (0, "plugin ran with: version --client\n")
+    assert f"installing configpin {VERSION} into {venv} (once)" in first.stderr
+    assert (again.returncode, again.stdout, again.stderr) == (
+        0,
+        "plugin ran with: version --client\n",
+        "",
+    )
+    (call,) = (venv / "pip-calls").read_text().splitlines()  # installed once
+    assert call.endswith(f"-c {plugin}/constraints.txt {plugin}/{wheel.name}")
+    assert (venv / ".installed").is_file()
+
+
+@pytest.mark.skipif(
+    not (dist.REPO / "Makefile").is_file(), reason="builds the wheel from the checkout"
+)
+def test_the_release_wheel_is_pure_python(tmp_path: Path) -> None:
+    from harness.firstrun import build_wheel
+
+    wheel = build_wheel(tmp_path, compile="0")
+    assert wheel.name == f"configpin-{VERSION}-py3-none-any.whl"
+
+
 # ---- SHA256SUMS -------------------------------------------------------------------------------
 
 
