@@ -8,7 +8,8 @@ replicas running as the chart runs them (waves `1,100%`: the canary, then `b` an
   rollout restart` of a paused wave-2 workload restarts it, as asked (its pods read the
   source as it is now), but starts no wave: the other member stays; resume: wave 2 rolls;
 - a user who may only read the source is refused by the API server, and nothing is recorded;
-- a pause of content A holds no change B stored after it;
+- a pause of content A holds no change B stored after it, nor A stored again after B
+  (admission takes the record away with the write that changes the content);
 - a record copied from another source (genuine there) is not believed.
 
 No kubelet: pods stay Pending unless the fake `Kubelet` reports them Ready.
@@ -221,34 +222,50 @@ def test_a_pause_of_content_a_holds_no_change_b_stored_after_it(
         wait_for(lambda: state(get(kube, ns, "canary")) == "complete", what="wave 1 of A done")
         wait_event(kube, ns, "b", PAUSED, "Normal")
         quiet(kube, ns, {n: before[n] for n in ("b", "c")}, 2 * RESYNC)
+        a = sources(get(kube, ns, "canary"))
         set_cm(kube, ns, "3")  # change B, after the pause of A: it rolls, every wave
-        assert ANN_ACTED in _notes(get(kube, ns, "cfg", "configmaps"))  # (A's record stays)
-        wait_for(
-            lambda: (
-                all(state(get(kube, ns, n)) == "complete" for n in ("b", "c"))
-                and sources(get(kube, ns, "c")) == sources(get(kube, ns, "canary"))
-            ),
-            timeout=90,
-            what="change B rolled in both waves",
-        )
-        wait_for(lambda: _said(kube, ns) == ("Ready", "Delivered"), what="B delivered")
+        # (admission took A's record away with the write that changed the content)
+        assert ANN_ACTED not in _notes(get(kube, ns, "cfg", "configmaps"))
+        b = _all_rolled(kube, ns, a, "change B")
+        set_cm(kube, ns, "2")  # A again: a newer change, which the pause of A does not hold
+        assert _all_rolled(kube, ns, b, "A again") == a
+
+
+def _all_rolled(kube: Kube, ns: str, before: dict[str, str], what: str) -> dict[str, str]:
+    """The canary re-stamped away from `before`, then every wave rolled what it runs, and the
+    ConfigRollout says Delivered: the sources rolled."""
+    wait_for(lambda: sources(get(kube, ns, "canary")) != before, what=f"{what}: the canary")
+    wanted = sources(get(kube, ns, "canary"))
+    wait_for(
+        lambda: all(
+            state(get(kube, ns, n)) == "complete" and sources(get(kube, ns, n)) == wanted
+            for n in APPS
+        ),
+        timeout=90,
+        what=f"{what} rolled in both waves",
+    )
+    wait_for(lambda: _said(kube, ns) == ("Ready", "Delivered"), what=f"{what} delivered")
+    return wanted
 
 
 def test_a_pause_record_copied_from_another_source_is_not_believed(
     kube: Kube, control_plane: ControlPlane, replicas: Replicas, ns: str, tmp_path: Path
 ) -> None:
     """`other` holds the very content `cfg` changes to, and is paused by an editor: its record,
-    genuine there, copied onto `cfg` with that change pauses nothing."""
+    genuine there, copied onto `cfg` once it holds that content pauses nothing."""
     editor = namespace_editor(control_plane, kube, ns, tmp_path)
     with Kubelet(kube, ns) as kubelet:
         _world(kube, ns, kubelet)
-        kubelet.allow(*APPS)
         kube.create(path("configmaps", ns), configmap("other", {"a": "2"}))
         _verb(editor, "pause", ns, "configmap/other")
         copied = _notes(get(kube, ns, "other", "configmaps"))[ANN_ACTED]
-        body = {"metadata": {"annotations": {ANN_ACTED: copied}}, "data": {"a": "2"}}
+        set_cm(kube, ns, "2")
+        wait_for(lambda: state(get(kube, ns, "canary")) == "rolling", what="wave 1")
+        # (in a write of its own: a write that changes the content takes a record away)
+        body = {"metadata": {"annotations": {ANN_ACTED: copied}}}
         kube.patch(path("configmaps", ns, "cfg"), body, content_type=MERGE_PATCH)
         assert _notes(get(kube, ns, "cfg", "configmaps"))[ANN_ACTED] == copied
+        kubelet.allow(*APPS)
         wait_for(
             lambda: all(state(get(kube, ns, n)) == "complete" for n in APPS),
             timeout=90,

@@ -29,6 +29,7 @@ import orjson
 from webhook.core.audit import ChangedBy
 from webhook.core.constants import (
     ANN_ACT,
+    ANN_ACTED,
     ANN_APPROVE,
     ANN_CHANGED_BY,
     ANN_IGNORE,
@@ -306,6 +307,7 @@ class SourceWrite:
     approve: str | None = None  # ... its configpin.io/approve ("request": `configpin approve`)
     prior: str | None = None  # (a change of content) what it held before, as a Change names it
     act: str | None = None  # its configpin.io/act ("pause", "resume": a person's verb)
+    acted: bool = False  # it carries a configpin.io/acted record (a verb said of its content)
 
     def __reduce__(self) -> tuple[type[SourceWrite], tuple[Any, ...]]:
         # Pickled (back from the large-review worker) by its fields, never by setting them one
@@ -326,6 +328,7 @@ class SourceWrite:
             self.approve,
             self.prior,
             self.act,
+            self.acted,
         )
 
 
@@ -363,6 +366,7 @@ def source_write(
     asked = _annotations(new).get(ANN_PLAN)
     approve = _annotations(new).get(ANN_APPROVE)
     act = _annotations(new).get(ANN_ACT)
+    acted = _annotations(new).get(ANN_ACTED)
     meta = (new or {}).get("metadata")
     return SourceWrite(
         kind,
@@ -379,6 +383,7 @@ def source_write(
         approve=approve if isinstance(approve, str) else None,
         prior=prior,
         act=act if isinstance(act, str) else None,
+        acted=acted is not None,
     )
 
 

@@ -64,6 +64,7 @@ def _annotation_op(write: SourceWrite, key: str, value: str | None) -> list[Patc
             ANN_PLAN: write.plan,
             ANN_APPROVE: write.approve,
             ANN_ACT: write.act,
+            ANN_ACTED: True if write.acted else None,
         }
         return [{"op": "remove", "path": path}] if has.get(key) is not None else []
     if not write.metadata:
@@ -101,6 +102,10 @@ class SourceWrites:
             ops += self._approve(review, write, namespace, sid)
         if write.act is not None and not write.deleting:
             ops += self._act(review, write, namespace, sid)
+        elif write.changed and write.acted and not write.deleting:
+            # A verb is said of the content it was said to: a write that changes the content
+            # takes it away, so that a pause of A holds neither B nor A stored again after B.
+            ops += _annotation_op(write, ANN_ACTED, None)
         warnings: Sequence[str] = ()
         asked = wants_plan(write.plan) and review.dry_run
         if write.plan is not None and not asked and not write.deleting:

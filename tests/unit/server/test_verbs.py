@@ -94,6 +94,41 @@ def test_an_older_verb_never_pauses_a_newer_change() -> None:
     assert _paused(moved) is None
 
 
+def _write(old: JSONObject, new: JSONObject) -> JSONObject:
+    """`new` as stored after admission of its write over `old`."""
+    out, _ = SourceWrites(HKEY, None, clock=lambda: NOW).review(
+        _review(old, new), source_write(HKEY, CFG.kind, "UPDATE", old, new)
+    )
+    return _written(new, out)
+
+
+def test_a_change_of_content_takes_the_verb_away_so_a_then_b_then_a_is_not_paused() -> None:
+    """A pause of A, then B stored, then A again: the last A is a newer change, which the old
+    pause must not hold. Admission takes the record away with the write that changes the
+    content (B), and keeps it through writes that change none (a label)."""
+    paused = _act(_cm({"a": "1"}), "pause", user="alice")
+    labelled = copy.deepcopy(paused)
+    labelled["metadata"]["labels"] = {"team": "web"}
+    kept = _write(paused, labelled)
+    assert ANN_ACTED in kept["metadata"]["annotations"] and _paused(kept) is not None
+    changed = copy.deepcopy(kept)
+    changed["data"] = {"a": "2"}  # (a client that sends the record back, as apply does)
+    b = _write(kept, changed)
+    assert ANN_ACTED not in b["metadata"]["annotations"]
+    back = copy.deepcopy(b)
+    back["data"] = {"a": "1"}
+    again = _write(b, back)
+    assert _paused(again) is None and ANN_ACTED not in again["metadata"]["annotations"]
+    # a change and a verb in one write: the verb, of the new content
+    both = copy.deepcopy(kept)
+    both["data"] = {"a": "3"}
+    both["metadata"]["annotations"][ANN_ACT] = "pause"
+    stored = _write(kept, both)
+    said = Acted.decode(HKEY, NS, CFG, stored["metadata"]["annotations"][ANN_ACTED])
+    assert said == Acted(Verb.PAUSE, "alice", NOW, _content(stored))
+    assert _paused(stored) is not None
+
+
 def test_a_pause_record_a_tenant_writes_or_copies_is_not_believed() -> None:
     """By hand, signed with another key, made for the same-named source of another namespace
     or for another source of this one, or another record's signature (an approval's): for
