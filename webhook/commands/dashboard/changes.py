@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from webhook.commands.dashboard import moments
 from webhook.commands.dashboard import rollouts as cr
 from webhook.commands.dashboard.feeds import Note, Snapshot, Source, epoch
 from webhook.commands.dashboard.workload import (
@@ -390,7 +391,8 @@ def _action_words(action: Any) -> str:
         return str(action or "?")
 
 
-def _summary(f: Facts) -> dict[str, Any]:
+def _summary(f: Facts, others: Sequence[JSONObject] = ()) -> dict[str, Any]:
+    """`others`: ConfigRollouts of its source that may say (in their history) how it ended."""
     counts: dict[str, int] = {}
     for row in f.rows.values():
         counts[row.state] = counts.get(row.state, 0) + 1
@@ -410,6 +412,13 @@ def _summary(f: Facts) -> dict[str, Any]:
         "counts": counts,
         "waiting_approval": sum(1 for r in f.rows.values() if r.waits_for == _APPROVAL),
         "verdict": cr.verdict_of(f.rollouts),
+        "moment": moments.moment(
+            f.rollouts,
+            (r.as_dict() for r in f.rows.values() if r.state == "failed"),
+            f"{kind}/{name}",
+            sorted(f.namespaces | ({f.change.namespace} - {""})),
+        ),
+        "ended": None if f.current else moments.ended(cr.outcome(others, f.change.content)),
     }
 
 
@@ -424,8 +433,15 @@ def changes(snapshot: Snapshot, query: str = "") -> dict[str, Any]:
         q = query.lower()
         facts = [f for f in facts if q in f.ident.lower() or q in f.by.lower()]
     facts.sort(key=lambda f: (-(f.at or 0), f.ident))
+    by_name: dict[str, list[JSONObject]] = {}
+    for obj in snapshot.rollouts:
+        by_name.setdefault(str((obj.get("metadata") or {}).get("name")), []).append(obj)
+
+    def others(f: Facts) -> list[JSONObject]:
+        return by_name.get(rollout_name(f.change.source.kind, f.change.source.name), [])
+
     return {
-        "changes": [_summary(f) for f in facts[:RECENT]],
+        "changes": [_summary(f, others(f)) for f in facts[:RECENT]],
         "total": len(facts),
         "said": UNSIGNED,
     }
@@ -488,8 +504,10 @@ def change(
     going = any(r.state in ("rolling", "waiting", "pending", "checking") for r in ordered)
     begin = min([*starts, *([f.at] if f.at else [])], default=snapshot.now)
     finish = snapshot.now if going or not ends else max(ends)
+    name = rollout_name(f.change.source.kind, f.change.source.name)
+    named = [o for o in snapshot.rollouts if (o.get("metadata") or {}).get("name") == name]
     return {
-        **_summary(f),
+        **_summary(f, named),
         "waves": waves,
         "wave_sizes": sizes,
         "rollout": {

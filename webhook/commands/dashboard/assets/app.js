@@ -35,8 +35,26 @@
     for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
     return el;
   }
-  function badge(state) {
-    return h("span", { class: "badge " + state, "data-state": state }, state);
+  function badge(state, text) {
+    return h("span", { class: "badge " + state, "data-state": state }, text || state);
+  }
+  // plain words: no backticks, and an Event's reason name (ConfigRolloutComplete) as words
+  // and a change's record id (ns/configmap/cfg@18e7b75eea7b311f41bd) as the change of its source
+  function plain(text) {
+    return String(text || "")
+      .replace(/`/g, "")
+      .replace(/(?:[a-z0-9][-a-z0-9.]*\/)?(configmap|secret)\/([-a-z0-9.]+)@[0-9a-f]{6,}/g,
+        (_, kind, name) => "the change of " + (kind === "secret" ? "Secret " : "ConfigMap ") + name);
+  }
+  function reasonWords(name) {
+    const words = String(name).replace(/^Config/, "").replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();
+    return words.charAt(0).toUpperCase() + words.slice(1);
+  }
+  function duration(sec) {
+    sec = Math.max(0, Math.round(sec));
+    if (sec < 60) return sec + " s";
+    if (sec < 3600) return Math.floor(sec / 60) + " min " + (sec % 60) + " s";
+    return Math.floor(sec / 3600) + " h " + Math.floor((sec % 3600) / 60) + " min";
   }
   function ago(t) {
     if (!t) return "-";
@@ -51,6 +69,15 @@
   }
   function clock(t) {
     return new Date(t * 1000).toTimeString().slice(0, 8);
+  }
+  // the wall-clock time with its zone, as the browser's clock reads it (14:03:05 UTC)
+  function zoned(t) {
+    return new Date(t * 1000).toLocaleTimeString("en-GB", { timeZoneName: "short" });
+  }
+  function zone() {
+    const parts = new Intl.DateTimeFormat("en-GB", { timeZoneName: "short" }).formatToParts(new Date());
+    const found = parts.find((p) => p.type === "timeZoneName");
+    return found ? found.value : "";
   }
   function source(kind, ns, name) {
     return (kind === "secret" ? "Secret " : "ConfigMap ") + (ns ? ns + "/" : "") + name;
@@ -146,6 +173,7 @@
       type: "search",
       id: "q",
       placeholder,
+      "aria-label": placeholder,
       value: r.query.get("q") || "",
       onchange: (ev) => {
         const q = new URLSearchParams(r.query);
@@ -201,7 +229,11 @@
         h("td", { class: "mono" }, keysText(c)),
         h("td", {}, c.by),
         h("td", {}, progress(c.counts)),
-        h("td", {}, c.waiting_approval ? badge("awaiting-approval") : c.current ? "" : h("span", { class: "quiet" }, "superseded"))
+        h("td", { "data-testid": "change-state" },
+          c.moment ? badge(c.moment.state, c.moment.title)
+          : c.waiting_approval ? badge("awaiting-approval", "awaiting approval")
+          : c.current ? (c.verdict ? h("span", { class: "quiet" }, c.verdict.reason === "Delivered" ? "delivered" : "in progress") : h("span", { class: "quiet" }, "no verdict published"))
+          : h("span", { class: "quiet" }, c.ended ? ["superseded; it ended ", badge(c.ended.state, c.ended.title)] : "superseded (how it ended is not recorded)"))
       )
     );
     return h(
@@ -211,7 +243,7 @@
       h("div", { class: "toolbar" }, searchBox(r, "filter: source, user")),
       doc.changes.length
         ? h("table", { "data-testid": "changes" },
-            h("thead", {}, h("tr", {}, ["When", "Source", "Keys changed", "By", "Rollouts", ""].map((t) => h("th", {}, t)))),
+            h("thead", {}, h("tr", {}, ["When", "Source", "Keys changed", "By", "Rollouts", "State"].map((t) => h("th", {}, t)))),
             h("tbody", {}, rows))
         : h("p", { class: "quiet" }, "No change of a consumed ConfigMap or Secret is recorded here yet.")
     );
@@ -231,7 +263,7 @@
       const rect = s("rect", { class: "seg " + cls, x: x0, y: 3, width: w, height: 12 });
       const title = s("title", {});
       title.textContent =
-        row.state + ": " + clock(row.start) + (row.end !== null ? " to " + clock(row.end) : " until now");
+        row.state + ": " + zoned(row.start) + (row.end !== null ? " to " + zoned(row.end) + " (" + duration(row.end - row.start) + ")" : " until now");
       rect.append(title);
       svg.append(rect);
     }
@@ -242,7 +274,7 @@
     // the times in HTML (an SVG stretched to the column would stretch its text too)
     const labels = [];
     for (let i = 0; i <= 4; i++) labels.push(h("span", {}, clock(begin + ((finish - begin) * i) / 4)));
-    return h("div", { class: "ticks" }, labels);
+    return h("div", {}, h("div", { class: "ticks" }, labels), h("div", { class: "quiet" }, "times in " + zone()));
   }
   function legend() {
     const item = (cls, text) => {
@@ -279,12 +311,24 @@
       { class: "approval" + (a.namespaces.length ? "" : " done") },
       a.namespaces.length
         ? h("p", {}, "Waves " + (a.after_wave !== null ? "after wave " + a.after_wave + " " : "") +
-            "wait for an approval of this content. Approving is an update of the source: it needs your right to update it, as `kubectl configpin approve` does.")
+            "wait for an approval of this content. Approving is an update of the source: it needs your right to update it, as kubectl configpin approve does.")
         : null,
       done,
       h("div", { class: "toolbar" }, buttons),
       msg ? h("p", { class: "message " + (msg.ok ? "ok" : "refused"), "data-testid": "approve-message" }, msg.text) : null
     );
+  }
+  // a change that stopped (failed, rolled back, held, paused): as such, the signal, what to do
+  function momentBox(c) {
+    const m = c.moment;
+    if (!m) return null;
+    return h("div", { class: "moment " + m.state, "data-testid": "moment", "data-moment": m.state, role: "status" },
+      h("h2", {}, badge(m.state, m.title), " This change " + m.words),
+      m.message ? h("p", { "data-testid": "moment-message" }, plain(m.message)) : null,
+      m.paused_by ? h("p", { "data-testid": "paused-by" }, "Paused by " + m.paused_by + (m.paused_at ? " at " + m.paused_at : "") + ".") : null,
+      m.signal.length ? [h("p", {}, "What failed:"), h("ul", { "data-testid": "signal" }, m.signal.map((x) => h("li", {}, plain(x))))] : null,
+      h("p", {}, "What you can do:"),
+      h("ul", { "data-testid": "do" }, m.do.map((x) => h("li", {}, h("code", {}, x)))));
   }
   async function changeView(r) {
     const id = r.args[0] || "";
@@ -312,7 +356,13 @@
         body.append(h("tr", { class: "wave", "data-wave": wave }, h("th", { colspan: 4 }, title)));
       }
       const waits = row.state === "waiting" ? row.waits : "";
-      const until = row.state === "waiting" && row.until !== null ? "until " + clock(row.until) : "";
+      const until = row.state === "waiting" && row.until !== null ? "until " + zoned(row.until) : "";
+      const took = row.start !== null
+        ? (row.end !== null ? duration(row.end - row.start) : (row.state === "rolling" || row.state === "waiting" ? duration(c.now - row.start) + " so far" : ""))
+        : "";
+      const span = row.start !== null
+        ? zoned(row.start) + (row.end !== null ? " to " + zoned(row.end) : "")
+        : "";
       body.append(
         h("tr", {
             "data-workload": row.namespace + "/" + row.kind + "/" + row.name,
@@ -320,10 +370,12 @@
             "data-row-state": row.state,
           },
           h("td", {}, row.kind + " ", h("strong", {}, row.name), c.shared ? h("span", { class: "quiet" }, " " + row.namespace) : null),
-          h("td", {}, badge(row.state)),
+          h("td", {}, row.state === "waiting" && row.waits_for === "Paused" ? badge("paused", "paused") : badge(row.state), took ? h("div", { class: "waits", "data-testid": "took" }, took) : null,
+            span ? h("div", { class: "waits" }, span) : null),
           h("td", {},
             waits ? h("div", { "data-testid": "waits" }, waits + (until ? " (" + until + ")" : "")) : null,
-            row.detail ? h("div", { class: "waits" }, row.detail) : null),
+            row.detail ? h("div", { class: "waits" }, plain(row.detail)) : null,
+            !waits && !row.detail ? h("span", { class: "quiet" }, "nothing: configpin says nothing more of it") : null),
           h("td", { class: "bar" }, bar(row, c.begin, c.finish, c.now)))
       );
     }
@@ -339,11 +391,12 @@
         h("span", { class: "chip mono", title: "a digest under configpin's key: the content, never a value" }, "content " + c.content),
         c.waves ? h("span", { class: "chip" }, c.waves + " wave" + (c.waves === 1 ? "" : "s") +
           (c.wave_sizes.length ? " (" + c.wave_sizes.join(", ") + ")" : "")) : null,
-        c.verdict ? h("span", { class: "chip", "data-testid": "verdict", title: c.verdict.message }, c.verdict.condition + ": " + c.verdict.reason) : null,
+        c.verdict ? h("span", { class: "chip", "data-testid": "verdict", title: plain(c.verdict.message) }, c.verdict.condition + ": " + reasonWords(c.verdict.reason).toLowerCase()) : null,
         c.current ? null : h("span", { class: "chip" }, "superseded by a newer change")),
       counts,
-      c.rollout.said ? h("p", { class: "message refused", "data-testid": "rollout-said" }, c.rollout.said) : null,
-      c.rollout.not_shown ? h("p", { class: "quiet" }, "Its ConfigRollout counts " + c.rollout.not_shown + " more members not done yet than it lists by name: those are shown as `configpin status` finds them, with no wave said.") : null,
+      momentBox(c),
+      c.rollout.said ? h("p", { class: "message refused", "data-testid": "rollout-said" }, plain(c.rollout.said)) : null,
+      c.rollout.not_shown ? h("p", { class: "quiet" }, "Its ConfigRollout counts " + c.rollout.not_shown + " more members not done yet than it lists by name: those are shown as configpin status finds them, with no wave said.") : null,
       approvalBox(c),
       c.rows.length ? legend() : null,
       c.rows.length ? table : h("p", { class: "quiet" }, "No workload rolls for this change."),
@@ -360,9 +413,9 @@
         h("td", {}, x.namespace),
         h("td", {}, h("a", { href: "#/source/" + [x.kind, x.namespace, x.name].map(encodeURIComponent).join("/") }, x.name),
           x.missing ? h("span", {}, " ", badge("missing")) : null),
-        h("td", {}, x.keys === null ? "-" : String(x.keys)),
+        h("td", {}, x.keys === null ? h("span", { class: "quiet" }, "not read") : String(x.keys)),
         h("td", {}, String(x.consumers)),
-        h("td", {}, x.changed_by ? x.changed_by + " " + ago(x.changed_at) : "-"))
+        h("td", {}, x.changed_by ? x.changed_by + " " + ago(x.changed_at) : h("span", { class: "quiet" }, "no change recorded")))
     );
     return h(
       "section", {},
@@ -431,17 +484,17 @@
         oneNamespace ? null : h("td", {}, w.namespace),
         h("td", {}, w.kind + " ", h("strong", {}, w.name)),
         h("td", {}, badge(w.state)),
-        h("td", { class: "waits" }, w.reason),
+        h("td", { class: "waits" }, w.reason ? plain(w.reason) : h("span", { class: "quiet" }, "nothing to say: configpin reports no reason")),
         h("td", { class: "mono" }, w.sources.map((x) => h("div", {}, x.source + " ", h("span", { class: "quiet" }, x.state)))),
         h("td", { class: "mono" }, w.copies.map((x) => h("div", {}, x))),
         h("td", {},
-          w.rollout ? h("div", {}, badge(w.rollout.state), " " + ago(w.rollout.since) + (w.rollout.by ? " · " + w.rollout.by.split(" at ")[0] : "")) : "-",
-          w.last.map((e) => h("div", { class: "waits", title: e.note }, e.reason + " " + ago(e.at)))))
+          w.rollout ? h("div", {}, badge(w.rollout.state), " " + ago(w.rollout.since) + (w.rollout.by ? " · " + w.rollout.by.split(" at ")[0] : "")) : h("span", { class: "quiet" }, "no rollout recorded"),
+          w.last.map((e) => h("div", { class: "waits", title: plain(e.note) }, reasonWords(e.reason) + " " + ago(e.at)))))
     );
     const checking = doc.workloads.filter((w) => w.checking).length;
     return h(
       "section", {},
-      h("h1", {}, "Workloads, as `configpin status` reports them"),
+      h("h1", {}, "Workloads, as configpin status reports them"),
       h("div", { class: "toolbar" }, searchBox(r, "filter: namespace, kind, name"),
         checking ? h("span", { class: "quiet" }, "asking the API server about " + checking + " (dry runs)…") : null),
       h("table", { "data-testid": "workloads" },
@@ -483,6 +536,7 @@
     const area = h("textarea", {
       id: "manifest",
       spellcheck: "false",
+      "aria-label": "manifest to preview (YAML or JSON)",
       placeholder: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\ndata:\n  log-level: debug",
       oninput: (ev) => { previewText = ev.target.value; },
     });
@@ -490,13 +544,14 @@
     const file = h("input", {
       type: "file",
       accept: ".yaml,.yml,.json",
+      "aria-label": "open a manifest file",
       onchange: (ev) => {
         const f = ev.target.files[0];
         if (!f) return;
         f.text().then((t) => { previewText = t; draw(); });
       },
     });
-    const ns = h("input", { type: "text", id: "preview-ns", class: "wide", placeholder: "namespace (if the manifest names none)",
+    const ns = h("input", { type: "text", id: "preview-ns", class: "wide", placeholder: "namespace (if the manifest names none)", "aria-label": "namespace (if the manifest names none)",
       value: previewNs, oninput: (ev) => { previewNs = ev.target.value; } });
     let result = null;
     if (previewAnswer) {
@@ -507,7 +562,7 @@
     return h(
       "section", {},
       h("h1", {}, "Preview a change"),
-      h("p", { class: "quiet" }, "Paste or open a ConfigMap or Secret manifest: configpin's admission answers a server-side dry run with what `kubectl configpin plan` lists. Nothing is changed, and the manifest is sent only to your API server."),
+      h("p", { class: "quiet" }, "Paste or open a ConfigMap or Secret manifest: configpin's admission answers a server-side dry run with what kubectl configpin plan lists. Nothing is changed, and the manifest is sent only to your API server."),
       area,
       h("div", { class: "toolbar" }, file, ns, h("button", { "data-testid": "preview", onclick: runPreview }, "Preview")),
       result
