@@ -217,21 +217,31 @@ def approval(
     return record
 
 
-def approve(args: argparse.Namespace) -> int:
-    """Ask admission to record, as you, the approval of the content the source holds now
-    (--now: and that it rolls now, whatever its windows and rollout budget say): an update of
-    the source (your right to update it is what is checked)."""
+def source_target(args: argparse.Namespace, said: str) -> tuple[Any, SourceKind, str, str] | int:
+    """The source a verb names (`configmap/NAME`, `secret/NAME`) and the cluster to ask, from
+    the command's arguments: (api client, kind, namespace, name), or the exit code (2) after
+    saying, as `said`, what is wrong."""
     kind_text, _, name = str(args.source).partition("/")
     kind = typed_source_kind(kind_text)
     if kind is None or not name:
-        print("configpin approve: configmap/NAME or secret/NAME", file=sys.stderr)
+        print(f"{said}: configmap/NAME or secret/NAME", file=sys.stderr)
         return 2
     try:
         api, default_ns = connect_from_args(args)
     except Exception as e:
-        print(f"configpin approve: no cluster: {e}", file=sys.stderr)
+        print(f"{said}: no cluster: {e}", file=sys.stderr)
         return 2
-    namespace = args.namespace or default_ns
+    return api, kind, args.namespace or default_ns, name
+
+
+def approve(args: argparse.Namespace) -> int:
+    """Ask admission to record, as you, the approval of the content the source holds now
+    (--now: and that it rolls now, whatever its windows and rollout budget say): an update of
+    the source (your right to update it is what is checked)."""
+    target = source_target(args, "configpin approve")
+    if isinstance(target, int):
+        return target
+    api, kind, namespace, name = target
     sid = SourceId(kind, name)
     with api:
         try:

@@ -15,13 +15,12 @@ import json
 import sys
 from typing import Any
 
-from webhook.commands.changes import ask_admission
+from webhook.commands.changes import ask_admission, source_target
 from webhook.core.constants import ANN_ACT, ANN_ACTED
-from webhook.core.model import SourceId, SourceKind, typed_source_kind
+from webhook.core.model import SourceId, SourceKind
 from webhook.core.verbs import Verb
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import MERGE_PATCH, Kube, path
-from webhook.kube.user import connect_from_args
 from webhook.kube.userflags import add_user_arguments
 
 # What each verb does, said once the record is there.
@@ -65,17 +64,10 @@ def act(
 def run(args: argparse.Namespace) -> int:
     verb = Verb(args.command)
     said = f"configpin {verb.value}"
-    kind_text, _, name = str(args.source).partition("/")
-    kind = typed_source_kind(kind_text)
-    if kind is None or not name:
-        print(f"{said}: configmap/NAME or secret/NAME", file=sys.stderr)
-        return 2
-    try:
-        api, default_ns = connect_from_args(args)
-    except Exception as e:
-        print(f"{said}: no cluster: {e}", file=sys.stderr)
-        return 2
-    namespace = args.namespace or default_ns
+    target = source_target(args, said)
+    if isinstance(target, int):
+        return target
+    api, kind, namespace, name = target
     sid = SourceId(kind, name)
     with api:
         try:
