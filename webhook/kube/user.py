@@ -77,3 +77,17 @@ def connect_from_args(args: argparse.Namespace) -> tuple[Connection, str]:
     """`connect_as_user` as a command's flags ask (`webhook.kube.userflags`)."""
     flags = UserFlags.of(args)
     return connect_as_user(flags.kubeconfig, flags.context, flags)
+
+
+def kubeconfig_names(args: argparse.Namespace) -> tuple[str, str]:
+    """The user and context names the kubeconfig (and `--context`) give the connection
+    `connect_from_args` makes (`--as`: that user), as the kubeconfig names them: nothing the
+    API server said. ("", ""): in-cluster, or not read."""
+    flags = UserFlags.of(args)
+    try:
+        loader = _loader(kubeconfig_paths(flags.kubeconfig), flags.context)
+        active: Any = loader.current_context or {}
+    except (config.ConfigException, OSError):
+        return flags.as_user or "", ""
+    user = str((active.get("context") or {}).get("user") or "")
+    return flags.as_user or user, str(active.get("name") or "")

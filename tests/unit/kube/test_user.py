@@ -5,12 +5,13 @@ cluster in another (as `kubectl config` tooling and cloud CLIs write them) did n
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 import yaml
 
-from webhook.kube.user import connect_as_user
+from webhook.kube.user import connect_as_user, kubeconfig_names
 
 
 def _file(path: Path, **body: object) -> str:
@@ -72,3 +73,12 @@ def test_a_context_asked_for_is_looked_up_in_the_merged_list(listed: Path) -> No
 def test_kubeconfig_names_one_file_as_kubectls_does(listed: Path) -> None:
     api, _ = connect_as_user(listed / "shared", None)
     assert api.host == "https://[::1]:1"  # its own current-context: theirs
+
+
+def test_the_user_and_context_the_kubeconfig_names_are_the_connections(listed: Path) -> None:
+    """(The dashboard says them where the API server has no SelfSubjectReview.)"""
+    assert kubeconfig_names(argparse.Namespace()) == ("me", "mine")
+    assert kubeconfig_names(argparse.Namespace(context="theirs")) == ("me", "theirs")
+    assert kubeconfig_names(argparse.Namespace(as_user="bob")) == ("bob", "mine")
+    missing = argparse.Namespace(kubeconfig=listed / "nothing-here")
+    assert kubeconfig_names(missing) == ("", "")
