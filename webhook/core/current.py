@@ -45,7 +45,7 @@ from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
 from webhook.core.modes import effective_mode, on_change_policy
 from webhook.core.owners import left_to_owner
 from webhook.core.plan import MAX_SOURCES
-from webhook.core.progress import Standing, standing
+from webhook.core.progress import Replicas, Standing, replicas, standing
 from webhook.core.reasons import SkipReason
 from webhook.core.record import (
     Action,
@@ -94,6 +94,7 @@ class RolloutBrief:
     # carried by this rollout, not rolled again (webhook.controller.wavecut.WaveCut.rollout_for)
     to: tuple[tuple[str, str], ...] = ()
     action: Action | None = None  # (failed) what came of it: undone, held, left, a person's
+    signal: str = ""  # (failed) its signal, as the record says it (its pods: progress.signal_pods)
 
     def rolled_to(self, source: str) -> str | None:
         """The digest it rolled `source` (`configmap/<name>`) to, if it changed it."""
@@ -127,21 +128,25 @@ _STANDING_ONLY: Final = {s: Delivery(None, None, 0, s) for s in Standing}
 
 _BRIEFS_MAX: Final = 4096  # (plain dicts, as digest._memo says why)
 _Rolled = tuple[tuple[str, str], ...]  # (source, digest) rolled to
-_briefs: dict[tuple[State, tuple[Change, ...], bool, _Rolled, Action | None], RolloutBrief] = {}
+_BriefKey = tuple[State, tuple[Change, ...], bool, _Rolled, Action | None, str]
+_briefs: dict[_BriefKey, RolloutBrief] = {}
 
 
 def _brief(record: RolloutRecord | None) -> RolloutBrief | None:
-    """One RolloutBrief per (state, changes, healthy, content rolled to, action), bounded
-    like `_how`."""
+    """One RolloutBrief per (state, changes, healthy, content rolled to, action, a failure's
+    signal), bounded like `_how`."""
     if record is None:
         return None
     to = tuple((k, record.to[k]) for k in record.changed_sources())
-    key = (record.state, record.changes, record.healthy, to, record.action)
+    signal = record.signal if record.state is State.FAILED else ""
+    key = (record.state, record.changes, record.healthy, to, record.action, signal)
     found = _briefs.get(key)
     if found is None:
         if len(_briefs) >= _BRIEFS_MAX:
             _briefs.clear()
-        brief = RolloutBrief(record.state, record.changes, record.healthy, to, record.action)
+        brief = RolloutBrief(
+            record.state, record.changes, record.healthy, to, record.action, signal
+        )
         found = _briefs.setdefault(key, brief)
     return found
 
@@ -205,6 +210,7 @@ class WorkloadEntry:
         "ref",
         "refreshed",
         "reloader",
+        "replicas",
         "restamp_rv",
         "rolled_at",
         "stamped",
@@ -244,6 +250,9 @@ class WorkloadEntry:
         # What it asks of Stakater Reloader (webhook.core.reloader; checksum mode only): the
         # changes Reloader rolls it for are left to Reloader. None for nearly every workload.
         reloader: ReloaderAsks | None = None,
+        # Its updated, ready and desired pods (progress.replicas, shared), which its
+        # ConfigRollout shows while it is a member not done. Not part of what the entry says.
+        replicas: Replicas | None = None,
     ) -> None:
         uses: list[object] = []
         packed: list[bytes] = []
@@ -268,6 +277,7 @@ class WorkloadEntry:
         self.generation = generation
         self.held = held
         self.reloader = reloader
+        self.replicas = replicas
 
     def _fields(self) -> tuple[object, ...]:
         return (
@@ -471,6 +481,7 @@ def entry_from_object(
         generation,
         ANN_HELD in own,
         reloader_asks(kind, obj, pod_spec) if mode == MODE_CHECKSUM else None,
+        replicas(known, obj),
     )
 
 

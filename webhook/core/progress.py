@@ -17,6 +17,7 @@ Pure: every decision is made from objects as read (a workload, its pods) and the
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -101,6 +102,46 @@ def progress_deadline(obj: Mapping[str, Any]) -> float:
 class Progress:
     state: State
     signal: str = ""  # (failed) the signal, in a person's words
+
+
+Replicas = tuple[int, int, int]  # (updated, ready, desired) pods, as the workload's status says
+_REPLICAS_MAX: Final = 4096  # distinct triples shared (bounded, as webhook.core.current's pairs)
+# (Any, not the tuple they are: the compiled core would box each one anew: webhook.core.current)
+_replicas: dict[Any, Any] = {}
+_RESTARTED: Final = re.compile(r"^updated pod (\S+): container ")
+
+
+def replicas(kind: WorkloadKind, obj: Mapping[str, Any]) -> Any:
+    """Its updated, ready and desired pods by its own status (a Deployment's or StatefulSet's
+    updatedReplicas, readyReplicas and spec.replicas; a DaemonSet's updatedNumberScheduled,
+    numberReady and desiredNumberScheduled; a custom kind's where its status has them as a
+    Deployment's does); None: it says none. One tuple per distinct triple, shared: the index
+    keeps one for each of tens of thousands of workloads."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        return None
+    found: Any
+    if kind.rollout is RolloutStyle.DAEMONSET:
+        keys = ("updatedNumberScheduled", "numberReady", "desiredNumberScheduled")
+        found = tuple(_int(status.get(k)) for k in keys)
+    elif kind.rollout is not None or "updatedReplicas" in status or "readyReplicas" in status:
+        want = spec.get("replicas", 1)
+        found = (_int(status.get("updatedReplicas")), _int(status.get("readyReplicas")), _int(want))
+    else:
+        return None
+    shared = _replicas.get(found)
+    if shared is None:
+        if len(_replicas) >= _REPLICAS_MAX:
+            _replicas.clear()
+        shared = _replicas.setdefault(found, found)
+    return shared
+
+
+def signal_pods(signal: str) -> tuple[str, ...]:
+    """The pods a failure signal names (`assess`'s restarts name the updated pod; a deadline
+    names none)."""
+    found = _RESTARTED.match(signal)
+    return (found.group(1),) if found else ()
 
 
 def _status_caught_up(obj: Mapping[str, Any]) -> bool:

@@ -30,13 +30,15 @@ from webhook.core.constants import (
     ANN_SOURCES,
     ANN_WAVE,
 )
-from webhook.core.kinds import builtin
+from webhook.core.kinds import WorkloadKind, builtin
 from webhook.core.model import JSONObject, SourceId, SourceKind
 from webhook.core.progress import (
     Standing,
     assess,
     on_failure_policy,
     progress_deadline,
+    replicas,
+    signal_pods,
     standing,
     undo_ops,
 )
@@ -240,6 +242,30 @@ def test_an_updated_pod_that_keeps_restarting_fails_the_rollout(init: bool) -> N
     new = _pod(dict(record.to), 3, init)
     progress = assess(DEPLOYMENT, going, [old, new], record, NOW)
     assert progress.state == FAILED and "restarted 3 times" in progress.signal
+
+    assert signal_pods(progress.signal) == ("web-x",)  # (what the ConfigRollout lists)
+
+
+def test_a_failure_signal_names_the_pods_it_names_and_no_others() -> None:
+    assert signal_pods("its progress deadline (60 s) passed: timed out") == ()
+    assert signal_pods("rolled back by a person") == ()
+
+
+def test_replicas_are_the_updated_ready_and_desired_pods_by_each_kinds_own_status() -> None:
+    going = _deployment(updatedReplicas=1, replicas=3, readyReplicas=2)
+    assert replicas(DEPLOYMENT, going) == (1, 2, 2)
+    assert replicas(DEPLOYMENT, _deployment()) == (0, 0, 2)  # (no pod counted yet)
+    sts = {"spec": {"replicas": 3}, "status": {"updatedReplicas": 1, "readyReplicas": 3}}
+    assert replicas(STATEFULSET, sts) == (1, 3, 3)
+    ds = {"status": {"updatedNumberScheduled": 4, "numberReady": 5, "desiredNumberScheduled": 6}}
+    assert replicas(DAEMONSET, ds) == (4, 5, 6)
+    # a custom kind's status is read as a Deployment's, where it counts so (a CloneSet does)
+    custom = WorkloadKind.parse("apps.kruise.io/v1alpha1/clonesets/CloneSet=spec.template")
+    clone = {"spec": {"replicas": 5}, "status": {"updatedReplicas": 2, "readyReplicas": 4}}
+    assert replicas(custom, clone) == (2, 4, 5)
+    assert replicas(custom, {"status": {"active": 1}}) is None
+    # one tuple per distinct triple, shared by every workload that has it
+    assert replicas(DEPLOYMENT, copy.deepcopy(going)) is replicas(DEPLOYMENT, going)
 
 
 def test_restarts_count_from_the_rollouts_start() -> None:
