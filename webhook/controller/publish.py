@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Final
 
 from webhook.controller.index import WorkloadIndex
@@ -33,6 +34,7 @@ from webhook.core.audit import ChangedBy
 from webhook.core.constants import ANN_CHANGED_BY
 from webhook.core.current import WorkloadEntry, WorkloadRef, stale_sources
 from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.progress import signal_pods
 from webhook.core.reasons import SkipReason
 from webhook.core.record import Change, State, annotations_of
 from webhook.core.rollouts import (
@@ -68,6 +70,7 @@ WINDOW: Final = 0.5  # seconds a source's writes are coalesced over (after a lea
 _SHARE: Final = 20.0
 _SPACED_MAX: Final = 5.0
 _CHECK_AGAIN: Final = 60.0  # seconds between looks for the CRD while it is not installed
+_SIGNAL_MAX: Final = 256  # characters of a failed member's signal shown
 Key = tuple[str, SourceId]  # (namespace, source)
 _CARRIED: Final = object()  # (a version taken from the ConfigRollout: who changed it, as it said)
 _STATES: Final = {
@@ -247,16 +250,25 @@ class Publisher:
     def moved(self, entry: WorkloadEntry, before: WorkloadEntry | None) -> None:
         """A workload as its watch saw it, over `before`: a new consumer, or one whose
         references changed, moves every source it consumes (their counts); one whose rollout
-        moved, the sources of its rollout's changes. Nothing else of it moves a
-        ConfigRollout (its pods moving within a rollout change nothing until it ends)."""
+        moved, the sources of its rollout's changes; one whose updated or ready pods moved,
+        the sources of the changes it is a member not done of (its rollout's, rolling or
+        failed; those it is stale for), whose ConfigRollouts show its pods. Nothing else of
+        it moves a ConfigRollout."""
+        ns = entry.ref.namespace
         if before is None or before.consumes != entry.consumes:
             self.mark_entry(entry)
             self.mark_entry(before)
         elif before.rollout != entry.rollout or before.standing != entry.standing:
-            ns = entry.ref.namespace
             for brief in (before.rollout, entry.rollout):
                 for c in brief.changes if brief is not None else ():
                     self.mark(ns, c.source)
+        elif before.replicas != entry.replicas:
+            brief = entry.rollout
+            if brief is not None and brief.state in (State.ROLLING, State.FAILED):
+                for c in brief.changes:
+                    self.mark(ns, c.source)
+            for sid in stale_sources(entry, lambda s: self.cut.peek(ns, s), self.hkey):
+                self.mark(ns, sid)
 
     def decided(self, ref: WorkloadRef, wait: Wait | None, stale: Iterable[SourceId]) -> None:
         """The gate's answer for `ref` when it was last looked at (None: it was not held),
@@ -404,31 +416,25 @@ class Publisher:
 
     def _member(self, ref: WorkloadRef, change: Change, wave: int) -> MemberView:
         entry = self.index.get(ref)
+        one = partial(MemberView, ref.namespace, ref.kind, ref.name, wave)
+        counts = entry.replicas if entry is not None else None
         state = self.cut.state(ref, change)
         if state is not None:
             shown = _STATES[state]
             if shown is MemberState.FAILED:
                 rolled = self.cut.rollout_for(entry, change) if entry is not None else None
                 action = rolled.action if rolled is not None else None
+                signal = rolled.signal[:_SIGNAL_MAX] if rolled is not None else ""
                 reason = FAILURE_REASONS[action]
-                return MemberView(ref.namespace, ref.kind, ref.name, wave, shown, reason)
-            return MemberView(ref.namespace, ref.kind, ref.name, wave, shown)
+                return one(shown, reason, signal, replicas=counts, pods=signal_pods(signal))
+            return one(shown, replicas=counts)
         with self._lock:
             found = self._decided.get(ref)
         if found is not None and change in found[1]:
             wait = found[0]
             until = format_time(wait.until) if wait.until is not None else None
-            return MemberView(
-                ref.namespace,
-                ref.kind,
-                ref.name,
-                wave,
-                MemberState.WAITING,
-                WAIT_REASONS[wait.reason],
-                wait.why,
-                until,
-            )
-        return MemberView(ref.namespace, ref.kind, ref.name, wave, MemberState.PENDING)
+            return one(MemberState.WAITING, WAIT_REASONS[wait.reason], wait.why, until, counts)
+        return one(MemberState.PENDING, replicas=counts)
 
     def _status(
         self,

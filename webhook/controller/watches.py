@@ -97,10 +97,13 @@ class KindHandler:
                 c.rollout_moved(entry, old)
             except Exception:  # the watch must go on
                 log.exception("checking %s failed", entry.ref)
-        elif entry.rolling:
-            c.check(entry)  # its status moved: how is the rollout going?
-        elif old is not None and old.held and not entry.held:
-            c.check(entry)  # its configpin.io/held taken away (a re-apply): said again
+        else:
+            if entry.rolling:
+                c.check(entry)  # its status moved: how is the rollout going?
+            elif old is not None and old.held and not entry.held:
+                c.check(entry)  # its configpin.io/held taken away (a re-apply): said again
+            if old is not None and old.replicas != entry.replicas:
+                c.rollout_moved(entry, old)  # its pods moved: its ConfigRollouts show them
 
 
 class WorkloadWatches:

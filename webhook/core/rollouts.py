@@ -37,6 +37,7 @@ _NAME_MAX: Final = 253  # a DNS subdomain
 _HASH_LEN: Final = 10
 MEMBERS_SHOWN: Final = 100  # members not done yet listed by name, at most (counts say the rest)
 HISTORY: Final = 5  # outcomes of the changes before this one kept
+PODS_SHOWN: Final = 5  # pods a failed member's signal names, listed at most
 
 
 def rollout_path(namespace: str, name: str | None = None) -> str:
@@ -171,6 +172,8 @@ class MemberView:
     reason: RolloutReason | None = None  # (waiting, failed) for what, or what came of it
     message: str = ""  # the gate's words, or the failure's
     until: str | None = None  # (waiting) when it may roll, RFC 3339
+    replicas: tuple[int, int, int] | None = None  # updated, ready, desired: its own status's
+    pods: tuple[str, ...] = ()  # (failed) the pods its failure signal names
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -185,6 +188,11 @@ class MemberView:
             out["message"] = self.message
         if self.until is not None:
             out["until"] = self.until
+        if self.replicas is not None:
+            updated, ready, desired = self.replicas
+            out["replicas"] = {"updated": updated, "ready": ready, "desired": desired}
+        if self.pods:
+            out["pods"] = list(self.pods[:PODS_SHOWN])
         return out
 
 

@@ -6,11 +6,15 @@ earlier change of the source."""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from typing import Any
 
-from tests.unit.controller.test_limits import _wait_of, _World
+from tests.unit.controller.test_limits import CFG, NS, _wait_of, _World
 from webhook.controller.outcome import Rolled, Settled
 from webhook.controller.publish import _CARRIED, _carried_view, _described
+from webhook.controller.watches import KindHandler
+from webhook.core.record import Action, State
 from webhook.core.rollouts import MemberState, RolloutReason
 from webhook.core.waves import WaitReason
 
@@ -65,3 +69,51 @@ def test_a_member_held_for_the_change_before_is_not_said_to_wait_for_the_next_on
     said = publisher._member(later, change_b, 2)
     assert (said.state, said.reason) == (MemberState.WAITING, RolloutReason.WAITING)
     assert str(change_b) in said.message
+
+
+def test_a_member_shows_its_replicas_as_its_watch_moves_them() -> None:
+    """Waves 1,100%: the canary rolls; each status its watch sees (updated and ready pods
+    moving, nothing else of it) publishes its source's ConfigRollout again, whose member says
+    the pods as the Deployment's status counts them; the waiting one says its own."""
+    world = _World(["w0", "w1"], waves="1,100%")
+    publisher = world.ctl.publisher
+    change = world.change("2")
+    [[canary], [later]] = world.ctl.gate.cut.plan(change)
+    assert isinstance(world.reconcile(canary.name), Rolled)
+    assert publisher._member(canary, change, 1).replicas == (2, 2, 2)
+    marked: list[Any] = []
+    publisher.mark = lambda ns, sid: marked.append((ns, sid))  # type: ignore[method-assign]
+    watch = KindHandler(world.ctl, "Deployment")
+    obj = copy.deepcopy(world.server.objects[world.path(canary.name)])
+    for updated, ready in ((0, 2), (1, 1), (1, 2), (2, 2)):
+        obj["status"] = {**obj["status"], "updatedReplicas": updated, "readyReplicas": ready}
+        watch.event("MODIFIED", copy.deepcopy(obj))
+        said = publisher._member(canary, change, 1)
+        assert (said.state, said.replicas) == (MemberState.ROLLING, (updated, ready, 2))
+        assert said.body()["replicas"] == {"updated": updated, "ready": ready, "desired": 2}
+        assert marked and set(marked) == {(NS, CFG)}
+        marked.clear()
+    watch.event("MODIFIED", copy.deepcopy(obj))  # (nothing moved: nothing published)
+    assert marked == []
+    assert _wait_of(world.reconcile(later.name)).reason is WaitReason.WAVE
+    said = publisher._member(later, change, 2)
+    assert (said.state, said.replicas) == (MemberState.WAITING, (2, 2, 2))
+
+
+def test_a_failed_member_says_its_signal_and_the_pods_it_names() -> None:
+    world = _World(["w0"], waves="100%")
+    publisher = world.ctl.publisher
+    change = world.change("2")
+    [[ref]] = world.ctl.gate.cut.plan(change)
+    assert isinstance(world.reconcile(ref.name), Rolled)
+    entry = world.ctl.index.get(ref)
+    assert entry is not None and entry.delivery is not None and entry.rollout is not None
+    for signal, pods in (
+        ("updated pod w0-6d4f-x2: container app restarted 3 times", ("w0-6d4f-x2",)),
+        ("its progress deadline (600 s) passed: ReplicaSet has timed out", ()),
+    ):
+        failed = replace(entry.rollout, state=State.FAILED, action=Action.HOLD, signal=signal)
+        entry.delivery = replace(entry.delivery, rollout=failed)
+        said = publisher._member(ref, change, 1)
+        assert (said.state, said.reason) == (MemberState.FAILED, RolloutReason.HELD)
+        assert (said.message, said.pods, said.replicas) == (signal, pods, (2, 2, 2))

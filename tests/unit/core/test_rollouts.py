@@ -19,6 +19,7 @@ from webhook.core.rollouts import (
     FAILURE_REASONS,
     HISTORY,
     MEMBERS_SHOWN,
+    PODS_SHOWN,
     REASONS,
     WAIT_REASONS,
     ChangeView,
@@ -42,9 +43,15 @@ R = RolloutReason
 
 
 def _m(
-    name: str, state: MemberState, reason: RolloutReason | None = None, wave: int = 1
+    name: str,
+    state: MemberState,
+    reason: RolloutReason | None = None,
+    wave: int = 1,
+    replicas: tuple[int, int, int] | None = None,
+    pods: tuple[str, ...] = (),
 ) -> MemberView:
-    return MemberView("ns", "Deployment", name, wave, state, reason, "why" if reason else "")
+    why = "why" if reason else ""
+    return MemberView("ns", "Deployment", name, wave, state, reason, why, None, replicas, pods)
 
 
 def _status(
@@ -184,20 +191,38 @@ def test_counts_and_the_summary_kubectl_get_prints() -> None:
     ]
 
 
+def test_a_member_shows_its_replicas_and_a_failed_one_the_pods_its_signal_names() -> None:
+    rolling = _m("a", S.ROLLING, replicas=(1, 2, 3))
+    failed = _m("b", S.FAILED, R.HELD, replicas=(1, 0, 1), pods=("b-7f9-x", "b-7f9-y"))
+    pending = _m("c", S.PENDING)  # (a kind whose status says no replicas)
+    status = _status([[rolling, failed, pending]])
+    a, b, c = status["members"]
+    assert a["replicas"] == {"updated": 1, "ready": 2, "desired": 3} and "pods" not in a
+    assert b["replicas"] == {"updated": 1, "ready": 0, "desired": 1}
+    assert b["pods"] == ["b-7f9-x", "b-7f9-y"]
+    assert "replicas" not in c and "pods" not in c
+    many = _m("d", S.FAILED, R.HELD, pods=tuple(f"d-{i}" for i in range(PODS_SHOWN + 3)))
+    assert len(_status([[many]])["members"][0]["pods"]) == PODS_SHOWN
+
+
 def test_ten_thousand_consumers_stay_far_under_etcds_limit() -> None:
     """Counts, and the members not done yet by name up to MEMBERS_SHOWN: 10,000 consumers of
-    one change, all waiting, make an object of a few tens of kilobytes (etcd takes 1.5 MiB)."""
+    one change, all waiting, make an object of a few tens of kilobytes (etcd takes 1.5 MiB),
+    each shown with its replicas (and a failed one's pods) at their largest."""
+    big = (2**31 - 1,) * 3
+    pods = tuple(f"pod-{i}-" + "y" * 240 for i in range(PODS_SHOWN))
     waves = [
         [
-            _m(f"app-{w}-{i}-" + "x" * 200, S.WAITING, R.AWAITING_APPROVAL, w + 1)
+            _m(f"app-{w}-{i}-" + "x" * 200, S.WAITING, R.AWAITING_APPROVAL, w + 1, big)
             for i in range(1000)
         ]
         for w in range(10)
     ]
+    waves[0][:50] = [_m(f"bad-{i}-" + "x" * 200, S.FAILED, R.HELD, 1, big, pods) for i in range(50)]
     status = _status(waves)
     assert len(status["members"]) == MEMBERS_SHOWN
     assert status["membersNotShown"] == 10_000 - MEMBERS_SHOWN
-    assert len(json.dumps(status)) < 64 * 1024
+    assert len(json.dumps(status)) < 256 * 1024
 
 
 def test_the_outcomes_of_the_last_changes_are_kept_when_the_source_moves_on() -> None:
@@ -266,6 +291,7 @@ def test_every_field_of_a_status_is_declared_by_the_crd_and_each_column_reads_on
     version = _crd()["spec"]["versions"][0]
     schema = version["schema"]["openAPIV3Schema"]["properties"]["status"]
     waves = [[_m(f"a{i}", S.WAITING, R.AWAITING_WINDOW) for i in range(MEMBERS_SHOWN + 1)]]
+    waves[0][0] = _m("a0", S.FAILED, R.HELD, replicas=(1, 0, 1), pods=("a0-x",))
     first = _status([[_m("a", S.COMPLETE)]], content="c1")
     status = _status(waves, previous=first)
     status["members"][0]["until"] = LATER
