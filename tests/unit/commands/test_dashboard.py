@@ -733,3 +733,35 @@ def test_a_records_wave_is_its_first_changes_and_not_another_ones() -> None:
     rollout = _rollout([{"wave": 1, "members": 1, "complete": 1}], [])
     found = _page(["w0"], {"w0": record}, [rollout])
     assert _rows(found) == [("w0", 0, "complete", "")]
+
+
+def test_each_workload_row_shows_its_updated_and_ready_replicas() -> None:
+    """A row says the workload's updated, ready and desired pods: by its own status where the
+    page holds it (fresher than published), else as its ConfigRollout's member says; a failed
+    member, the pods its signal names. The workloads page says them too."""
+    signal = "updated pod w1-6d4f-x2: container app restarted 3 times"
+    rollout = _rollout(
+        [{"wave": 1, "members": 3, "rolling": 1, "failed": 1, "waiting": 1}],
+        [
+            _member("w0", 1, "rolling"),
+            _member("w1", 1, "failed", "Held", message=signal),
+            _member("w9", 1, "waiting", WAITING),
+        ],
+        reason="Held",
+        condition="Stalled",
+    )
+    rollout["status"]["members"][1].update(
+        replicas={"updated": 1, "ready": 0, "desired": 1}, pods=["w1-6d4f-x2"]
+    )
+    rollout["status"]["members"][2]["replicas"] = {"updated": 4, "ready": 3, "desired": 4}
+    records = {"w0": _record("rolling", T0 + 1, [1, 1])}
+    found = _page(["w0", "w1"], records, [rollout])
+    rows = {r["name"]: r for r in found["rows"]}
+    # w0 and w1: the page holds them (status: 1 ready of 1, no updatedReplicas counted yet)
+    assert rows["w0"]["replicas"] == {"updated": 0, "ready": 1, "desired": 1}
+    assert rows["w1"]["replicas"] == {"updated": 0, "ready": 1, "desired": 1}
+    assert rows["w1"]["pods"] == ["w1-6d4f-x2"] and rows["w0"]["pods"] == []
+    assert rows["w9"]["replicas"] == {"updated": 4, "ready": 3, "desired": 4}  # (as published)
+    snap = _snapshot([_reader("w0")], [_cfg()], [], [])
+    [row] = views.workloads(snap, lambda _o: None)["workloads"]
+    assert row["replicas"] == {"updated": 0, "ready": 1, "desired": 1}

@@ -30,16 +30,19 @@ from webhook.commands.dashboard.workload import (
     StatusOf,
     Use,
     WorkloadRef,
+    member_replicas,
     mode_of,
     on_change,
     pinned,
     record_of,
     ref_of,
+    replicas_of,
     since_of,
     uses,
 )
 from webhook.core.constants import ANN_APPROVED, ANN_CHANGED_BY, ANN_SHARED, MODE_OFF
 from webhook.core.model import JSONObject, SourceId, SourceKind
+from webhook.core.progress import signal_pods
 from webhook.core.reasons import EventReason
 from webhook.core.record import ACTION_WORDS, Action, Change, digest_mapping_any
 from webhook.core.rollouts import REASONS, MemberState, RolloutReason, rollout_name
@@ -73,6 +76,9 @@ class Row:
     wave: int = 0  # from 1 (0: no wave is said for it)
     until: float | None = None  # (waiting) when it may roll, as configpin said
     rank: tuple[int, float] = (2, 0.0)  # its place in its wave: rolled, listed, neither
+    # its updated, ready and desired pods (its own status; else as its ConfigRollout says)
+    replicas: dict[str, int] | None = None
+    pods: tuple[str, ...] = ()  # (failed) the pods its signal names
 
     def as_dict(self) -> dict[str, Any]:
         kind, namespace, name = self.ref
@@ -89,6 +95,8 @@ class Row:
             "until": self.until,
             "start": self.start,
             "end": self.end,
+            "replicas": self.replicas,
+            "pods": list(self.pods),
         }
 
 
@@ -156,6 +164,7 @@ def _rolled_row(
     if state == "failed":
         action = _action_words(record.get("action"))
         row.detail = f"{record.get('signal') or 'failed'} ({action})"
+        row.pods = signal_pods(str(record.get("signal") or ""))
     elif state == "left":
         row.detail = "scaled to zero while rolling: it proves nothing and left the waves"
     elif state == "rolling":
@@ -180,6 +189,7 @@ def _listed_row(ref: WorkloadRef, index: int, member: Mapping[str, Any]) -> Row:
     state = str(member.get("state"))
     state = state if state in _STATES else MemberState.PENDING.value
     row = Row(ref, state, wave=cr.count(member.get("wave")), rank=(1, float(index)))
+    row.replicas = member_replicas(member)
     reason = cr.reason_of(member.get("reason"))
     message = str(member.get("message") or "")
     if state == MemberState.WAITING and reason is not None:
@@ -190,6 +200,8 @@ def _listed_row(ref: WorkloadRef, index: int, member: Mapping[str, Any]) -> Row:
     elif state == MemberState.FAILED:
         words = REASONS[reason].words if reason is not None else "failed"
         row.detail = f"{words}: {message}" if message else words
+        pods = member.get("pods")
+        row.pods = tuple(str(p) for p in pods) if isinstance(pods, list) else ()
     elif state == MemberState.ROLLING:
         row.detail = "re-stamped: updated pods not all Ready yet"
     elif state == MemberState.PENDING:
@@ -499,6 +511,11 @@ def change(
     pages = max(1, math.ceil(len(ordered) / TIMELINE_PAGE))
     page = min(max(1, page), pages)
     shown = ordered[(page - 1) * TIMELINE_PAGE : page * TIMELINE_PAGE]
+    objs = {ref_of(o): o for o in snapshot.workloads}
+    for row in shown:  # (its own status, where the page holds it: fresher than published)
+        obj = objs.get(row.ref)
+        if obj is not None:
+            row.replicas = replicas_of(obj)
     starts = [r.start for r in ordered if r.start is not None]
     ends = [r.end for r in ordered if r.end is not None]
     going = any(r.state in ("rolling", "waiting", "pending", "checking") for r in ordered)

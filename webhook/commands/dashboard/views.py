@@ -23,6 +23,7 @@ from webhook.commands.dashboard.workload import (
     on_failure,
     record_of,
     ref_of,
+    replicas_of,
     uses,
 )
 from webhook.core.constants import (
@@ -201,6 +202,7 @@ def workloads(
             ],
             "copies": list(status.get("copies") or []) if status else [],
             "rolled_at": str(annotations_of(obj).get("configpin.io/rolled-at") or ""),
+            "replicas": replicas_of(obj),
             "rollout": {
                 k: record.get(k) for k in ("state", "since", "by", "signal", "action", "changes")
             }

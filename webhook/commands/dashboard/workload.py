@@ -23,11 +23,12 @@ from webhook.core.constants import (
 )
 from webhook.core.kinds import template_paths, workload_kind
 from webhook.core.model import JSONObject
-from webhook.core.progress import Standing, standing
+from webhook.core.progress import Standing, replicas, standing
 from webhook.core.record import annotations_of, digest_mapping_any
 from webhook.core.refs import CONTAINER_LISTS, find_sites, get_path
 
 PAGE: Final = 50  # rows of a list page
+REPLICAS: Final = ("updated", "ready", "desired")  # a workload's pods, as its rows say them
 
 UNSIGNED: Final = (
     "as configpin's records stand on the objects: this page holds no digest key, so their "
@@ -74,6 +75,28 @@ def since_of(record: Mapping[str, Any]) -> float | None:
 def healthy(obj: Mapping[str, Any]) -> bool:
     kind = workload_kind(str(obj.get("kind")))
     return kind is None or standing(kind, obj) is Standing.HEALTHY
+
+
+def replicas_of(obj: Mapping[str, Any]) -> dict[str, int] | None:
+    """Its updated, ready and desired pods by its own status, as its ConfigRollout says a
+    member's (`webhook.core.progress.replicas`); None: its kind counts none."""
+    kind = workload_kind(str(obj.get("kind")))
+    found = replicas(kind, obj) if kind is not None else None
+    return None if found is None else dict(zip(REPLICAS, found, strict=True))
+
+
+def member_replicas(member: Mapping[str, Any]) -> dict[str, int] | None:
+    """A ConfigRollout member's `replicas`, as published (None: not said, or not counts)."""
+    said = member.get("replicas")
+    if not isinstance(said, Mapping):
+        return None
+    found: dict[str, int] = {}
+    for k in REPLICAS:
+        value = said.get(k)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        found[k] = value
+    return found
 
 
 @dataclass(frozen=True)
