@@ -5,7 +5,8 @@ webhook's workloads and sources entries), on 1.20.2 and 1.36.2 (shared/SPEC.md "
 - a change rolls in waves and the timeline shows each wave in order as it happens, updated
   without a reload;
 - Approve in the page releases the waves after `approve`; a user without the right to update
-  the source sees the API server's refusal, and nothing moves;
+  the source sees it greyed with the reason (tests/browser/test_buttons.py: more), and nothing
+  moves;
 - "Used by" lists exactly the consumers of each key; the preview lists what
   `kubectl configpin plan` lists;
 - a forged Host, a POST without the token and a cross-origin request are refused;
@@ -37,7 +38,7 @@ from harness.configpin import Configpin, instance_namespace
 from harness.controlplane import ControlPlane, service_account_kubeconfig, wait_for
 from harness.kubelet import Kubelet
 from harness.manifests import configmap, container, deployment, env_from, env_key_ref, pod_spec
-from tests.browser.dashboards import Dashboard, running_dashboard
+from tests.browser.dashboards import Dashboard, running_dashboard, viewer_kubeconfig
 from tests.integration.instances import replicas_fixture
 from tests.integration.workloads import (
     As,
@@ -90,36 +91,6 @@ def _workloads(kube: Kube, ns: str, names: list[str]) -> dict[str, dict[str, str
         before = {n: sources(stamped(kube, ns, n)) for n in names}
         wait_healthy(kube, ns, names)
     return before
-
-
-def _viewer(plane: ControlPlane, kube: Kube, ns: str, tmp: Path) -> Path:
-    """A kubeconfig of ServiceAccount `viewer` of `ns`: it may read what the dashboard shows
-    (get, list, watch; ConfigRollouts as the chart's aggregated view role grants) and update
-    nothing."""
-    kube.create(path("serviceaccounts", ns), {"metadata": {"name": "viewer"}})
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    read = ["get", "list", "watch"]
-    rules = [
-        {"apiGroups": [""], "resources": ["configmaps", "secrets", "events"], "verbs": read},
-        {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": read},
-        {
-            "apiGroups": ["apps"],
-            "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
-            "verbs": read,
-        },
-        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": read},
-        {"apiGroups": ["configpin.io"], "resources": ["configrollouts"], "verbs": read},
-    ]
-    kube.create(f"{rbac}/namespaces/{ns}/roles", {"metadata": {"name": "viewer"}, "rules": rules})
-    kube.create(
-        f"{rbac}/namespaces/{ns}/rolebindings",
-        {
-            "metadata": {"name": "viewer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}],
-        },
-    )
-    return service_account_kubeconfig(plane, kube.api, ns, "viewer", tmp / "viewer.kubeconfig")
 
 
 def _rows(page: Any) -> dict[str, tuple[int, str]]:
@@ -187,12 +158,12 @@ def test_a_change_rolls_in_waves_shown_in_order_as_it_happens_and_approve_releas
     """configpin rolls a change of `cfg` to five Deployments in waves 1, 1, approve, 100%.
     The page, opened before the change and never reloaded, shows the change, then each wave
     rolling and complete in the order configpin rolled them (the records' start times), the
-    last wave waiting for an approval. The viewer's Approve is refused with the API server's
-    answer and nothing moves; the admin's releases the last wave, which the page shows rolling
+    last wave waiting for an approval. The viewer's Approve is greyed with the reason and
+    nothing moves; the admin's releases the last wave, which the page shows rolling
     to complete."""
     names = [f"web-{i}" for i in range(5)]
     before = _workloads(kube, ns, names)
-    viewer = _viewer(control_plane, kube, ns, tmp_path)
+    viewer = viewer_kubeconfig(control_plane, kube, ns, tmp_path)
     seen: dict[str, list[tuple[float, int, str]]] = {n: [] for n in names}
 
     def look() -> dict[str, tuple[int, str]]:
@@ -253,16 +224,20 @@ def test_a_change_rolls_in_waves_shown_in_order_as_it_happens_and_approve_releas
         second_rolling = next(t for t, _, st in seen[second] if st == "rolling")
         assert first_complete <= second_rolling, seen
 
-        # The viewer may not update the source: the API server's refusal, and nothing moves.
+        # The viewer may not update the source: Approve greyed with the reason before anything
+        # is pressed (the API server asked: a SelfSubjectAccessReview); pressed, nothing moves.
         other = browser.new_page()
         try:
             other.goto(refused.url + change_url.split("/", 3)[3])
-            other.click("[data-testid=approve]")
-            message = other.wait_for_selector("[data-testid=approve-message]", timeout=LIVE)
-            text = message.inner_text()
-            assert "refused" in text and "403" in text and "viewer" in text, text
-            assert "message refused" in (message.get_attribute("class") or "")
-            _shot(other, shots, "approve-refused.png")
+            button = other.wait_for_selector(
+                "[data-testid=approve][aria-disabled=true]", timeout=LIVE
+            )
+            reason = other.inner_text("#" + (button.get_attribute("aria-describedby") or "none"))
+            assert "do not allow updating ConfigMap " + ns + "/cfg" in reason, reason
+            other.focus("[data-testid=approve]")
+            other.keyboard.press("Enter")
+            other.wait_for_timeout(1000)
+            assert not other.query_selector("[data-testid=approve-message]")
         finally:
             other.close()
         assert _approved(kube, ns) is None

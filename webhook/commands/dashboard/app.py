@@ -5,17 +5,20 @@ server in `webhook.commands.dashboard.http` parses and writes them).
     GET  /assets/app.js, app.css    shipped in the package: nothing comes from elsewhere
     GET  /api/overview              scope, what could be read and what not, version
     GET  /api/changes?q=            recent changes
-    GET  /api/change?id=&page=      one change: its waves as a timeline
+    GET  /api/change?id=&page=      one change: its waves as a timeline, and its buttons (the
+                                    verbs that apply, whether the user's rights allow each)
     GET  /api/sources?q=&page=      ConfigMaps and Secrets and how many read each
     GET  /api/source?kind=&namespace=&name=   who uses which key
     GET  /api/workloads?q=&page=    `configpin status`, a page at a time
     GET  /api/stream                server-sent events: the version, whenever it moves
     POST /api/approve               {kind, namespace, name}: what `kubectl configpin approve` does
+    POST /api/pause, /api/resume    {kind, namespace, name}: `kubectl configpin pause`, `resume`
     POST /api/preview               {manifest}: what `kubectl configpin plan` would list
 
 Every answer is built here with the fence's headers; the fence is asked first
 (`webhook.commands.dashboard.guard`). JSON answers hold names, states, times and configpin's notes:
-never a value of a ConfigMap or Secret.
+never a value of a ConfigMap or Secret. The overview says whose rights the page acts with
+(`webhook.commands.dashboard.rights`).
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from webhook.commands.changes import approval, dry_run_plan, sources_in
-from webhook.commands.dashboard import changes, views, workload
+from webhook.commands.dashboard import actions, changes, views, workload
 from webhook.commands.dashboard.feeds import FeedState, Store
 from webhook.commands.dashboard.guard import HEADERS, Fence
+from webhook.commands.dashboard.rights import Rights, Who
 from webhook.commands.dashboard.statuses import StatusBook
+from webhook.commands.verbs import act
 from webhook.core.model import SourceKind, typed_source_kind
+from webhook.core.verbs import Verb
 from webhook.inputs.manifests import InputError
 from webhook.kube.errors import KubeError
 from webhook.kube.raw import Kube
@@ -44,6 +50,8 @@ _ASSETS: Final = {
     "app.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
+# A verb's button, answered: what the user did, in the page's words.
+_DONE: Final = {Verb.PAUSE: "paused", Verb.RESUME: "resumed"}
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,7 @@ class App:
         *,
         scope: str,
         context: str,
+        rights: Rights | None = None,
     ) -> None:
         self.fence = fence
         self.store = store
@@ -123,6 +132,7 @@ class App:
         self.kube = kube
         self.scope = scope  # "namespace shop", "every namespace"
         self.context = context
+        self.rights = rights  # None: nobody is asked (the kubeconfig's names are said)
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "/"): self.page,
             ("GET", "/api/overview"): self.overview,
@@ -133,6 +143,8 @@ class App:
             ("GET", "/api/workloads"): self.workloads,
             ("GET", "/api/stream"): lambda _r: Response(200, stream=True),
             ("POST", "/api/approve"): self.approve,
+            ("POST", "/api/pause"): lambda r: self.verb(r, Verb.PAUSE),
+            ("POST", "/api/resume"): lambda r: self.verb(r, Verb.RESUME),
             ("POST", "/api/preview"): self.preview,
         }
 
@@ -181,6 +193,7 @@ class App:
                 "version": snapshot.version,
                 "scope": self.scope,
                 "context": self.context,
+                "who": (self.rights.who() if self.rights else Who("")).as_dict(),
                 "ready": self.store.ready(),
                 "feeds": [f.as_dict() for f in snapshot.feeds],
                 "errors": problems(snapshot.feeds, self.scope),
@@ -197,10 +210,17 @@ class App:
 
     def change(self, request: Request) -> Response:
         status_of = self._status_of()
-        found = changes.change(self.store.snapshot(), request.arg("id"), status_of, request.page())
+        snapshot = self.store.snapshot()
+        found = changes.change(snapshot, request.arg("id"), status_of, request.page())
         if found is None:
             return error(404, "no such change is known here (any more)")
+        found["buttons"] = actions.buttons(found, snapshot.rollouts, self._may)
         return json_response(200, found)
+
+    def _may(self, kind: SourceKind, namespace: str, name: str) -> dict[str, Any]:
+        if self.rights is None:
+            return {"allowed": None, "why": ""}
+        return self.rights.may_update(kind, namespace, name).as_dict()
 
     def sources(self, request: Request) -> Response:
         doc = views.sources(self.store.snapshot(), request.arg("q"), request.page())
@@ -236,7 +256,7 @@ class App:
             return error(400, "a JSON object is expected")
         return doc
 
-    def approve(self, request: Request) -> Response:
+    def _source(self, request: Request) -> tuple[SourceKind, str, str] | Response:
         doc = self._body(request)
         if isinstance(doc, Response):
             return doc
@@ -244,15 +264,56 @@ class App:
         source = typed_source_kind(kind)
         if source is None or not ns or not name:
             return error(400, "kind (configmap or secret), namespace and name are needed")
-        what = f"{kind}/{name} in {ns}"
+        return source, ns, name
+
+    def _refused(self, e: KubeError, said: str, source: tuple[SourceKind, str, str]) -> Response:
+        """The API server's answer to a press; a refusal (403) stands as the source's answer
+        (its buttons greyed with it) for a while."""
+        kind, ns, name = source
+        message = f"the API server refused the {said} of {kind.value}/{name} in {ns}: {e}"
+        if e.status == 403 and self.rights is not None:
+            self.rights.refused(kind, ns, name, message)
+        status = e.status if e.status in (403, 404, 409, 422) else 502
+        return json_response(status, {"error": message, "refused": True})
+
+    def verb(self, request: Request, verb: Verb) -> Response:
+        """`kubectl configpin VERB`: the same request, with the user's own rights."""
+        found = self._source(request)
+        if isinstance(found, Response):
+            return found
+        kind, ns, name = found
+        what = f"{kind.value}/{name} in {ns}"
+        try:
+            record = act(self.kube, kind, ns, name, verb)
+        except KubeError as e:
+            return self._refused(e, verb.value, found)
+        if record is None:
+            return error(
+                502,
+                f"configpin did not record the {verb.value} of {what} (is it installed for this "
+                "namespace, running, and as new as this dashboard?)",
+            )
+        self.store.bump()
+        return json_response(
+            200,
+            {
+                "verb": verb.value,
+                "user": record.get("user"),
+                "content": record.get("content"),
+                "message": f"{_DONE[verb]} {what} by {record.get('user', '?')}",
+            },
+        )
+
+    def approve(self, request: Request) -> Response:
+        found = self._source(request)
+        if isinstance(found, Response):
+            return found
+        source, ns, name = found
+        what = f"{source.value}/{name} in {ns}"
         try:
             record = approval(self.kube, source, ns, name)
         except KubeError as e:
-            status = e.status if e.status in (403, 404, 409, 422) else 502
-            return json_response(
-                status,
-                {"error": f"the API server refused the approval of {what}: {e}", "refused": True},
-            )
+            return self._refused(e, "approval", found)
         if record is None:
             return error(
                 502,

@@ -37,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    # Seconds the page keeps the API server's answer on the user's rights (webhook.commands.
+    # dashboard.rights.TTL); not shown: the browser tests lengthen it to press a button whose
+    # right was taken away after the page asked, whatever the machine's speed.
+    p.add_argument("--rights-ttl", type=float, default=None, help=argparse.SUPPRESS)
     add_user_arguments(p)
 
 
@@ -84,10 +88,11 @@ def run(args: argparse.Namespace) -> int:
     from webhook.commands.dashboard.feeds import MetadataKube, Store
     from webhook.commands.dashboard.guard import Fence
     from webhook.commands.dashboard.http import Server
+    from webhook.commands.dashboard.rights import TTL, Rights
     from webhook.commands.dashboard.statuses import StatusBook
     from webhook.commands.status import StatusReader
     from webhook.kube.raw import Kube
-    from webhook.kube.user import connect_from_args
+    from webhook.kube.user import connect_from_args, kubeconfig_names
 
     try:
         api, default_ns = connect_from_args(args)
@@ -110,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
         book = StatusBook(StatusReader(Kube(api)), store.bump)
         fence = Fence(str(ip), port, secrets.token_urlsafe(32))
         scope = f"namespace {namespace}" if namespace else "every namespace"
-        server.app = App(fence, store, book, kube, scope=scope, context=args.context or "")
+        user, context = kubeconfig_names(args)
+        ttl = getattr(args, "rights_ttl", None)
+        rights = Rights(kube, user, context, ttl=TTL if ttl is None else ttl)
+        server.app = App(
+            fence, store, book, kube, scope=scope, context=args.context or "", rights=rights
+        )
         server.store = store
         store.start()
         if not ip.is_loopback:

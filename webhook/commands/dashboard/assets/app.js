@@ -13,7 +13,8 @@
   let again = false;
   let lastVersion = -1;
   let oneNamespace = false; // the dashboard shows one namespace: no namespace column
-  const messages = {}; // a change's id -> the last answer to its Approve
+  const messages = {}; // a change's id -> the last answer to one of its buttons
+  const refusals = {}; // "kind/namespace/name" -> the API server's refusal of a press there
 
   // --- building the page (text only: names come from tenants, never as HTML)
   function h(tag, attrs, ...children) {
@@ -119,6 +120,11 @@
     oneNamespace = doc.scope.startsWith("namespace ");
     document.getElementById("scope").textContent =
       doc.scope + (doc.context ? " · context " + doc.context : "");
+    // whose rights the buttons act with, as the API server names them (or the kubeconfig)
+    const who = document.getElementById("who");
+    who.dataset.reviewed = String(doc.who.reviewed);
+    who.replaceChildren("acting as ", h("strong", { "data-testid": "who-user" }, doc.who.user),
+      h("span", { class: "who-said" }, " " + doc.who.said));
     const problems = document.getElementById("problems");
     problems.replaceChildren(...doc.errors.map((e) => h("p", {}, e)));
     document.getElementById("said").textContent =
@@ -287,13 +293,59 @@
       item("failed", "failed"), item("left", "left"),
       h("span", {}, "bars run from the re-stamp to the end; the dashed line is now"));
   }
-  async function approve(c, ns) {
-    const answer = await post("/api/approve", { kind: c.source.kind, namespace: ns, name: c.source.name });
-    messages[c.id] = {
-      ok: answer.ok,
-      text: answer.ok ? answer.doc.message : answer.doc.error || "refused (" + answer.status + ")",
-    };
+  // a button of a change: the CLI's verb (POST /api/VERB), with the user's own rights
+  const VERB_WORDS = { approve: "Approve", pause: "Pause", resume: "Resume" };
+  async function press(c, verb, ns) {
+    const answer = await post("/api/" + verb, { kind: c.source.kind, namespace: ns, name: c.source.name });
+    const text = answer.ok ? answer.doc.message : answer.doc.error || "refused (" + answer.status + ")";
+    messages[c.id] = { ok: answer.ok, verb, ns, text };
+    if (answer.status === 403) refusals[c.source.kind + "/" + ns + "/" + c.source.name] = text;
     draw();
+  }
+  function buttonsBox(c) {
+    const msg = messages[c.id];
+    const all = c.buttons || [];
+    if (!all.length && !msg) return null;
+    const groups = all.map((b) => {
+      const key = c.source.kind + "/" + b.namespace + "/" + c.source.name;
+      // a refusal stands until the API server, asked again, says the user may
+      if (b.may.allowed === true) delete refusals[key];
+      const refused = refusals[key];
+      const denied = refused || (b.may.allowed === false ? b.may.why : "");
+      const reasonId = "why-" + key.replace(/[^a-z0-9]+/g, "-");
+      const buttons = b.verbs.map((verb) =>
+        h("button", {
+          "data-testid": verb,
+          "data-namespace": b.namespace,
+          class: denied ? "denied" : null,
+          "aria-disabled": denied ? "true" : null,
+          "aria-describedby": denied ? reasonId : null,
+          onclick: (ev) => {
+            if (denied) return;
+            ev.target.disabled = true;
+            press(c, verb, b.namespace);
+          },
+        }, VERB_WORDS[verb] + " " + source(c.source.kind, b.namespace, c.source.name)));
+      const mine = msg && msg.ns === b.namespace ? msg : null;
+      let said = null;
+      if (refused) {
+        said = h("p", { id: reasonId, class: "message refused", "data-testid": (mine ? mine.verb : "press") + "-message" }, refused);
+      } else if (denied) {
+        said = h("p", { id: reasonId, class: "reason", "data-testid": "denied" }, "Greyed: " + denied + ".");
+      } else if (mine) {
+        said = h("p", { class: "message " + (mine.ok ? "ok" : "refused"), "data-testid": mine.verb + "-message" }, mine.text);
+      } else if (b.may.allowed === null && b.may.why) {
+        said = h("p", { class: "quiet" }, b.may.why);
+      }
+      return h("div", { class: "buttons", "data-buttons": b.namespace }, h("div", { class: "toolbar" }, buttons), said);
+    });
+    if (msg && !all.some((b) => b.namespace === msg.ns)) {
+      // (its button no longer applies: the answer stays said)
+      groups.push(h("p", { class: "message " + (msg.ok ? "ok" : "refused"), "data-testid": msg.verb + "-message" }, msg.text));
+    }
+    return h("div", { class: "actions", "data-testid": "actions" },
+      h("p", { class: "quiet" }, "Each button does what its kubectl configpin command does, with your own rights (an update of the source): Approve releases the waves that wait for an approval of this content; Pause starts no further wave of it (rollouts already started are followed to the end); Resume goes on from where it stopped. A button your rights do not allow is greyed with the reason, as the API server answers before you press it."),
+      groups);
   }
   function approvalBox(c) {
     const a = c.approval;
@@ -301,11 +353,6 @@
     const done = a.approved.map((x) =>
       h("p", { "data-testid": "approved" }, (x.now ? "Approved --now in " : "Approved in ") + x.namespace + " by " + x.user + " " + ago(x.at) + " (as the source records it).")
     );
-    const buttons = a.namespaces.map((ns) =>
-      h("button", { "data-testid": "approve", onclick: (ev) => { ev.target.disabled = true; approve(c, ns); } },
-        "Approve " + source(c.source.kind, ns, c.source.name))
-    );
-    const msg = messages[c.id];
     return h(
       "div",
       { class: "approval" + (a.namespaces.length ? "" : " done") },
@@ -313,9 +360,7 @@
         ? h("p", {}, "Waves " + (a.after_wave !== null ? "after wave " + a.after_wave + " " : "") +
             "wait for an approval of this content. Approving is an update of the source: it needs your right to update it, as kubectl configpin approve does.")
         : null,
-      done,
-      h("div", { class: "toolbar" }, buttons),
-      msg ? h("p", { class: "message " + (msg.ok ? "ok" : "refused"), "data-testid": "approve-message" }, msg.text) : null
+      done
     );
   }
   // a change that stopped (failed, rolled back, held, paused): as such, the signal, what to do
@@ -398,6 +443,7 @@
       c.rollout.said ? h("p", { class: "message refused", "data-testid": "rollout-said" }, plain(c.rollout.said)) : null,
       c.rollout.not_shown ? h("p", { class: "quiet" }, "Its ConfigRollout counts " + c.rollout.not_shown + " more members not done yet than it lists by name: those are shown as configpin status finds them, with no wave said.") : null,
       approvalBox(c),
+      buttonsBox(c),
       c.rows.length ? legend() : null,
       c.rows.length ? table : h("p", { class: "quiet" }, "No workload rolls for this change."),
       pager(r, c)
