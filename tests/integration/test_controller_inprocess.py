@@ -30,8 +30,8 @@ from harness.controlplane import (
     wait_for,
 )
 from harness.manifests import configmap, deployment
+from webhook.controller.decision import Decision
 from webhook.controller.outcome import Rolled
-from webhook.controller.restamp import Decision
 from webhook.controller.rollout import RolloutController, Tuning
 from webhook.core.constants import ANN_OBSERVED, ANN_ROLLED_AT, ANN_ROLLOUT, ANN_SOURCES
 from webhook.core.current import WorkloadEntry, WorkloadRef

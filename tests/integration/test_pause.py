@@ -195,7 +195,7 @@ def test_a_user_who_may_only_read_the_source_is_refused_and_nothing_is_recorded(
     viewer = namespace_editor(control_plane, kube, ns, tmp_path, verbs=("get", "list"))
     kube.create(path("configmaps", ns), configmap("cfg", {"a": "1"}))
     held = get(kube, ns, "cfg", "configmaps")
-    for verb in ("pause", "resume"):
+    for verb in ("pause", "resume", "abort", "retry"):
         done = kubectl_configpin([verb, "configmap/cfg", "-n", ns], viewer)
         assert done.returncode == 2, done.stderr + done.stdout
         assert "403" in done.stderr, done.stderr

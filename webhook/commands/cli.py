@@ -565,7 +565,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         from webhook.commands import changes
 
         return changes.approve(args)
-    if args.command in ("pause", "resume"):
+    if args.command in ("pause", "resume", "abort", "retry"):
         from webhook.commands import verbs
 
         return verbs.run(args)

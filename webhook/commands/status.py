@@ -389,7 +389,7 @@ class StatusReader:
             # its rollout in flight was superseded by a newer change, which its windows or
             # budget hold, or a person paused: that is what a person must know
             waits, note = self._waiting(obj, _stale(st))
-            if waits in (Status.AWAITING_WINDOW, Status.FLAPPING, Status.PAUSED):
+            if waits in (Status.AWAITING_WINDOW, Status.FLAPPING, Status.PAUSED, Status.ABORTED):
                 st.state, st.reason = waits, note
                 return
         if state == State.ROLLING and st.state in (Status.CURRENT, Status.STALE):

@@ -1,10 +1,12 @@
-"""`configpin pause configmap/NAME` and `configpin resume configmap/NAME` (also `kubectl
-configpin`, and `secret/NAME`): a person's verb on the change the source holds now (SPEC,
+"""`configpin pause|resume|abort|retry configmap/NAME` (also `kubectl configpin`, and
+`secret/NAME`): a person's verb on the change the source holds now (SPEC,
 "Acting on a change"), asked of configpin's admission as approvals are: the request
 (`configpin.io/act`) set on the source with the user's own rights (their right to update it is
 what is checked), which admission turns into the signed record of who said it, when, and of
-which content (`configpin.io/acted`, webhook.core.verbs). While it stands, no further rollout of
-that content starts; those started are followed to the end; `resume` goes on from there.
+which content (`configpin.io/acted`, webhook.core.verbs). While a pause stands, no further
+rollout of that content starts; those started are followed to the end; `resume` goes on from
+there. An abort starts none either and, in snapshot mode, takes the workloads rolled to it back
+(webhook.controller.acts); `retry` rolls failed, rolled-back or aborted content again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ _DONE = {
     Verb.PAUSE: "no further rollout of it starts; those started are followed to the end "
     "(kubectl configpin resume goes on)",
     Verb.RESUME: "its rollouts go on from where they stopped",
+    Verb.ABORT: "no further rollout of it starts; in snapshot mode the workloads rolled to it "
+    "go back to the last content that completed (kubectl configpin retry rolls it again)",
+    Verb.RETRY: "the workloads where it failed, was rolled back or aborted roll it again, in "
+    "its waves from the first",
 }
+_PAST = {Verb.PAUSE: "paused", Verb.RESUME: "resumed", Verb.ABORT: "aborted", Verb.RETRY: "retried"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print(
-        f"{verb.value}d {sid} in {namespace}: its content now ({record.get('content', '?')}) "
+        f"{_PAST[verb]} {sid} in {namespace}: its content now ({record.get('content', '?')}) "
         f"by {record.get('user', '?')}; {_DONE[verb]}"
     )
     return 0

@@ -152,11 +152,16 @@ class Follower:
         record: RolloutRecord,
         mode: str,
         signal: str,
+        *,
+        policy: Action | None = None,
     ) -> tuple[list[PatchOp], Ended]:
-        """What a failure of its rollout leads to: the ops to write, and how it ended."""
-        policy, warning = on_failure_policy(obj, mode)
-        if warning:
-            log.warning("%s: %s", ref, warning)
+        """What a failure of its rollout leads to: the ops to write, and how it ended.
+        `policy`: what to do instead of what the workload asks for (a person's abort: undo,
+        holding where it cannot)."""
+        if policy is None:
+            policy, warning = on_failure_policy(obj, mode)
+            if warning:
+                log.warning("%s: %s", ref, warning)
         action, not_undone = policy, ""
         ops: list[PatchOp] = []
         if policy is Action.UNDO:

@@ -479,6 +479,7 @@ class Publisher:
             now=format_time(self.wall()),
             previous=standing.get("status") or {},
             paused=self.cut.paused(ns, change),
+            aborted=self.cut.aborted(ns, change),
         )
 
     def _write(

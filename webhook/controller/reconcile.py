@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from webhook.controller.decision import Decision
 from webhook.controller.editors import Rolled as RolledTo
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.needs import Held, Inputs, Need, pods_key, reads_of
@@ -26,7 +27,7 @@ from webhook.controller.outcome import (
     Skipped,
 )
 from webhook.controller.report import Reporter
-from webhook.controller.restamp import Decision, IndexRestamp, Restamper, touches_template
+from webhook.controller.restamp import IndexRestamp, Restamper, touches_template
 from webhook.core.constants import ANN_HELD, ANN_SOURCES
 from webhook.core.current import Lookup, WorkloadEntry, WorkloadRef
 from webhook.core.kept import dumps_mapping, parse_mapping

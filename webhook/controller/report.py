@@ -176,6 +176,8 @@ class Reporter:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_FLAPPING, note)
         elif wait.reason is WaitReason.PAUSED:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_PAUSED, note)
+        elif wait.reason is WaitReason.ABORTED:
+            self.events.say(obj, EventReason.CONFIG_ROLLOUT_ABORTED, note)
         else:
             self.events.say(obj, EventReason.CONFIG_ROLLOUT_WAITING, note)
 

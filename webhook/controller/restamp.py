@@ -32,10 +32,12 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
+from webhook.controller.acts import Acts
+from webhook.controller.decision import Decision
 from webhook.controller.editors import Rolled
-from webhook.controller.follow import Ended, Follower
+from webhook.controller.follow import Follower
 from webhook.controller.needs import Held, Inputs, Need, Reads
 from webhook.controller.wavecut import carried_on
 from webhook.controller.waves import Gate
@@ -65,7 +67,6 @@ from webhook.core.model import (
     JSONObject,
     PatchOp,
     Plan,
-    SnapshotRequest,
     SourceId,
 )
 from webhook.core.modes import effective_mode
@@ -95,35 +96,6 @@ from webhook.core.waves import Wait
 from webhook.process.config import Settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to write on a workload as read (`ops`), or why nothing (`skip`), what must be
-    done first, and what that write means once stored."""
-
-    ops: list[PatchOp]
-    skip: SkipReason | None = None
-    intended: Mapping[str, str] = field(default_factory=dict)  # the record it writes
-    # before the write: the copies that must exist (snapshot mode), the digests to refresh
-    # the running pods to (then `ops` records that refresh), pods created since a refresh to
-    # bring to it
-    copies: tuple[SnapshotRequest, ...] = ()
-    refresh: Mapping[str, str] | None = None
-    catch_up: bool = False
-    refreshed: int | None = None  # (filled by the reconciler) pods told to sync
-    instead: RollInstead | None = None  # why an on-change: refresh workload rolls
-    note: str = ""  # why its record alone is written
-    # safe delivery (webhook.controller.follow, .waves)
-    rollout: RolloutRecord | None = None  # the rollout this write starts
-    progress: Progress | None = None  # how the rollout it follows is going
-    poll: float | None = None  # still going: look again after this long
-    ended: Ended | None = None  # the rollout it followed ended: what came of it
-    waiting: Wait | None = None  # why it does not roll yet (a wave, the cap)
-
-    @classmethod
-    def leave(cls, reason: SkipReason) -> Decision:
-        return cls([], reason)
 
 
 @dataclass(frozen=True)
@@ -207,10 +179,11 @@ class Restamper:
         follower: Follower | None = None,
         gate: Gate | None = None,
         wall: Callable[[], float] = time.time,
+        acts: Acts | None = None,
     ) -> None:
         """`copies`: snapshot copies can be written (the reconciler has the writer);
         `follower`, `gate`: safe delivery (None: rollouts are started and not followed, every
-        workload at once)."""
+        workload at once); `acts`: what a person's abort or retry asks of a workload."""
         self.hkey = hkey
         self.settings = settings
         self.copies = copies
@@ -218,6 +191,7 @@ class Restamper:
         self.follower = follower
         self.gate = gate
         self.wall = wall
+        self.acts = acts
 
     def entry(self, obj: JSONObject) -> WorkloadEntry | SkipReason:
         return entry_from_object(
@@ -281,6 +255,8 @@ class Restamper:
         if isinstance(entry, SkipReason):
             return Decision.leave(entry)
         record = rollout_record(self.hkey, obj) if self.follower is not None else None
+        if self.acts is not None and (acted := self._acted(ref, obj, entry, kind, record)):
+            return acted
         following = record if record is not None and entry.rolling else None
         amended = False
         if following is not None and rolled_back(kind, obj, following):
@@ -362,6 +338,8 @@ class Restamper:
             return Decision.leave(SkipReason.NOT_LEADER)
         ops = list(plan.patch)
         copies = tuple(plan.snapshots)
+        if self.acts is not None and not touches_template(ref.kind, ops):
+            ops += self.acts.restart_ops(ref, obj, kind, stale)  # (retried, held there)
         if not touches_template(ref.kind, ops):
             _warn(ref, plan.warnings)
             return Decision(ops, intended=plan.observed, instead=instead, copies=copies)
@@ -457,6 +435,34 @@ class Restamper:
         )
         return _Start(annotations, rollout)
 
+    def _acted(
+        self,
+        ref: WorkloadRef,
+        obj: JSONObject,
+        entry: WorkloadEntry,
+        kind: WorkloadKind,
+        record: RolloutRecord | None,
+    ) -> Decision | None:
+        """A person's abort of the content it rolled (taken back, snapshot mode), or retry of
+        content that failed here (a stale member of its change again): webhook.controller.acts."""
+        assert self.acts is not None
+        mode = effective_mode(obj, self.settings.admission.mode)[0]
+        aborted = self.acts.abort(ref, obj, kind, record, mode)
+        retried = self.acts.retry(ref, obj, entry) if aborted is None else None
+        if aborted is None and retried is None:
+            return None
+        if not self.is_leader():
+            return Decision.leave(SkipReason.NOT_LEADER)
+        if aborted is not None:
+            ops, ended = aborted
+            done = ended.record
+            intended = done.before if done.action is Action.UNDO else done.to
+            progress = Progress(State.FAILED, done.signal)
+            return Decision(ops, intended=intended, progress=progress, ended=ended)
+        assert retried is not None
+        ops, observed, who = retried
+        return Decision(ops, intended=observed, note=f"retried by {who}: it rolls in its wave")
+
     def _verdict(
         self, ref: WorkloadRef, obj: JSONObject, entry: WorkloadEntry, record: RolloutRecord
     ) -> Decision:
@@ -540,8 +546,8 @@ class Restamper:
         if stale <= left_to_reloader(entry.reloader, stale, read.peek, entry.recorded_for).keys():
             return None  # (left to Reloader: decide says so)
         changes, waiting = self._admitted(entry, stale)
-        if waiting is not None:
-            return None
+        if waiting is not None or (self.acts is not None and self.acts.wants(entry)):
+            return None  # (waits, or a person's retry: decide says what)
         restamp = restamp_from_consumption(
             ref.kind,
             [Consumption(c.source, c.keys, c.required, frozenset(), ()) for c in entry.consumes],

@@ -29,6 +29,7 @@ from functools import partial
 
 from prometheus_client import Gauge
 
+from webhook.controller.acts import Acts
 from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
@@ -166,14 +167,17 @@ class RolloutController:
             in_scope=self.namespaces.__contains__,
             limits=self.limits,
         )
+        follower = Follower(hkey, is_copy=is_copy, changed_keys=cache.changed_keys)
+        self.acts = Acts(hkey, self.gate.cut, follower, self.wall)
         self.restamper = Restamper(
             hkey,
             settings,
             copies=snapshots is not None,
             is_leader=self.is_leader,
-            follower=Follower(hkey, is_copy=is_copy, changed_keys=cache.changed_keys),
+            follower=follower,
             gate=self.gate,
             wall=self.wall,
+            acts=self.acts,
         )
         self.reconciler = Reconciler(
             self.limited,
@@ -411,6 +415,11 @@ class RolloutController:
         pending rollout; its own status moving or a resync finding it again is no change)."""
         if not self.acting() or entry.ref.namespace not in self.namespaces:
             return False
+        if self.acts.wants(entry):
+            # A person's abort or retry asks something of it: looked at now, on the follows'
+            # queue (no coalescing window; a look due later, a backoff's, is brought forward)
+            self.follows.queue.add(entry.ref, ())
+            return True
         stale = stale_sources(entry, self._peek(entry.ref.namespace), self.hkey)
         for sid in stale:  # (its ConfigRollouts: what they say of it may move)
             self.publisher.mark(entry.ref.namespace, sid)

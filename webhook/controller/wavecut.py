@@ -297,6 +297,20 @@ class WaveCut:
             return None
         return record.paused_by if self.change(namespace, change.source) == change else None
 
+    def aborted(self, namespace: str, change: Change) -> str | None:
+        """Who aborted the change's content, and when (`configpin abort`, as `paused`)."""
+        record = self.peek(namespace, change.source)
+        if record is None or record.aborted_by is None:
+            return None
+        return record.aborted_by if self.change(namespace, change.source) == change else None
+
+    def retried(self, namespace: str, change: Change) -> tuple[float, str] | None:
+        """When and by whom `configpin retry` of the change's content was said, as `paused`."""
+        record = self.peek(namespace, change.source)
+        if record is None or record.retried is None:
+            return None
+        return record.retried if self.change(namespace, change.source) == change else None
+
     def held(self, entry: WorkloadEntry, change: Change) -> bool:
         """`entry` is stale for another change too, one that may not roll there now for a
         reason only a person ends (a failure stopped it; it awaits an approval): it rolls

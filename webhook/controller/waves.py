@@ -172,12 +172,20 @@ class Gate:
         return self.cut.approved(namespace, change)
 
     def _paused(self, ref: WorkloadRef, changes: Iterable[Change]) -> Wait | None:
-        """A change paused by a person (`configpin pause` of the content it is at): no
-        rollout of it starts, whatever its wave; one started is followed to the end."""
+        """A change paused or aborted by a person (`configpin pause`, `abort` of the content
+        it is at): no rollout of it starts, whatever its wave; one started is followed to the
+        end (an abort's undo is the restamper's)."""
         for change in changes:
+            sid = change.source
+            who = self.cut.aborted(ref.namespace, change)
+            if who is not None:
+                return Wait(
+                    WaitReason.ABORTED,
+                    f"{change} is aborted by {who}: kubectl configpin retry "
+                    f"{sid.kind.value}/{sid.name} -n {ref.namespace} rolls it again",
+                )
             who = self.cut.paused(ref.namespace, change)
             if who is not None:
-                sid = change.source
                 return Wait(
                     WaitReason.PAUSED,
                     f"{change} is paused by {who}: kubectl configpin resume "

@@ -48,7 +48,7 @@ from webhook.core.constants import (
 from webhook.core.model import SourceId, SourceKind, SourceRecord
 from webhook.core.names import snapshot_name
 from webhook.core.reloader import source_mark
-from webhook.core.verbs import paused_by
+from webhook.core.verbs import Verb, acted_on, said_by
 
 KEY_DIGEST_SIZE: Final = 16
 CONTENT_ID_LEN: Final = 20  # hex digits of a content's short form (`content_id`)
@@ -223,8 +223,8 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
     `snapshot_of` is set only for a proven copy (`proven_source`); an object that merely
     carries the snapshot label is recorded as the ordinary object it is. `approved` only for
     an approval configpin recorded for this source and the content it holds; `approved_now`
-    too when that approval was `approve --now`; `paused_by` only for a pause configpin
-    recorded for this source and the content it holds."""
+    too when that approval was `approve --now`; `paused_by`, `aborted_by` and `retried` only
+    for that verb, recorded by configpin for this source and the content it holds."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     digests = key_digests(hkey, kind, obj)
@@ -249,9 +249,10 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
     approval = None
     if text is not None:
         approval = ChangedBy.decode(hkey, namespace, sid, text, content, domain=APPROVED)
-    paused = None if acted is None else paused_by(hkey, namespace, sid, acted, content)
-    if approval is None and paused is None:
+    verb = None if acted is None else acted_on(hkey, namespace, sid, acted, content)
+    if approval is None and verb is None:
         return record
+    retried = (verb.at, verb.said()) if verb is not None and verb.verb is Verb.RETRY else None
     return SourceRecord(
         record.kind,
         record.name,
@@ -265,7 +266,9 @@ def record_from_object(hkey: bytes, kind: SourceKind, obj: Mapping[str, Any]) ->
         content if approval is not None else None,
         content if approval is not None and approval.now else None,
         record.reloader,
-        paused,
+        said_by(verb, Verb.PAUSE),
+        said_by(verb, Verb.ABORT),
+        retried,
     )
 
 

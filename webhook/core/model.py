@@ -160,6 +160,11 @@ class SourceRecord:
     # Who paused the content it holds now, and when ("USER at TIME": a valid `configpin pause`
     # of this very content, webhook.core.verbs); None: not paused
     paused_by: str | None = None
+    # Who aborted the content it holds now, and when (`configpin abort` of this very content)
+    aborted_by: str | None = None
+    # When `configpin retry` of the content it holds now was said (seconds since the epoch),
+    # and by whom: failures of it that ended before then are rolled again
+    retried: tuple[float, str] | None = None
     # Source digests already computed for this record, by (digest key, consumed keys). The
     # record is immutable, so they stay true; admission asks the same question every time.
     memo: dict[tuple[bytes, frozenset[str] | None], str] = field(
@@ -187,6 +192,8 @@ class SourceRecord:
             self.approved_now,
             self.reloader,
             self.paused_by,
+            self.aborted_by,
+            self.retried,
         )
 
 

@@ -307,7 +307,9 @@ class SourceWrite:
     approve: str | None = None  # ... its configpin.io/approve ("request": `configpin approve`)
     prior: str | None = None  # (a change of content) what it held before, as a Change names it
     act: str | None = None  # its configpin.io/act ("pause", "resume": a person's verb)
-    acted: bool = False  # it carries a configpin.io/acted record (a verb said of its content)
+    # the verb its configpin.io/acted record names, as written ("": none readable; None: it
+    # carries no record); what admission keeps of it on a change of content, never believed
+    acted: str | None = None
 
     def __reduce__(self) -> tuple[type[SourceWrite], tuple[Any, ...]]:
         # Pickled (back from the large-review worker) by its fields, never by setting them one
@@ -383,8 +385,20 @@ def source_write(
         approve=approve if isinstance(approve, str) else None,
         prior=prior,
         act=act if isinstance(act, str) else None,
-        acted=acted is not None,
+        acted=None if acted is None else _verb_named(acted),
     )
+
+
+def _verb_named(text: Any) -> str:
+    """The verb a configpin.io/acted record names, unverified ("" when it names none)."""
+    if not isinstance(text, str) or len(text) > 2048:
+        return ""
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return ""
+    verb = body.get("verb") if isinstance(body, dict) else None
+    return verb if isinstance(verb, str) else ""
 
 
 __all__ = [

@@ -102,6 +102,7 @@ class Status(StrEnum):
     AWAITING_WINDOW = "awaiting-window"  # its rollout windows do not allow a rollout now
     FLAPPING = "flapping"  # its rollout budget is spent: a source keeps changing
     PAUSED = "paused"  # a person paused the change (`configpin pause`): resumed, it rolls
+    ABORTED = "aborted"  # a person aborted the change (`configpin abort`): retried, it rolls
     ROLLING = "rolling"  # a config rollout configpin follows is in progress
     FAILED = "failed"  # it failed: undone, held, left, or rolled back by a person
     REJECTED = "rejected"  # the content a failed rollout brought is kept out
@@ -167,6 +168,7 @@ class EventReason(StrEnum):
     CONFIG_ROLLOUT_AWAITING_WINDOW = "ConfigRolloutAwaitingWindow"
     CONFIG_ROLLOUT_FLAPPING = "ConfigRolloutFlapping"
     CONFIG_ROLLOUT_PAUSED = "ConfigRolloutPaused"
+    CONFIG_ROLLOUT_ABORTED = "ConfigRolloutAborted"
     SKIPPED_OWNED = "SkippedOwned"
     LEFT_TO_RELOADER = "LeftToReloader"
     SOURCE_MISSING = "SourceMissing"
@@ -215,6 +217,7 @@ EVENTS: Final[Mapping[EventReason, EventKind]] = {
     ),
     EventReason.CONFIG_ROLLOUT_FLAPPING: EventKind((WARNING,), _ROLLOUT, Status.FLAPPING),
     EventReason.CONFIG_ROLLOUT_PAUSED: EventKind((NORMAL,), _ROLLOUT, Status.PAUSED),
+    EventReason.CONFIG_ROLLOUT_ABORTED: EventKind((WARNING,), _ROLLOUT, Status.ABORTED),
     EventReason.SKIPPED_OWNED: EventKind((NORMAL,), "Skip"),
     EventReason.LEFT_TO_RELOADER: EventKind((NORMAL,), "Skip"),
     EventReason.SOURCE_MISSING: EventKind((WARNING,), "Admit"),

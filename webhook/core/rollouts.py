@@ -74,6 +74,7 @@ class RolloutReason(StrEnum):
     ROLLED_BACK = "RolledBack"
     HELD = "Held"
     PAUSED = "Paused"
+    ABORTED = "Aborted"
     DELIVERED = "Delivered"
 
     @property
@@ -123,6 +124,7 @@ REASONS: Final[Mapping[RolloutReason, Said]] = {
     RolloutReason.ROLLED_BACK: Said(C.STALLED, "rolled back", 2),
     RolloutReason.HELD: Said(C.STALLED, "failed and held", 3),
     RolloutReason.PAUSED: Said(C.STALLED, "paused by a person", 4, Status.PAUSED),
+    RolloutReason.ABORTED: Said(C.STALLED, "aborted by a person", 0, Status.ABORTED),
     RolloutReason.DELIVERED: Said(C.READY, "delivered", 0),
 }
 # The gate's wait, as the change's reason.
@@ -134,11 +136,18 @@ WAIT_REASONS: Final[Mapping[WaitReason, RolloutReason]] = {
     WaitReason.WINDOW: RolloutReason.AWAITING_WINDOW,
     WaitReason.BUDGET: RolloutReason.FLAPPING,
     WaitReason.PAUSED: RolloutReason.PAUSED,
+    WaitReason.ABORTED: RolloutReason.ABORTED,
 }
 # The waits that put `configpin.io/held` on the workload: a person's or a clock's, which can
 # last (an earlier wave's, or the cap's, lasts no longer than another member's rollout, which
 # a health check sees already).
-HELD: Final = (WaitReason.APPROVAL, WaitReason.WINDOW, WaitReason.BUDGET, WaitReason.PAUSED)
+HELD: Final = (
+    WaitReason.APPROVAL,
+    WaitReason.WINDOW,
+    WaitReason.BUDGET,
+    WaitReason.PAUSED,
+    WaitReason.ABORTED,
+)
 HELD_MAX: Final = 1024  # characters of its text
 
 
@@ -238,8 +247,13 @@ def _message(reason: RolloutReason, members: Sequence[MemberView], ready: int, t
     return f"{head}{detail}"
 
 
-def decide(members: Sequence[MemberView], paused: bool = False) -> RolloutReason:
-    """The change's reason from its members' states."""
+def decide(
+    members: Sequence[MemberView], paused: bool = False, aborted: bool = False
+) -> RolloutReason:
+    """The change's reason from its members' states (`aborted`: a person's abort, whatever
+    they say: its undone members failed by it)."""
+    if aborted:
+        return RolloutReason.ABORTED
     failed = [m.reason or RolloutReason.FAILED for m in members if m.state is MemberState.FAILED]
     stopped = [m.reason or RolloutReason.WAITING for m in members if m.state is MemberState.WAITING]
     if failed:
@@ -325,20 +339,26 @@ def rollout_status(
     now: str,
     previous: Mapping[str, Any] | None = None,
     paused: str | None = None,
+    aborted: str | None = None,
 ) -> dict[str, Any]:
     """The status of a source's ConfigRollout. `waves`: its change's members, wave by wave;
     `consumers`: every workload that consumes the source where configpin acts (the members,
     and those that already run the content or take it in place); `previous`: the status as
     it stands (its conditions' transition times and its history are kept); `paused`: who
-    paused the change and when ("USER at TIME", `configpin pause`), None: not paused."""
+    paused the change and when ("USER at TIME", `configpin pause`), None: not paused; `aborted`:
+    who aborted it (`configpin abort`), the same way."""
     previous = previous or {}
     members = [m for wave in waves for m in wave]
-    reason = decide(members, paused is not None)
+    reason = decide(members, paused is not None, aborted is not None)
     done = sum(m.state.done for m in members)
     ready = consumers - len(members) + done
     message = _message(reason, members, ready, consumers)
     if reason is RolloutReason.PAUSED and paused:
         message = f"{REASONS[reason].words}: {paused}; kubectl configpin resume {source} goes on"
+    if reason is RolloutReason.ABORTED and aborted:
+        message = (
+            f"{REASONS[reason].words}: {aborted}; kubectl configpin retry {source} rolls it again"
+        )
     shown: list[dict[str, Any]] = []
     wave_rows = []
     at_wave = 0
@@ -363,7 +383,8 @@ def rollout_status(
             **({"keys": list(change.keys)} if change.keys is not None else {}),
             **({"changedBy": change.by} if change.by else {}),
             **({"changedAt": change.at} if change.at else {}),
-            **_paused_fields(paused),
+            **_said_fields("paused", paused),
+            **_said_fields("aborted", aborted),
         },
         "counts": {
             "consumers": consumers,
@@ -394,12 +415,13 @@ def rollout_status(
     return body
 
 
-def _paused_fields(paused: str | None) -> dict[str, str]:
-    """`pausedBy` and `pausedAt` of the change, from "USER at TIME" (a time holds no " at ")."""
-    if not paused:
+def _said_fields(verb: str, said: str | None) -> dict[str, str]:
+    """`pausedBy` and `pausedAt` (`abortedBy`, `abortedAt`) of the change, from "USER at TIME"
+    (a time holds no " at ")."""
+    if not said:
         return {}
-    user, _, at = paused.rpartition(" at ")
-    return {"pausedBy": user, "pausedAt": at}
+    user, _, at = said.rpartition(" at ")
+    return {f"{verb}By": user, f"{verb}At": at}
 
 
 def verdict(obj: Mapping[str, Any]) -> Verdict:

@@ -1,10 +1,13 @@
-"""A person's verb on a change (SPEC, "Acting on a change"): `configpin pause` and
-`configpin resume`, recorded by configpin's admission on the source (`configpin.io/acted`) as
+"""A person's verb on a change (SPEC, "Acting on a change"): `configpin pause`, `resume`,
+`abort` and `retry`, recorded by configpin's admission on the source (`configpin.io/acted`) as
 who said which verb, when, and for which content, signed with the digest key over the source
 (webhook.core.signed), so a record a tenant writes, or copies from another source, is not
 believed; and bound to the content it was said of, so an older verb never holds a newer change.
 
-The source carries the latest verb only: `resume` replaces a `pause`.
+The source carries the latest verb only: `resume` replaces a `pause`, `retry` an `abort`. A
+write that changes the source's content takes a pause, resume or retry away (a verb is said of
+the content it was said to); an abort stays, so that the aborted content, stored again later, is
+still rejected.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ class Verb(StrEnum):
 
     PAUSE = "pause"  # no further rollout of this content starts; started ones are followed
     RESUME = "resume"  # it goes on from where it stopped
+    ABORT = "abort"  # no further rollout starts; rolled workloads go back (snapshot mode)
+    RETRY = "retry"  # content that failed, was rolled back or aborted rolls again
+
+    @property
+    def stays(self) -> bool:
+        """The record outlives a change of the source's content (an abort rejects content)."""
+        return self is Verb.ABORT
 
 
 # Each verb's command: its help and its description (`configpin pause|resume --help`).
@@ -44,6 +54,26 @@ HELP: Final = {
         "Records, as you, that the source's current content goes on rolling. An update of the "
         "source: your right to update it is what is checked. Exit 0: recorded; 1: configpin did "
         "not record it; 2: usage or connection error, or a refusal.",
+    ),
+    Verb.ABORT: (
+        "abort the change a ConfigMap or Secret holds now: no further wave of it starts, and in "
+        "snapshot mode the workloads it rolled go back (also `kubectl configpin abort`)",
+        "Records, as you, that the source's current content is aborted: no further rollout of "
+        "it starts; in snapshot mode the workloads already rolled to it (rolling or complete) "
+        "go back to the copies of the last content that completed there, and the content is "
+        "rejected there (checksum mode cannot bring content back: those keep it). Stored again "
+        "later, the content is still aborted; a newer change of the source is not. An update "
+        "of the source: your right to update it is what is checked. Exit 0: recorded; 1: "
+        "configpin did not record it; 2: usage or connection error, or a refusal.",
+    ),
+    Verb.RETRY: (
+        "retry the change a ConfigMap or Secret holds now: content that failed, was rolled back "
+        "or aborted rolls again from its first wave (also `kubectl configpin retry`)",
+        "Records, as you, that the source's current content rolls again: an abort of it is "
+        "lifted, and the workloads where it failed (rejected, rolled back, held) roll it again "
+        "in its waves, from the first. An update of the source: your right to update it is "
+        "what is checked. Exit 0: recorded; 1: configpin did not record it; 2: usage or "
+        "connection error, or a refusal.",
     ),
 }
 
@@ -83,14 +113,24 @@ class Acted:
             return None
 
 
+def acted_on(hkey: bytes, namespace: str, sid: SourceId, text: Any, content: str) -> Acted | None:
+    """The verb said of the content `content` of the source, from its record; None: no record
+    configpin made, or a verb said of other content (an older verb never acts on a newer
+    change)."""
+    acted = Acted.decode(hkey, namespace, sid, text)
+    return acted if acted is not None and acted.content == content else None
+
+
+def said_by(acted: Acted | None, verb: Verb) -> str | None:
+    """Who said `verb`, and when ("USER at TIME"), when that is the verb recorded."""
+    return acted.said() if acted is not None and acted.verb is verb else None
+
+
 def paused_by(hkey: bytes, namespace: str, sid: SourceId, text: Any, content: str) -> str | None:
     """Who paused the content `content` of the source, and when ("USER at TIME"), from its
     record; None when it is not paused: no record configpin made, a `resume`, or a pause of
     other content (an older verb never holds a newer change)."""
-    acted = Acted.decode(hkey, namespace, sid, text)
-    if acted is None or acted.verb is not Verb.PAUSE or acted.content != content:
-        return None
-    return acted.said()
+    return said_by(acted_on(hkey, namespace, sid, text, content), Verb.PAUSE)
 
 
 def _subject(namespace: str, sid: SourceId) -> str:

@@ -41,6 +41,7 @@ class WaitReason(StrEnum):
     WINDOW = "window"  # its rollout windows do not allow a rollout now (status awaiting-window)
     BUDGET = "budget"  # its rollout budget is spent: it is held as flapping
     PAUSED = "paused"  # a person paused the change (`configpin pause`): no rollout of it starts
+    ABORTED = "aborted"  # a person aborted the change (`configpin abort`): none starts again
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,13 +72,26 @@ def _observe(fn: Callable[..., None], *args: object) -> None:
         log.exception("snapshot observer %s failed", getattr(fn, "__qualname__", fn))
 
 
-# (secret type, ignored, snapshot of, shared, approved, approved --now, Reloader's mark, paused by)
+# (secret type, ignored, snapshot of, shared, approved, approved --now, Reloader's mark, paused
+# by, aborted by, retried)
 _Extra: TypeAlias = (
-    tuple[str | None, bool, str | None, bool, str | None, str | None, str | None, str | None] | None
+    tuple[
+        str | None,
+        bool,
+        str | None,
+        bool,
+        str | None,
+        str | None,
+        str | None,
+        str | None,
+        str | None,
+        tuple[float, str] | None,
+    ]
+    | None
 )
 _Layout: TypeAlias = tuple[tuple[str, ...], _Extra]
 _ID: Final = struct.Struct("<I")
-_NO_EXTRA: Final = (None, False, None, False, None, None, None, None)  # (the common case)
+_NO_EXTRA: Final = (None, False, None, False, None, None, None, None, None, None)  # (most)
 
 
 class _Layouts:
@@ -116,9 +129,18 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     keys, extra = layouts[_ID.unpack_from(entry)[0]]
     size, at = digest.KEY_DIGEST_SIZE, _ID.size
     kd = {k: entry[at + i * size : at + (i + 1) * size] for i, k in enumerate(keys)}
-    secret_type, ignored, snapshot_of, shared, approved, approved_now, reloader, paused_by = (
-        extra or _NO_EXTRA
-    )
+    (
+        secret_type,
+        ignored,
+        snapshot_of,
+        shared,
+        approved,
+        approved_now,
+        reloader,
+        paused_by,
+        aborted_by,
+        retried,
+    ) = extra or _NO_EXTRA
     if secret_type is None:
         secret_type = kind.facts.default_type
     return SourceRecord(
@@ -133,6 +155,8 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
         approved_now=approved_now,
         reloader=reloader,
         paused_by=paused_by,
+        aborted_by=aborted_by,
+        retried=retried,
     )
 
 
@@ -284,6 +308,8 @@ class SourceCache:
             or rec.approved is not None
             or rec.reloader is not None
             or rec.paused_by is not None
+            or rec.aborted_by is not None
+            or rec.retried is not None
         ):
             extra = (
                 rec.secret_type,
@@ -294,6 +320,8 @@ class SourceCache:
                 rec.approved_now,
                 rec.reloader,
                 rec.paused_by,
+                rec.aborted_by,
+                rec.retried,
             )
         number = self._layouts.number(names, extra)
         return b"".join((_ID.pack(number), *(rec.key_digests[k] for k in names)))
@@ -318,6 +346,8 @@ class SourceCache:
         old = _record(self._layouts, before, kind, name).key_digests
         new = _record(self._layouts, after, kind, name).key_digests
         keys = frozenset(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if not keys:
+            return  # (its content did not change: a verb said of it, an approval)
         with self._recent_lock:
             self._changed_keys[(kind, namespace, name)] = keys
 

@@ -64,7 +64,7 @@ def _annotation_op(write: SourceWrite, key: str, value: str | None) -> list[Patc
             ANN_PLAN: write.plan,
             ANN_APPROVE: write.approve,
             ANN_ACT: write.act,
-            ANN_ACTED: True if write.acted else None,
+            ANN_ACTED: write.acted,
         }
         return [{"op": "remove", "path": path}] if has.get(key) is not None else []
     if not write.metadata:
@@ -102,9 +102,11 @@ class SourceWrites:
             ops += self._approve(review, write, namespace, sid)
         if write.act is not None and not write.deleting:
             ops += self._act(review, write, namespace, sid)
-        elif write.changed and write.acted and not write.deleting:
+        elif write.changed and write.acted not in (None, Verb.ABORT.value) and not write.deleting:
             # A verb is said of the content it was said to: a write that changes the content
             # takes it away, so that a pause of A holds neither B nor A stored again after B.
+            # An abort stays: the content it rejects, stored again, is still rejected (the
+            # record names its content, so it holds no other; it is not believed unsigned).
             ops += _annotation_op(write, ANN_ACTED, None)
         warnings: Sequence[str] = ()
         asked = wants_plan(write.plan) and review.dry_run
@@ -150,9 +152,9 @@ class SourceWrites:
     def _act(
         self, review: Review, write: SourceWrite, namespace: str, sid: SourceId
     ) -> list[PatchOp]:
-        """`configpin pause` or `resume` asked (with the right to update the source): the
-        signed record of who said it, when, and of which content, in place of the request
-        (a value that is no verb is taken away and records nothing)."""
+        """`configpin pause`, `resume`, `abort` or `retry` asked (with the right to update the
+        source): the signed record of who said it, when, and of which content, in place of the
+        request (a value that is no verb is taken away and records nothing)."""
         ops = _annotation_op(write, ANN_ACT, None)
         record = write.record
         if write.act in tuple(Verb) and record is not None:

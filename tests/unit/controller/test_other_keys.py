@@ -29,12 +29,13 @@ from tests.unit.conftest import (
     pod_spec,
     workload,
 )
+from webhook.controller.decision import Decision
 from webhook.controller.editors import Editors
 from webhook.controller.follow import Follower
 from webhook.controller.index import WorkloadIndex
 from webhook.controller.preview import Previewer
 from webhook.controller.reconcile import Prelude
-from webhook.controller.restamp import Decision, Restamper
+from webhook.controller.restamp import Restamper
 from webhook.controller.waves import Gate
 from webhook.core import digest
 from webhook.core.audit import APPROVED, ChangedBy

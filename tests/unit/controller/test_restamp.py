@@ -29,12 +29,13 @@ from tests.unit.conftest import (
     vol_cm,
     workload,
 )
+from webhook.controller.decision import Decision
 from webhook.controller.editors import Rolled
 from webhook.controller.follow import Follower
 from webhook.controller.limits import RolloutLimits
 from webhook.controller.needs import Inputs, Need
 from webhook.controller.reconcile import Prelude
-from webhook.controller.restamp import Decision, IndexRestamp, Restamper, touches_template
+from webhook.controller.restamp import IndexRestamp, Restamper, touches_template
 from webhook.core.budget import decode_starts, encode_starts
 from webhook.core.constants import (
     ANN_EXTRA_SOURCES,

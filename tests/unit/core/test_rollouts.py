@@ -135,7 +135,7 @@ def test_every_wait_and_every_failure_has_a_reason_and_every_reason_its_words() 
     assert set(REASONS) == set(RolloutReason)
     assert all(said.words for said in REASONS.values())
     stalled = {r for r, said in REASONS.items() if said.condition is ConditionType.STALLED}
-    assert stalled == {R.FAILED, R.ROLLED_BACK, R.HELD, R.PAUSED}
+    assert stalled == {R.FAILED, R.ROLLED_BACK, R.HELD, R.PAUSED, R.ABORTED}
 
 
 def test_one_condition_is_true_and_the_others_false_with_the_generation() -> None:
@@ -307,3 +307,25 @@ def test_every_field_of_a_status_is_declared_by_the_crd_and_each_column_reads_on
         assert isinstance(found, str), column
     assert version["subresources"] == {"status": {}}
     assert _crd()["spec"]["names"]["shortNames"] == ["cfgro"]
+
+
+def test_an_abort_is_stalled_aborted_with_who_before_any_members_failure() -> None:
+    """`configpin abort`: the change says Aborted (not the RolledBack its undone members say),
+    with who and when, and the command that rolls it again."""
+    waves = [[_m("a", S.FAILED, R.ROLLED_BACK)], [_m("b", S.WAITING, R.ABORTED)]]
+    status = rollout_status(
+        source="configmap/cfg",
+        uid="u1",
+        resource_version="7",
+        generation=1,
+        change=ChangeView("c2", ("a",), "alice", NOW),
+        waves=waves,
+        consumers=2,
+        now=NOW,
+        aborted=f"bob at {NOW}",
+    )
+    assert _true(status) == [("Stalled", "Aborted")]
+    assert status["change"]["abortedBy"] == "bob" and status["change"]["abortedAt"] == NOW
+    said = next(c for c in status["conditions"] if c["status"] == "True")["message"]
+    assert "kubectl configpin retry configmap/cfg" in said and "bob" in said
+    assert verdict({"status": status}) is not None

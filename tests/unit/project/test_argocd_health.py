@@ -411,6 +411,8 @@ CONFIGPIN_CASES = [
      "inProgress"),
     ("paused by a person", {"held": "Paused: paused by alice"}, "Suspended",
      "configpin: paused by alice", "current"),
+    ("aborted by a person", {"held": "Aborted: aborted by alice"}, "Degraded",
+     "configpin: aborted by alice", "failed"),
     ("paused while rolling", {"held": "Paused: paused by alice",
                               "rollout": record(State.ROLLING)}, "Suspended",
      "configpin: paused by alice", "inProgress"),
@@ -567,7 +569,7 @@ def test_missing_and_odd_fields_never_error(kind: str, obj: dict[str, Any]) -> N
 def test_held_reads_as_the_controller_writes_it(kind: str) -> None:
     """`configpin.io/held` made by the controller's own function, for each wait it holds a
     workload for: Progressing, with its words; a person's pause: Suspended (and, for Flux, as
-    the workload itself is)."""
+    the workload itself is); a person's abort: Degraded (Flux: failed)."""
     from webhook.core.rollouts import HELD as HELD_WAITS
     from webhook.core.rollouts import held_text
     from webhook.core.waves import Wait, WaitReason
@@ -577,10 +579,11 @@ def test_held_reads_as_the_controller_writes_it(kind: str) -> None:
         text = held_text(Wait(reason, why))
         assert text is not None
         obj = annotated(BUILDERS[kind](), held=text)
-        paused = reason is WaitReason.PAUSED
-        health = "Suspended" if paused else "Progressing"
+        paused, aborted = reason is WaitReason.PAUSED, reason is WaitReason.ABORTED
+        health = "Suspended" if paused else "Degraded" if aborted else "Progressing"
         assert argocd_health(lua(kind), obj) == (health, f"configpin: {why}")
         flux = flux_health(flux_exprs(), BUILDERS[kind]()) if paused else "inProgress"
+        flux = "failed" if aborted else flux
         assert flux_health(flux_exprs(), obj) == flux
 
 

@@ -180,3 +180,40 @@ def test_paused_by_survives_the_worker_and_the_cache() -> None:
     unpacked = _record(cache._layouts, cache.pack(record), CFG.kind, CFG.name)
     assert unpacked.paused_by == record.paused_by
     assert unpacked.key_digests == record.key_digests
+
+
+def test_an_abort_stays_through_a_change_so_its_content_stored_again_is_still_aborted() -> None:
+    """abort of A, then B, then A again: the record stays (it names A alone), B is not
+    aborted, the last A is; retry replaces it, and a change of content takes a retry away."""
+    aborted = _act(_cm({"a": "1"}), "abort", user="alice")
+    record = digest.record_from_object(HKEY, CFG.kind, aborted)
+    assert record.aborted_by == f"alice at {format_time(NOW)}" and record.paused_by is None
+    changed = copy.deepcopy(aborted)
+    changed["data"] = {"a": "2"}
+    b = _write(aborted, changed)
+    assert ANN_ACTED in b["metadata"]["annotations"]
+    assert digest.record_from_object(HKEY, CFG.kind, b).aborted_by is None  # (B: newer)
+    back = copy.deepcopy(b)
+    back["data"] = {"a": "1"}
+    again = _write(b, back)
+    assert digest.record_from_object(HKEY, CFG.kind, again).aborted_by is not None
+    retried = _act(again, "retry", user="bob", at=NOW + 60)
+    record = digest.record_from_object(HKEY, CFG.kind, retried)
+    assert record.aborted_by is None
+    assert record.retried == (NOW + 60, f"bob at {format_time(NOW + 60)}")
+    moved = copy.deepcopy(retried)
+    moved["data"] = {"a": "3"}
+    assert ANN_ACTED not in _write(retried, moved)["metadata"]["annotations"]
+
+
+def test_aborted_by_and_retried_survive_the_worker_and_the_cache() -> None:
+    from webhook.kube.cache import _record
+
+    cache = SourceCache(None, HKEY, Metrics())  # type: ignore[arg-type]  # (no watch: packing)
+    for verb in ("abort", "retry"):
+        record = digest.record_from_object(HKEY, CFG.kind, _act(_cm({"a": "1"}), verb, user="x"))
+        assert (record.aborted_by, record.retried) != (None, None)
+        back = pickle.loads(pickle.dumps(record))
+        assert (back.aborted_by, back.retried) == (record.aborted_by, record.retried)
+        unpacked = _record(cache._layouts, cache.pack(record), CFG.kind, CFG.name)
+        assert (unpacked.aborted_by, unpacked.retried) == (record.aborted_by, record.retried)

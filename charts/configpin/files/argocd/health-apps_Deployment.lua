@@ -129,6 +129,7 @@ local function health(obj)
   if said.state == "failed" then return "Degraded", failed(said) end
   if status == "Degraded" or status == "Suspended" then return status, message end
   if said.held == "Paused" then return "Suspended", "configpin: " .. said.words end
+  if said.held == "Aborted" then return "Degraded", "configpin: " .. said.words end
   if said.state == "rolling" then return "Progressing", "configpin: config rollout in progress" end
   if said.held ~= nil then return "Progressing", "configpin: " .. said.words end
   return status, message
