@@ -35,7 +35,8 @@ _DONE = {
     Verb.RETRY: "the workloads where it failed, was rolled back or aborted roll it again, in "
     "its waves from the first",
 }
-_PAST = {Verb.PAUSE: "paused", Verb.RESUME: "resumed", Verb.ABORT: "aborted", Verb.RETRY: "retried"}
+# What a verb said is, as its answer says it (the command's and the dashboard's).
+PAST = {Verb.PAUSE: "paused", Verb.RESUME: "resumed", Verb.ABORT: "aborted", Verb.RETRY: "retried"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print(
-        f"{_PAST[verb]} {sid} in {namespace}: its content now ({record.get('content', '?')}) "
+        f"{PAST[verb]} {sid} in {namespace}: its content now ({record.get('content', '?')}) "
         f"by {record.get('user', '?')}; {_DONE[verb]}"
     )
     return 0

@@ -122,7 +122,7 @@ class Acts:
             if mode != MODE_SNAPSHOT:
                 self._nothing(ref, change, "abort")  # (nothing to take back: it keeps it)
                 return None
-            signal = f"the change {change} was aborted by {who}"
+            signal = f"{change} was aborted by {who}"
             return self.follower.failed(ref, obj, kind, record, mode, signal, policy=Action.UNDO)
         return None
 

@@ -238,16 +238,19 @@ def _verbs(doc: dict[str, Any], rollouts: list[dict[str, Any]]) -> dict[str, lis
 
 
 def test_pause_while_it_rolls_or_waits_resume_while_paused_approve_where_asked() -> None:
-    assert _verbs(_doc(), [_cr("Reconciling", "Rolling")]) == {"shop": ["pause"]}
+    assert _verbs(_doc(), [_cr("Reconciling", "Rolling")]) == {"shop": ["pause", "abort"]}
     asked = _doc(approval={"namespaces": ["shop"]})
-    assert _verbs(asked, [_cr("Reconciling", "AwaitingApproval")]) == {"shop": ["approve", "pause"]}
-    assert _verbs(_doc(), [_cr("Stalled", "Paused")]) == {"shop": ["resume"]}
-    assert _verbs(_doc(), [_cr("Stalled", "Failed")]) == {}
+    assert _verbs(asked, [_cr("Reconciling", "AwaitingApproval")]) == {
+        "shop": ["approve", "pause", "abort"]
+    }
+    assert _verbs(_doc(), [_cr("Stalled", "Paused")]) == {"shop": ["resume", "abort"]}
+    for stopped in ("Failed", "RolledBack", "Held", "Aborted"):  # (retry rolls it again)
+        assert _verbs(_doc(), [_cr("Stalled", stopped)]) == {"shop": ["retry"]}, stopped
     assert _verbs(_doc(), [_cr("Ready", "Delivered")]) == {}
     assert _verbs(_doc(current=False), [_cr("Reconciling", "Rolling")]) == {}
     # a ConfigRollout of other content, or none: as the page's rows say
     assert _verbs(_doc(counts={"rolling": 1}), [_cr("Ready", "Delivered", content="0ld")]) == {
-        "shop": ["pause"]
+        "shop": ["pause", "abort"]
     }
     assert _verbs(_doc(counts={"complete": 3}), []) == {}
 
@@ -255,7 +258,7 @@ def test_pause_while_it_rolls_or_waits_resume_while_paused_approve_where_asked()
 def test_a_shared_change_has_the_buttons_of_each_namespace_as_its_own_rollout_says() -> None:
     doc = _doc(namespace="", namespaces=["a", "b"])
     rollouts = [_cr("Stalled", "Paused", "a"), _cr("Reconciling", "Rolling", "b")]
-    assert _verbs(doc, rollouts) == {"a": ["resume"], "b": ["pause"]}
+    assert _verbs(doc, rollouts) == {"a": ["resume", "abort"], "b": ["pause", "abort"]}
 
 
 # --- pressing -----------------------------------------------------------------------------------
@@ -273,13 +276,14 @@ def _press(app: App, verb: str) -> tuple[int, dict[str, Any]]:
     return got.status, json.loads(got.body)
 
 
-def test_pause_and_resume_are_the_cli_verbs_with_the_users_own_rights() -> None:
+def test_pause_resume_abort_and_retry_are_the_cli_verbs_with_the_users_own_rights() -> None:
     kube = _Kube(allowed=("patch",), user="alice")
     app = _app(kube)
-    for verb in ("pause", "resume"):
+    done = {"pause": "paused", "resume": "resumed", "abort": "aborted", "retry": "retried"}
+    for verb, said in done.items():
         status, doc = _press(app, verb)
         assert status == 200, doc
-        assert doc["message"] == f"{verb}d configmap/cfg in shop by alice"
+        assert doc["message"] == f"{said} configmap/cfg in shop by alice"
         patch = [b for m, _, b in kube.calls if m == "PATCH"][-1]
         assert patch == {"metadata": {"annotations": {ANN_ACT: verb}}}
     # without the token, nothing is asked of the API server
@@ -325,7 +329,7 @@ def test_the_change_page_carries_its_buttons_and_whether_the_user_may_press_them
     assert buttons == [
         {
             "namespace": "shop",
-            "verbs": ["approve", "pause"],
+            "verbs": ["approve", "pause", "abort"],
             "may": {
                 "allowed": False,
                 "why": "your rights (system:serviceaccount:shop:viewer) do not allow updating "

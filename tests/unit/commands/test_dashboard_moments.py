@@ -44,6 +44,20 @@ def test_a_rolled_back_or_held_change_names_the_workload_that_failed_and_what_to
     assert not any("rollout undo" in d for d in back["do"])
     held = moment([_cr("Held")], rows, "configmap/cfg", ["ns"])
     assert held is not None and "kubectl rollout undo deployment/canary -n ns" in held["do"]
+    assert any(d.startswith("kubectl configpin retry configmap/cfg -n ns") for d in held["do"])
+
+
+def test_an_aborted_change_says_who_and_the_retry_command() -> None:
+    obj = _cr("Aborted", abortedBy="bob", abortedAt="2026-12-03T15:00:00Z")
+    said = moment([obj], [], "configmap/cfg", ["ns"])
+    assert said is not None
+    assert (said["state"], said["title"], said["words"]) == (
+        "aborted",
+        "Aborted",
+        "aborted by a person",
+    )
+    assert said["aborted_by"] == "bob" and said["aborted_at"] == "2026-12-03T15:00:00Z"
+    assert said["do"][0] == "kubectl configpin retry configmap/cfg -n ns"
 
 
 def test_a_change_in_progress_or_delivered_is_no_moment() -> None:

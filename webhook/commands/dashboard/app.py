@@ -12,7 +12,8 @@ server in `webhook.commands.dashboard.http` parses and writes them).
     GET  /api/workloads?q=&page=    `configpin status`, a page at a time
     GET  /api/stream                server-sent events: the version, whenever it moves
     POST /api/approve               {kind, namespace, name}: what `kubectl configpin approve` does
-    POST /api/pause, /api/resume    {kind, namespace, name}: `kubectl configpin pause`, `resume`
+    POST /api/pause, /api/resume, /api/abort, /api/retry
+                                    {kind, namespace, name}: `kubectl configpin VERB`
     POST /api/preview               {manifest}: what `kubectl configpin plan` would list
 
 Every answer is built here with the fence's headers; the fence is asked first
@@ -37,7 +38,7 @@ from webhook.commands.dashboard.feeds import FeedState, Store
 from webhook.commands.dashboard.guard import HEADERS, Fence
 from webhook.commands.dashboard.rights import Rights, Who
 from webhook.commands.dashboard.statuses import StatusBook
-from webhook.commands.verbs import act
+from webhook.commands.verbs import PAST, act
 from webhook.core.model import SourceKind, typed_source_kind
 from webhook.core.verbs import Verb
 from webhook.inputs.manifests import InputError
@@ -50,8 +51,6 @@ _ASSETS: Final = {
     "app.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
-# A verb's button, answered: what the user did, in the page's words.
-_DONE: Final = {Verb.PAUSE: "paused", Verb.RESUME: "resumed"}
 
 
 @dataclass(frozen=True)
@@ -145,6 +144,8 @@ class App:
             ("POST", "/api/approve"): self.approve,
             ("POST", "/api/pause"): lambda r: self.verb(r, Verb.PAUSE),
             ("POST", "/api/resume"): lambda r: self.verb(r, Verb.RESUME),
+            ("POST", "/api/abort"): lambda r: self.verb(r, Verb.ABORT),
+            ("POST", "/api/retry"): lambda r: self.verb(r, Verb.RETRY),
             ("POST", "/api/preview"): self.preview,
         }
 
@@ -300,7 +301,7 @@ class App:
                 "verb": verb.value,
                 "user": record.get("user"),
                 "content": record.get("content"),
-                "message": f"{_DONE[verb]} {what} by {record.get('user', '?')}",
+                "message": f"{PAST[verb]} {what} by {record.get('user', '?')}",
             },
         )
 

@@ -1,7 +1,7 @@
 """The moments that matter of a change, as the dashboard shows them: a change that failed, was
-rolled back, is held or paused, said as such (its ConfigRollout's verdict), with the signal (the
-members that failed and what each said, who paused it and when) and what a person can do (the
-commands, as text).
+rolled back, is held, paused or aborted, said as such (its ConfigRollout's verdict), with the
+signal (the members that failed and what each said, who paused or aborted it and when) and what
+a person can do (the commands, as text).
 
 The words of a decision are the core's (`webhook.core.rollouts.REASONS` and the ConfigRollout's
 message): nothing is worded again here but the commands. Pure: plain values in and out."""
@@ -17,7 +17,7 @@ from webhook.core.model import JSONObject
 from webhook.core.rollouts import REASONS, RolloutReason
 
 R = RolloutReason
-STOPPED: Final = (R.FAILED, R.ROLLED_BACK, R.HELD, R.PAUSED)
+STOPPED: Final = (R.FAILED, R.ROLLED_BACK, R.HELD, R.PAUSED, R.ABORTED)
 
 
 def slug(reason: str) -> str:
@@ -41,12 +41,17 @@ def _do(
     ns = [f" -n {n}" if n else "" for n in namespaces] or [""]
     if reason is R.PAUSED:
         return [f"kubectl configpin resume {source}{n}" for n in ns]
+    if reason is R.ABORTED:
+        return [f"kubectl configpin retry {source}{n}" for n in ns] + [
+            f"kubectl apply -f FILE (a fixed {source}: a newer change rolls from wave 1)"
+        ]
     out = []
     for kind, namespace, name in failed:
         where = f" -n {namespace}" if namespace else ""
         out.append(f"kubectl describe {kind.lower()}/{name}{where}")
         if reason is R.HELD:
             out.append(f"kubectl rollout undo {kind.lower()}/{name}{where}")
+    out += [f"kubectl configpin retry {source}{n} (rolls it again from wave 1)" for n in ns]
     out.append(f"kubectl apply -f FILE (a fixed {source}: a newer change rolls from wave 1)")
     return out
 
@@ -78,11 +83,11 @@ def moment(
             reason, source, namespaces, ((r["kind"], r["namespace"], r["name"]) for r in failed)
         ),
     }
-    if reason is R.PAUSED:
-        for obj in rollouts:
-            change = cr.status(obj).get("change") or {}
-            if change.get("pausedBy"):
-                out["paused_by"] = str(change["pausedBy"])
-                out["paused_at"] = str(change.get("pausedAt") or "")
-                break
+    verb = {R.PAUSED: "paused", R.ABORTED: "aborted"}.get(reason)
+    for obj in rollouts if verb else ():
+        change = cr.status(obj).get("change") or {}
+        if change.get(f"{verb}By"):
+            out[f"{verb}_by"] = str(change[f"{verb}By"])
+            out[f"{verb}_at"] = str(change.get(f"{verb}At") or "")
+            break
     return out

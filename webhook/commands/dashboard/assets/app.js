@@ -294,7 +294,13 @@
       h("span", {}, "bars run from the re-stamp to the end; the dashed line is now"));
   }
   // a button of a change: the CLI's verb (POST /api/VERB), with the user's own rights
-  const VERB_WORDS = { approve: "Approve", pause: "Pause", resume: "Resume" };
+  // a workload's pods by its own status: "2 of 3 updated · 1 ready" ("" when not known)
+  function replicasText(r) {
+    if (!r) return "";
+    return r.updated + " of " + r.desired + " updated · " + r.ready + " ready";
+  }
+
+  const VERB_WORDS = { approve: "Approve", pause: "Pause", resume: "Resume", abort: "Abort", retry: "Retry" };
   async function press(c, verb, ns) {
     const answer = await post("/api/" + verb, { kind: c.source.kind, namespace: ns, name: c.source.name });
     const text = answer.ok ? answer.doc.message : answer.doc.error || "refused (" + answer.status + ")";
@@ -344,7 +350,7 @@
       groups.push(h("p", { class: "message " + (msg.ok ? "ok" : "refused"), "data-testid": msg.verb + "-message" }, msg.text));
     }
     return h("div", { class: "actions", "data-testid": "actions" },
-      h("p", { class: "quiet" }, "Each button does what its kubectl configpin command does, with your own rights (an update of the source): Approve releases the waves that wait for an approval of this content; Pause starts no further wave of it (rollouts already started are followed to the end); Resume goes on from where it stopped. A button your rights do not allow is greyed with the reason, as the API server answers before you press it."),
+      h("p", { class: "quiet" }, "Each button does what its kubectl configpin command does, with your own rights (an update of the source): Approve releases the waves that wait for an approval of this content; Pause starts no further wave of it (rollouts already started are followed to the end); Resume goes on from where it stopped; Abort starts no further wave and, in snapshot mode, takes the workloads rolled to it back to the content before; Retry rolls content that failed, was rolled back or aborted again, from its first wave. A button your rights do not allow is greyed with the reason, as the API server answers before you press it."),
       groups);
   }
   function approvalBox(c) {
@@ -371,6 +377,7 @@
       h("h2", {}, badge(m.state, m.title), " This change " + m.words),
       m.message ? h("p", { "data-testid": "moment-message" }, plain(m.message)) : null,
       m.paused_by ? h("p", { "data-testid": "paused-by" }, "Paused by " + m.paused_by + (m.paused_at ? " at " + m.paused_at : "") + ".") : null,
+      m.aborted_by ? h("p", { "data-testid": "aborted-by" }, "Aborted by " + m.aborted_by + (m.aborted_at ? " at " + m.aborted_at : "") + ".") : null,
       m.signal.length ? [h("p", {}, "What failed:"), h("ul", { "data-testid": "signal" }, m.signal.map((x) => h("li", {}, plain(x))))] : null,
       h("p", {}, "What you can do:"),
       h("ul", { "data-testid": "do" }, m.do.map((x) => h("li", {}, h("code", {}, x)))));
@@ -408,6 +415,7 @@
       const span = row.start !== null
         ? zoned(row.start) + (row.end !== null ? " to " + zoned(row.end) : "")
         : "";
+      const pods = replicasText(row.replicas);
       body.append(
         h("tr", {
             "data-workload": row.namespace + "/" + row.kind + "/" + row.name,
@@ -416,10 +424,12 @@
           },
           h("td", {}, row.kind + " ", h("strong", {}, row.name), c.shared ? h("span", { class: "quiet" }, " " + row.namespace) : null),
           h("td", {}, row.state === "waiting" && row.waits_for === "Paused" ? badge("paused", "paused") : badge(row.state), took ? h("div", { class: "waits", "data-testid": "took" }, took) : null,
-            span ? h("div", { class: "waits" }, span) : null),
+            span ? h("div", { class: "waits" }, span) : null,
+            pods ? h("div", { class: "waits", "data-testid": "replicas" }, pods) : null),
           h("td", {},
             waits ? h("div", { "data-testid": "waits" }, waits + (until ? " (" + until + ")" : "")) : null,
             row.detail ? h("div", { class: "waits" }, plain(row.detail)) : null,
+            row.pods && row.pods.length ? h("div", { class: "waits", "data-testid": "pods" }, "pods: " + row.pods.join(", ")) : null,
             !waits && !row.detail ? h("span", { class: "quiet" }, "nothing: configpin says nothing more of it") : null),
           h("td", { class: "bar" }, bar(row, c.begin, c.finish, c.now)))
       );
@@ -529,7 +539,7 @@
       h("tr", { "data-workload": w.namespace + "/" + w.kind + "/" + w.name },
         oneNamespace ? null : h("td", {}, w.namespace),
         h("td", {}, w.kind + " ", h("strong", {}, w.name)),
-        h("td", {}, badge(w.state)),
+        h("td", {}, badge(w.state), replicasText(w.replicas) ? h("div", { class: "waits" }, replicasText(w.replicas)) : null),
         h("td", { class: "waits" }, w.reason ? plain(w.reason) : h("span", { class: "quiet" }, "nothing to say: configpin reports no reason")),
         h("td", { class: "mono" }, w.sources.map((x) => h("div", {}, x.source + " ", h("span", { class: "quiet" }, x.state)))),
         h("td", { class: "mono" }, w.copies.map((x) => h("div", {}, x))),
