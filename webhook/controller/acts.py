@@ -46,6 +46,7 @@ from webhook.core.refs import get_path
 from webhook.core.times import format_time
 
 RESTARTED_AT: Final = "kubectl.kubernetes.io/restartedAt"
+_TAKEN_BACK: Final = (State.ROLLING, State.COMPLETE)  # the records an abort takes back
 _SEEN_MAX: Final = 10_000  # (workload, change) pairs found to need nothing, remembered
 
 
@@ -70,7 +71,7 @@ class Acts:
             with self._lock:
                 if (entry.ref, change, verb) in self._seen:
                     continue
-            if verb == "abort" and brief is not None and brief.state is not State.FAILED:
+            if verb == "abort" and brief is not None and brief.state in _TAKEN_BACK:
                 return True
             if verb == "retry":
                 return True
@@ -113,7 +114,7 @@ class Acts:
     ) -> tuple[list[PatchOp], Ended] | None:
         """Its rollout (rolling or complete) rolled content a person aborted since: in
         snapshot mode, the ops that take it back and how its rollout ended; None otherwise."""
-        if record is None or record.state is State.FAILED or record.state is State.LEFT:
+        if record is None or record.state not in _TAKEN_BACK:
             return None
         for change in record.changes:
             who = self.cut.aborted(ref.namespace, change)
@@ -161,6 +162,9 @@ class Acts:
             left = {k: v for k, v in kept.items() if k not in lifted}
             values[ANN_REJECTED] = digest.canonical_mapping(left) if left else None
         if not values:
+            for change, verb in self._asked(entry):  # (its content rejected here is older)
+                if verb == "retry":
+                    self._nothing(ref, change, verb)
             return None
         if observed != entry.recorded:
             values[ANN_OBSERVED] = digest.canonical_mapping(observed)
