@@ -11,6 +11,7 @@ kubelet would; a Deployment whose pods are not marked fails by its progress dead
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ from harness.apps import rollout_undo
 from harness.configpin import REPO, instance_namespace
 from harness.controlplane import ControlPlane, wait_for
 from harness.kubelet import Kubelet
-from harness.manifests import configmap
+from harness.manifests import configmap, container, deployment, env_key_ref, pod_spec, secret
 from tests.integration.instances import Replicas, replicas_fixtures
 from tests.integration.workloads import (
     approve,
@@ -44,7 +45,7 @@ from tests.integration.workloads import (
 from webhook.core.constants import ANN_APPROVED, ANN_HELD, ANN_ROLLOUT_WINDOWS
 from webhook.core.rollouts import GROUP, PLURAL, VERSION
 from webhook.kube.errors import NotFound
-from webhook.kube.raw import Kube, path
+from webhook.kube.raw import MERGE_PATCH, Kube, path
 
 RESYNC = 2.0
 ARGS = [
@@ -190,6 +191,9 @@ def test_a_change_under_approve_is_in_progress_awaiting_approval_then_ready_once
         assert conditions["Ready"][0] == "False" and conditions["Stalled"][0] == "False"
         status = held["status"]
         assert status["change"]["keys"] == ["a"]
+        [digests] = status["change"]["keyDigests"]  # (keyed: the old and the new content of a)
+        assert digests["key"] == "a" and digests["old"] != digests["new"], digests
+        assert all(len(digests[k]) == 16 and int(digests[k], 16) >= 0 for k in ("old", "new"))
         assert status["summary"]["wave"] == "2/2" and status["summary"]["ready"] == "1/3"
         waiting = [m for m in status["members"] if m["state"] == "waiting"]
         assert len(waiting) == 2 and {m["reason"] for m in waiting} == {"AwaitingApproval"}
@@ -242,6 +246,48 @@ def test_a_change_under_approve_is_in_progress_awaiting_approval_then_ready_once
             last["outcome"] == "Delivered"
             and last["content"] == before["status"]["change"]["content"]
         )
+
+
+def test_a_secrets_change_says_each_keys_old_and_new_digests_and_never_a_value(
+    kube: Kube, ns: str
+) -> None:
+    """A reader of Secret `sec` (token, user); its token changed and a key added: the
+    Secret's ConfigRollout says each changed key with its old and new digests (16 hex digits;
+    the added key has no old one), and no value, old or new, plain or base64, is anywhere in
+    the object."""
+    values = {"token": "tok-old-7f3a9c", "user": "svc-alpha-41"}
+    later = {"token": "tok-new-2c8e1d", "extra": "added-5b7f0a"}
+    with Kubelet(kube, ns) as kubelet:
+        kubelet.allow("s")
+        kube.create(path("secrets", ns), secret("sec", values))
+        env = [env_key_ref("secret", "sec", k, k.upper()) for k in ("token", "user")]
+        kube.create(
+            path("deployments", ns), deployment("s", pod_spec(container(env=env)), replicas=1)
+        )
+        stamped(kube, ns, "s")
+        wait_healthy(kube, ns, ["s"])
+        kube.patch(path("secrets", ns, "sec"), {"stringData": later}, content_type=MERGE_PATCH)
+        found: dict[str, Any] = {}
+
+        def says() -> bool:
+            obj = _cr(kube, ns, "secret-sec")
+            version = kube.get(path("secrets", ns, "sec"))["metadata"]["resourceVersion"]
+            status = (obj or {}).get("status") or {}
+            if (status.get("source") or {}).get("resourceVersion") != version:
+                return False
+            found.update(obj or {})
+            return "keyDigests" in (status.get("change") or {})
+
+        wait_for(says, timeout=60, what="secret-sec's ConfigRollout says its keys' digests")
+    change = found["status"]["change"]
+    assert change["keys"] == ["extra", "token"], change
+    extra, token = change["keyDigests"]
+    assert extra["key"] == "extra" and "old" not in extra and len(extra["new"]) == 16, extra
+    assert token["key"] == "token" and token["old"] != token["new"], token
+    assert all(len(token[k]) == 16 and int(token[k], 16) >= 0 for k in ("old", "new"))
+    text = json.dumps(found)
+    for value in [*values.values(), *later.values()]:
+        assert value not in text and base64.b64encode(value.encode()).decode() not in text
 
 
 def test_a_failing_change_is_stalled(kube: Kube, control_plane: ControlPlane, ns: str) -> None:

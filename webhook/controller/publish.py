@@ -48,6 +48,7 @@ from webhook.core.rollouts import (
     ChangeView,
     MemberState,
     MemberView,
+    key_digests_of,
     rollout_name,
     rollout_path,
     rollout_status,
@@ -461,11 +462,15 @@ class Publisher:
             if keys is None:
                 known = self.cache.changed_keys(ns, sid)
                 keys = tuple(sorted(known)) if known is not None else None
+            digests = self.cache.changed_digests(ns, sid)
+            if digests is None:  # (not seen by this process: as it said of this content)
+                digests = _carried_view(standing, change.content).digests
             view = ChangeView(
                 change.content,
                 keys,
                 said.user if said is not None else None,
                 format_time(said.at) if said is not None else None,
+                digests,
             )
         generation = int((standing.get("metadata") or {}).get("generation") or 1)
         return rollout_status(
@@ -564,8 +569,11 @@ def _described(standing: JSONObject | None, content: str) -> tuple[str, str, Any
 
 
 def _carried_view(standing: JSONObject, content: str) -> ChangeView:
-    """The change as the ConfigRollout said it (`_described`: about this very content)."""
+    """The change as the ConfigRollout said it (`_described`: about this very content; else
+    nothing of it)."""
     change = (standing.get("status") or {}).get("change") or {}
+    if not isinstance(change, dict) or change.get("content") != content:
+        return ChangeView(content)
     keys = change.get("keys")
     by, at = change.get("changedBy"), change.get("changedAt")
     return ChangeView(
@@ -573,6 +581,7 @@ def _carried_view(standing: JSONObject, content: str) -> ChangeView:
         tuple(str(k) for k in keys) if isinstance(keys, list) else None,
         by if isinstance(by, str) else None,
         at if isinstance(at, str) else None,
+        key_digests_of(change),
     )
 
 

@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 from urllib.parse import quote
 
 from webhook.core.model import SourceKind
@@ -205,15 +205,53 @@ class MemberView:
         return out
 
 
+KeyDigest: TypeAlias = tuple[str, str | None, str | None]
+"""A changed key, its old and its new keyed digest (hex, short; None: added, removed)."""
+KEY_DIGESTS_SHOWN: Final = 64  # changed keys whose digests a change keeps and shows, at most
+KEY_DIGEST_HEX: Final = 16  # hex digits of a key's digest shown (its first 8 bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeView:
     """The change a source holds now: its content's short form (keyed, never a value), the
-    keys it changed (None: not known to this process), who changed it and when."""
+    keys it changed (None: not known to this process), who changed it and when; `digests`:
+    the changed keys' old and new keyed digests (None: not known to this process)."""
 
     content: str
     keys: tuple[str, ...] | None = None
     by: str | None = None
     at: str | None = None
+    digests: tuple[KeyDigest, ...] | None = None
+
+
+def _key_digests(change: ChangeView) -> list[dict[str, str]]:
+    """`change.keyDigests`: the changed keys' digests, for the keys it says it changed."""
+    named = set(change.keys) if change.keys is not None else None
+    out: list[dict[str, str]] = []
+    for key, old, new in sorted(change.digests or ()):
+        if (named is None or key in named) and len(out) < KEY_DIGESTS_SHOWN:
+            row = {"key": key, **({"old": old} if old else {}), **({"new": new} if new else {})}
+            out.append(row)
+    return out
+
+
+def key_digests_of(change: Any) -> tuple[KeyDigest, ...] | None:
+    """The key digests a ConfigRollout's `status.change` says (None: it says none)."""
+    rows = change.get("keyDigests") if isinstance(change, Mapping) else None
+    if not isinstance(rows, list):
+        return None
+    out = []
+    for r in rows:
+        if isinstance(r, Mapping) and isinstance(r.get("key"), str):
+            old, new = r.get("old"), r.get("new")
+            out.append(
+                (
+                    r["key"],
+                    old if isinstance(old, str) else None,
+                    new if isinstance(new, str) else None,
+                )
+            )
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +419,7 @@ def rollout_status(
         "change": {
             "content": change.content,
             **({"keys": list(change.keys)} if change.keys is not None else {}),
+            **({"keyDigests": digests} if (digests := _key_digests(change)) else {}),
             **({"changedBy": change.by} if change.by else {}),
             **({"changedAt": change.at} if change.at else {}),
             **_said_fields("paused", paused),

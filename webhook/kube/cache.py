@@ -23,6 +23,7 @@ from cachetools import FIFOCache, TTLCache
 from webhook.core import digest
 from webhook.core.constants import LABEL_SNAPSHOT
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord, SourceUnavailable
+from webhook.core.rollouts import KEY_DIGEST_HEX, KEY_DIGESTS_SHOWN, KeyDigest
 from webhook.inputs.sources import MISS, Miss
 from webhook.kube.errors import KubeError, NotFound
 from webhook.kube.informer import Informer
@@ -160,6 +161,28 @@ def _record(layouts: _Layouts, entry: bytes, kind: SourceKind, name: str) -> Sou
     )
 
 
+# A change's keys, the first _DIGESTS_KEPT of them by name, and their digests: per key a flag
+# byte (1: an old digest, 2: a new one), then the old and the new digest's first _SHORT bytes.
+_Changed: TypeAlias = tuple[frozenset[str], tuple[str, ...], bytes]
+_DIGESTS_KEPT: Final = KEY_DIGESTS_SHOWN
+_SHORT: Final = KEY_DIGEST_HEX // 2
+_PAIR: Final = 1 + 2 * _SHORT
+
+
+def _pack_pair(old: bytes | None, new: bytes | None) -> bytes:
+    flag = (1 if old is not None else 0) | (2 if new is not None else 0)
+    zero = bytes(_SHORT)
+    return bytes((flag,)) + (old or zero)[:_SHORT] + (new or zero)[:_SHORT]
+
+
+def _unpack_pair(packed: bytes, i: int) -> tuple[str | None, str | None]:
+    at = i * _PAIR
+    flag = packed[at]
+    old = packed[at + 1 : at + 1 + _SHORT].hex() if flag & 1 else None
+    new = packed[at + 1 + _SHORT : at + _PAIR].hex() if flag & 2 else None
+    return old, new
+
+
 class _KindIndex:
     """Handler of one informer: namespace -> name -> entry."""
 
@@ -255,9 +278,9 @@ class SourceCache:
             maxsize=_RECENT_MAX, ttl=_RECENT_TTL, timer=time.monotonic
         )
         self._recent_lock = threading.Lock()  # (both caches: the watch threads and readers)
-        # (kind, namespace, name) -> the keys its last change changed (the oldest change
-        # forgotten first)
-        self._changed_keys: FIFOCache[tuple[SourceKind, str, str], frozenset[str]] = FIFOCache(
+        # (kind, namespace, name) -> the keys its last change changed, and the old and new
+        # digests of the first _DIGESTS_KEPT of them, packed (the oldest change forgotten first)
+        self._changed_keys: FIFOCache[tuple[SourceKind, str, str], _Changed] = FIFOCache(
             maxsize=_RECENT_MAX
         )
         # id(entry) -> (entry, its record). A plain dict, emptied whole when full: `peek` is
@@ -348,13 +371,26 @@ class SourceCache:
         keys = frozenset(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         if not keys:
             return  # (its content did not change: a verb said of it, an approval)
+        kept = tuple(sorted(keys)[:_DIGESTS_KEPT])
+        packed = b"".join(_pack_pair(old.get(k), new.get(k)) for k in kept)
         with self._recent_lock:
-            self._changed_keys[(kind, namespace, name)] = keys
+            self._changed_keys[(kind, namespace, name)] = (keys, kept, packed)
 
     def changed_keys(self, namespace: str, sid: SourceId) -> frozenset[str] | None:
         """The keys its last change (seen by this process) changed; None: not seen."""
         with self._recent_lock:
-            return self._changed_keys.get((sid.kind, namespace, sid.name))
+            found = self._changed_keys.get((sid.kind, namespace, sid.name))
+        return found[0] if found is not None else None
+
+    def changed_digests(self, namespace: str, sid: SourceId) -> tuple[KeyDigest, ...] | None:
+        """The old and new keyed digests (hex, short) of the keys its last change (seen by
+        this process) changed, the first _DIGESTS_KEPT by name; None: not seen."""
+        with self._recent_lock:
+            found = self._changed_keys.get((sid.kind, namespace, sid.name))
+        if found is None:
+            return None
+        _, kept, packed = found
+        return tuple((k, *_unpack_pair(packed, i)) for i, k in enumerate(kept))
 
     def forget_recent(self, kind: SourceKind, namespace: str, name: str) -> None:
         with self._recent_lock:

@@ -117,3 +117,26 @@ def test_a_failed_member_says_its_signal_and_the_pods_it_names() -> None:
         said = publisher._member(ref, change, 1)
         assert (said.state, said.reason) == (MemberState.FAILED, RolloutReason.HELD)
         assert (said.message, said.pods, said.replicas) == (signal, pods, (2, 2, 2))
+
+
+def test_the_change_says_its_keys_old_and_new_digests_and_after_a_restart_what_it_said() -> None:
+    """A change the controller's cache saw: its ConfigRollout says each changed key with its
+    old and new digests (hex, different); a controller that did not see it (a restart) says
+    what the standing status said of the same content, and the names alone otherwise."""
+    world = _World(["w0"], waves="100%")
+    publisher = world.ctl.publisher
+    change = world.change("2")
+    consumers = world.ctl.index.consumers(NS, CFG)
+    status = publisher._status(NS, CFG, change, consumers, "u1", "7", None)
+    [row] = status["change"]["keyDigests"]
+    assert set(row) == {"key", "old", "new"} and row["old"] != row["new"], row
+    assert all(len(row[k]) == 16 and int(row[k], 16) >= 0 for k in ("old", "new"))
+    assert status["change"]["keys"] == [row["key"]]
+    world.ctl.cache._changed_keys.clear()  # (a restart: the change was not seen)
+    standing = {"metadata": {"generation": 1}, "status": status}
+    publisher.observed.wrote({**standing, "metadata": {"name": "configmap-cfg", "namespace": NS}})
+    again = publisher._status(NS, CFG, change, consumers, "u1", "7", None)
+    assert again["change"]["keyDigests"] == [row]
+    carried = _carried_view(standing, change.content).digests
+    assert carried == ((row["key"], row["old"], row["new"]),)
+    assert _carried_view(standing, "another").digests is None

@@ -18,6 +18,7 @@ from webhook.core.record import Action
 from webhook.core.rollouts import (
     FAILURE_REASONS,
     HISTORY,
+    KEY_DIGESTS_SHOWN,
     MEMBERS_SHOWN,
     PODS_SHOWN,
     REASONS,
@@ -29,6 +30,7 @@ from webhook.core.rollouts import (
     RolloutReason,
     about,
     decide,
+    key_digests_of,
     rollout_name,
     rollout_status,
     verdict,
@@ -67,7 +69,7 @@ def _status(
         uid="u1",
         resource_version="7",
         generation=1,
-        change=ChangeView(content, ("a",), "alice", NOW),
+        change=ChangeView(content, ("a",), "alice", NOW, (("a", "3f2a" * 4, "9c1d" * 4),)),
         waves=waves,
         consumers=consumers if consumers is not None else sum(map(len, waves)),
         now=now,
@@ -329,3 +331,43 @@ def test_an_abort_is_stalled_aborted_with_who_before_any_members_failure() -> No
     said = next(c for c in status["conditions"] if c["status"] == "True")["message"]
     assert "kubectl configpin retry configmap/cfg" in said and "bob" in said
     assert verdict({"status": status}) is not None
+
+
+def test_the_changed_keys_say_their_old_and_new_digests_and_none_unknown() -> None:
+    """Each key the change changed, with its keyed digests (hex: never a value), the old
+    missing where it was added and the new where it was removed; only the keys it names, at
+    most KEY_DIGESTS_SHOWN; none known (a restart): the names alone, as before."""
+    digests = (("b", None, "22" * 8), ("a", "11" * 8, "33" * 8), ("c", "44" * 8, None))
+    digests += (("other", "55" * 8, "66" * 8),)  # (not a key the change names)
+
+    def change(view: ChangeView) -> dict[str, Any]:
+        body = rollout_status(
+            source="configmap/cfg",
+            uid="u1",
+            resource_version="7",
+            generation=1,
+            change=view,
+            waves=[[_m("w", S.COMPLETE)]],
+            consumers=1,
+            now=NOW,
+        )
+        return dict(body["change"])
+
+    said = change(ChangeView("c2", ("a", "b", "c"), digests=digests))
+    assert said["keys"] == ["a", "b", "c"]
+    assert said["keyDigests"] == [
+        {"key": "a", "old": "11" * 8, "new": "33" * 8},
+        {"key": "b", "new": "22" * 8},
+        {"key": "c", "old": "44" * 8},
+    ]
+    assert key_digests_of(said) == (
+        ("a", "11" * 8, "33" * 8),
+        ("b", None, "22" * 8),
+        ("c", "44" * 8, None),
+    )
+    assert "keyDigests" not in change(ChangeView("c2", ("a",)))
+    assert key_digests_of(change(ChangeView("c2", ("a",)))) is None
+    many = tuple((f"k{i:03}", "11" * 8, "22" * 8) for i in range(KEY_DIGESTS_SHOWN + 5))
+    assert len(change(ChangeView("c2", None, digests=many))["keyDigests"]) == KEY_DIGESTS_SHOWN
+    assert key_digests_of({"keyDigests": "forged"}) is None
+    assert key_digests_of({"keyDigests": [{"key": "a", "old": 1}, "x"]}) == (("a", None, None),)

@@ -12,6 +12,7 @@ from webhook.core import digest
 from webhook.core.audit import APPROVED, ChangedBy
 from webhook.core.constants import ANN_APPROVED, ANN_IGNORE
 from webhook.core.model import JSONObject, SourceId, SourceKind, SourceRecord
+from webhook.core.rollouts import KEY_DIGESTS_SHOWN
 from webhook.kube.cache import SourceCache
 from webhook.kube.raw import Kube
 from webhook.process.metrics import Metrics
@@ -111,3 +112,37 @@ def test_an_approval_and_an_approval_now_are_kept_and_each_is_a_change() -> None
         seen.append((found.approved, found.approved_now))
     assert seen == [(None, None), (content, None), (content, content), (content, None)]
     assert heard == [cfg] * 4
+
+
+def test_a_change_keeps_its_keys_old_and_new_digests_short_and_bounded() -> None:
+    """The cache keeps, per source, the keys its last change changed and their old and new
+    keyed digests (the first 16 hex digits: never a value), a key added without an old one
+    and one removed without a new one; at most KEY_DIGESTS_SHOWN keys' digests (all names);
+    a write that changes no content keeps the change before it; none seen: None."""
+    cache = _cache()
+    index = cache.indexes[SourceKind.CONFIGMAP]
+    cfg = SourceId(SourceKind.CONFIGMAP, "c")
+    assert cache.changed_digests(NS, cfg) is None and cache.changed_keys(NS, cfg) is None
+    before = configmap("c", {"a": "1", "b": "2", "gone": "x"}, namespace=NS)
+    after = configmap("c", {"a": "9", "b": "2", "new": "y"}, namespace=NS)
+    index.event("ADDED", before)
+    assert cache.changed_digests(NS, cfg) is None  # (a creation: no change of a content)
+    index.event("MODIFIED", after)
+    old = digest.key_digests(HKEY, cfg.kind, before)
+    new = digest.key_digests(HKEY, cfg.kind, after)
+    assert cache.changed_keys(NS, cfg) == {"a", "gone", "new"}
+    assert cache.changed_digests(NS, cfg) == (
+        ("a", old["a"].hex()[:16], new["a"].hex()[:16]),
+        ("gone", old["gone"].hex()[:16], None),
+        ("new", None, new["new"].hex()[:16]),
+    )
+    labelled = {**after, "metadata": {**after["metadata"], "labels": {"x": "y"}}}
+    index.event("MODIFIED", labelled)
+    assert cache.changed_keys(NS, cfg) == {"a", "gone", "new"}
+    wide = configmap("c", {f"k{i:03}": "1" for i in range(KEY_DIGESTS_SHOWN + 6)}, namespace=NS)
+    index.event("MODIFIED", wide)
+    keys = cache.changed_keys(NS, cfg) or set()
+    assert len(keys) == KEY_DIGESTS_SHOWN + 6 + 3
+    kept = cache.changed_digests(NS, cfg) or ()
+    assert len(kept) == KEY_DIGESTS_SHOWN
+    assert [k for k, _, _ in kept] == sorted(keys)[:KEY_DIGESTS_SHOWN]
