@@ -765,3 +765,21 @@ def test_each_workload_row_shows_its_updated_and_ready_replicas() -> None:
     snap = _snapshot([_reader("w0")], [_cfg()], [], [])
     [row] = views.workloads(snap, lambda _o: None)["workloads"]
     assert row["replicas"] == {"updated": 0, "ready": 1, "desired": 1}
+
+
+def test_the_change_page_says_each_changed_keys_old_and_new_digests_from_its_rollout() -> None:
+    """Where cfg's ConfigRollout says the changed keys' digests (keyed: never a value), the
+    change's page says each, an added key with no old one; one that says none (a controller
+    that did not see the change): the page says the names alone."""
+    rollout = _rollout([{"wave": 1, "members": 1, "rolling": 1}], [_member("w0", 1, "rolling")])
+    digests = [{"key": "a", "old": "3f2a" * 4, "new": "9c1d" * 4}, {"key": "n", "new": "ab" * 8}]
+    rollout["status"]["change"]["keyDigests"] = digests
+    found = _page(["w0"], {}, [rollout])
+    assert found["keys"] == ["a"]
+    assert found["key_digests"] == [
+        {"key": "a", "old": "3f2a" * 4, "new": "9c1d" * 4},
+        {"key": "n", "old": None, "new": "ab" * 8},
+    ]
+    del rollout["status"]["change"]["keyDigests"]
+    assert _page(["w0"], {}, [rollout])["key_digests"] is None
+    assert _page(["w0"], {}, [])["key_digests"] is None

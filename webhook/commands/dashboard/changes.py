@@ -108,6 +108,7 @@ class Facts:
     by: str = ""
     at: float = 0.0
     keys: tuple[str, ...] | None = None
+    digests: list[dict[str, str | None]] | None = None  # (its ConfigRollout's keyDigests)
     more: int = 0
     current: bool = False  # its source holds this content now (as its records say)
     recorded: bool = False  # its source's record of who changed it names it
@@ -310,6 +311,8 @@ def _described(
     keys = change.get("keys")
     if f.keys is None and isinstance(keys, list):
         f.keys = tuple(str(k) for k in keys)
+    if f.digests is None:
+        f.digests = cr.key_digests(obj)
     for ref, member in cr.members(obj):
         f.listed.setdefault(ref, (len(f.listed), member))
     f.not_shown += cr.count(cr.status(obj).get("membersNotShown"))
@@ -525,6 +528,7 @@ def change(
     named = [o for o in snapshot.rollouts if (o.get("metadata") or {}).get("name") == name]
     return {
         **_summary(f, named),
+        "key_digests": f.digests,
         "waves": waves,
         "wave_sizes": sizes,
         "rollout": {

@@ -14,7 +14,14 @@ from typing import Any, Final
 from webhook.commands.dashboard.feeds import FeedState
 from webhook.core.model import JSONObject, SourceId, source_kind
 from webhook.core.reasons import Status
-from webhook.core.rollouts import KIND, REASONS, ConditionType, RolloutReason, verdict
+from webhook.core.rollouts import (
+    KIND,
+    REASONS,
+    ConditionType,
+    RolloutReason,
+    key_digests_of,
+    verdict,
+)
 
 # The reason a waiting workload's `configpin status` state stands for (the core's table read
 # backwards; Status.WAITING is both Waiting's and a stopped member's Failed: Waiting, the first).
@@ -75,6 +82,16 @@ def about_now(
     if isinstance(described, Mapping) and described.get("resourceVersion") == resource_version:
         return True
     return holds == content
+
+
+def key_digests(obj: Mapping[str, Any]) -> list[dict[str, str | None]] | None:
+    """The changed keys' old and new keyed digests its change says (hex: never a value; None
+    for an added key's old, a removed one's new), as the page shows them; None: it says none
+    (a controller that did not see the change)."""
+    said = key_digests_of(status(obj).get("change"))
+    if said is None:
+        return None
+    return [{"key": k, "old": old, "new": new} for k, old, new in said]
 
 
 def members(obj: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str, str], Mapping[str, Any]]]:

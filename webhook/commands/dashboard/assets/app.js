@@ -223,6 +223,15 @@
     if (c.keys === null || c.keys === undefined) return "(not recorded)";
     return c.keys.join(", ") + (c.more ? " +" + c.more : "");
   }
+  // Each changed key with its old → new digest, as its ConfigRollout says them (keyed
+  // digests, short: they tell a change apart, never a value); none said: the names alone.
+  function keyDigestsText(c) {
+    if (!c.key_digests || !c.key_digests.length) return keysText(c);
+    const by = new Map(c.key_digests.map((d) => [d.key, d]));
+    const short = (d, none) => (d ? d.slice(0, 8) + "…" : none);
+    const one = (k) => (by.has(k) ? k + ": " + short(by.get(k).old, "(added)") + " → " + short(by.get(k).new, "(removed)") : k);
+    return (c.keys || c.key_digests.map((d) => d.key)).map(one).join(", ") + (c.more ? " +" + c.more : "");
+  }
   async function changesView(r) {
     const doc = await get(withQuery("/api/changes", r));
     const rows = doc.changes.map((c) =>
@@ -442,7 +451,9 @@
       h("p", {}, h("a", { href: "#/changes" }, "‹ recent changes")),
       h("h1", {}, source(c.source.kind, c.namespace, c.source.name) + " changed by " + c.by + " " + ago(c.at)),
       h("div", { class: "chips" },
-        h("span", { class: "chip mono", "data-testid": "keys" }, "keys: " + keysText(c)),
+        h("span", { class: "chip mono", "data-testid": "keys",
+          title: c.key_digests && c.key_digests.length ? "old → new digest of each key under configpin's key: never a value" : null },
+          "keys: " + keyDigestsText(c)),
         h("span", { class: "chip mono", title: "a digest under configpin's key: the content, never a value" }, "content " + c.content),
         c.waves ? h("span", { class: "chip" }, c.waves + " wave" + (c.waves === 1 ? "" : "s") +
           (c.wave_sizes.length ? " (" + c.wave_sizes.join(", ") + ")" : "")) : null,
