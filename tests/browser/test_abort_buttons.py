@@ -126,6 +126,7 @@ def test_abort_takes_the_canary_back_and_retry_rolls_it_again_to_the_approval(
             wait_for(lambda: state(get(kube, ns, "b")) == "rolling", what="wave 2 rolls")
             page.wait_for_selector("tr[data-workload$='/b'][data-row-state=rolling]", timeout=LIVE)
             page.wait_for_selector("[data-testid=pause]:not([aria-disabled])", timeout=LIVE)
+            assert page.query_selector("[data-testid=history]")  # (the source's earlier changes)
             _shot(page, shots, "change-in-wave-2.png")
             check(page, "a change in wave 2")
     assert "Traceback" not in d.log(), d.log()

@@ -783,3 +783,20 @@ def test_the_change_page_says_each_changed_keys_old_and_new_digests_from_its_rol
     del rollout["status"]["change"]["keyDigests"]
     assert _page(["w0"], {}, [rollout])["key_digests"] is None
     assert _page(["w0"], {}, [])["key_digests"] is None
+
+
+def test_the_change_page_says_its_sources_earlier_changes_and_how_each_ended() -> None:
+    """The source's history (its ConfigRollout's: content, outcome, when it moved on), latest
+    first, each ending as a badge in words; none remembered: an empty list (the page says why)."""
+    rollout = _rollout([{"wave": 1, "members": 1, "rolling": 1}], [_member("w0", 1, "rolling")])
+    rollout["status"]["history"] = [
+        {"content": "old1", "outcome": "Delivered", "at": "2026-12-03T10:00:00Z"},
+        {"content": "old2", "outcome": "RolledBack", "at": "2026-12-03T11:00:00Z"},
+    ]
+    found = _page(["w0"], {}, [rollout])
+    history = found["history"]
+    assert [e["content"] for e in history] == ["old2", "old1"]
+    assert history[0]["ended"] == {"state": "rolled-back", "title": "Rolled back"}
+    assert history[0]["at"] == 1796295600.0
+    del rollout["status"]["history"]
+    assert _page(["w0"], {}, [rollout])["history"] == []

@@ -490,6 +490,20 @@ def _order(row: Row) -> tuple[Any, ...]:
     return (row.wave == 0, row.wave, row.rank, row.ref[1], row.ref[0], row.ref[2])
 
 
+def _history(named: Sequence[JSONObject], where: set[str]) -> list[dict[str, Any]]:
+    """The source's earlier changes and how each ended, latest first, as its ConfigRollouts'
+    history says them (those of the change's namespaces)."""
+    out = []
+    for obj in named:
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        for h in cr.status(obj).get("history") or () if ns in where else ():
+            if isinstance(h, Mapping) and h.get("content"):
+                said = moments.ended(str(h.get("outcome") or ""))
+                out.append({"namespace": ns, "content": str(h["content"]), "ended": said,
+                            "at": epoch(h.get("at")) or None})  # fmt: skip
+    return sorted(out, key=lambda r: -(r["at"] or 0))
+
+
 def change(
     snapshot: Snapshot,
     ident: str,
@@ -529,6 +543,7 @@ def change(
     return {
         **_summary(f, named),
         "key_digests": f.digests,
+        "history": _history(named, f.namespaces | ({f.change.namespace} - {""})),
         "waves": waves,
         "wave_sizes": sizes,
         "rollout": {

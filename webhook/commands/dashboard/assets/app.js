@@ -309,6 +309,24 @@
     return r.updated + " of " + r.desired + " updated · " + r.ready + " ready";
   }
 
+  // the source's earlier changes and how each ended (its ConfigRollout's history)
+  function historyBox(c) {
+    const title = "Earlier changes of " + source(c.source.kind, c.namespace, c.source.name);
+    if (!c.history || !c.history.length) {
+      return h("section", { "data-testid": "history" }, h("h2", {}, title),
+        h("p", { class: "quiet" }, "None its ConfigRollout remembers: this is the first change configpin saw, or the ConfigRollout is new."));
+    }
+    const rows = c.history.map((e) => h("tr", {},
+      h("td", {}, e.at ? new Date(e.at * 1000).toLocaleString("en-GB", { timeZoneName: "short" }) : h("span", { class: "quiet" }, "not said")),
+      c.shared ? h("td", {}, e.namespace) : null,
+      h("td", { class: "mono" }, e.content),
+      h("td", {}, e.ended ? badge(e.ended.state, e.ended.title) : h("span", { class: "quiet" }, "not said"))));
+    return h("section", { "data-testid": "history" }, h("h2", {}, title),
+      h("table", {},
+        h("thead", {}, h("tr", {}, h("th", {}, "moved on"), c.shared ? h("th", {}, "namespace") : null, h("th", {}, "content"), h("th", {}, "how it ended"))),
+        h("tbody", {}, ...rows)));
+  }
+
   const VERB_WORDS = { approve: "Approve", pause: "Pause", resume: "Resume", abort: "Abort", retry: "Retry" };
   async function press(c, verb, ns) {
     const answer = await post("/api/" + verb, { kind: c.source.kind, namespace: ns, name: c.source.name });
@@ -467,7 +485,8 @@
       buttonsBox(c),
       c.rows.length ? legend() : null,
       c.rows.length ? table : h("p", { class: "quiet" }, "No workload rolls for this change."),
-      pager(r, c)
+      pager(r, c),
+      historyBox(c)
     );
   }
 
